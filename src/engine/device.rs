@@ -1,0 +1,205 @@
+//! Device selection (`auto | cpu | cuda[:N] | metal`) with a graceful fallback, and the CPU thread count.
+
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+use candle_core::Device;
+
+use super::error::{EngineError, Result};
+
+/// What the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSpec {
+    /// The best accelerator this build and machine have, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda(usize),
+    Metal,
+}
+
+impl FromStr for DeviceSpec {
+    type Err = EngineError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "cpu" => Ok(Self::Cpu),
+            "metal" => Ok(Self::Metal),
+            "cuda" => Ok(Self::Cuda(0)),
+            other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => Ok(Self::Cuda(n)),
+                _ => Err(EngineError::Device(format!(
+                    "unknown device `{other}` (expected auto, cpu, cuda, cuda:N or metal)"
+                ))),
+            },
+        }
+    }
+}
+
+/// The chosen device, and a note for the user when it is not what they asked for.
+pub struct SelectedDevice {
+    pub device: Device,
+    pub fallback_note: Option<String>,
+}
+
+impl SelectedDevice {
+    pub fn describe(&self) -> String {
+        describe(&self.device)
+    }
+}
+
+pub fn describe(device: &Device) -> String {
+    match device {
+        Device::Cpu => format!("cpu ({} threads)", cpu_threads()),
+        Device::Cuda(_) => "cuda".into(),
+        Device::Metal(_) => "metal".into(),
+    }
+}
+
+/// Picks the device. An accelerator that this build lacks, or that fails to initialise, falls back to the CPU
+/// with a note saying why and how to get it (rebuild with `--features cuda|metal`).
+pub fn select(spec: DeviceSpec) -> SelectedDevice {
+    let cpu = |note: String| SelectedDevice {
+        device: Device::Cpu,
+        fallback_note: Some(note),
+    };
+    match spec {
+        DeviceSpec::Cpu => SelectedDevice {
+            device: Device::Cpu,
+            fallback_note: None,
+        },
+        DeviceSpec::Cuda(n) => {
+            if !candle_core::utils::cuda_is_available() {
+                return cpu(format!(
+                    "cuda:{n} requested but this build has no CUDA support; running on the CPU \
+                     (rebuild with `cargo build --release --features cuda`)"
+                ));
+            }
+            match Device::new_cuda(n) {
+                Ok(device) => SelectedDevice {
+                    device,
+                    fallback_note: None,
+                },
+                Err(e) => cpu(format!(
+                    "cuda:{n} could not be initialised ({e}); running on the CPU"
+                )),
+            }
+        }
+        DeviceSpec::Metal => {
+            if !candle_core::utils::metal_is_available() {
+                return cpu(
+                    "metal requested but this build has no Metal support; running on the CPU \
+                     (rebuild with `cargo build --release --features metal`)"
+                        .into(),
+                );
+            }
+            match Device::new_metal(0) {
+                Ok(device) => SelectedDevice {
+                    device,
+                    fallback_note: None,
+                },
+                Err(e) => cpu(format!(
+                    "metal could not be initialised ({e}); running on the CPU"
+                )),
+            }
+        }
+        DeviceSpec::Auto => {
+            if candle_core::utils::cuda_is_available() {
+                if let Ok(device) = Device::new_cuda(0) {
+                    return SelectedDevice {
+                        device,
+                        fallback_note: None,
+                    };
+                }
+            }
+            if candle_core::utils::metal_is_available() {
+                if let Ok(device) = Device::new_metal(0) {
+                    return SelectedDevice {
+                        device,
+                        fallback_note: None,
+                    };
+                }
+            }
+            SelectedDevice {
+                device: Device::Cpu,
+                fallback_note: None,
+            }
+        }
+    }
+}
+
+/// The fallback note `select` would give for `spec` (without initialising a device twice on success).
+pub fn select_note_for(spec: DeviceSpec) -> Option<String> {
+    match spec {
+        DeviceSpec::Cuda(n) if !candle_core::utils::cuda_is_available() => Some(format!(
+            "cuda:{n} requested but this build has no CUDA support; running on the CPU \
+             (rebuild with `cargo build --release --features cuda`)"
+        )),
+        DeviceSpec::Metal if !candle_core::utils::metal_is_available() => Some(
+            "metal requested but this build has no Metal support; running on the CPU \
+             (rebuild with `cargo build --release --features metal`)"
+                .into(),
+        ),
+        _ => None,
+    }
+}
+
+static THREADS: OnceLock<usize> = OnceLock::new();
+
+/// The machine's logical cores: the default thread count.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Sets the CPU thread count once per process (later calls are ignored and return the count in force).
+///
+/// Candle reads `RAYON_NUM_THREADS` for its matmul parallelism and uses rayon's global pool for quantized
+/// kernels; both are set here. Call it before any other thread is started (the binary does so first thing).
+pub fn init_threads(n: Option<usize>) -> usize {
+    *THREADS.get_or_init(|| {
+        let n = n
+            .or_else(|| {
+                std::env::var("RAYON_NUM_THREADS")
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+            })
+            .filter(|&n| n > 0)
+            .unwrap_or_else(default_threads);
+        // Safe in practice: called at start-up before other threads read the environment.
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        // Fails only if the global pool was already built, in which case it keeps its own size.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
+        n
+    })
+}
+
+/// The thread count in force (initialising it to the default if nobody did).
+pub fn cpu_threads() -> usize {
+    init_threads(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_device_specs() {
+        assert_eq!("auto".parse::<DeviceSpec>().unwrap(), DeviceSpec::Auto);
+        assert_eq!("cuda:1".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(1));
+        assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(0));
+        let err = "tpu".parse::<DeviceSpec>().unwrap_err().to_string();
+        assert!(err.contains("auto, cpu, cuda"), "{err}");
+    }
+
+    #[test]
+    fn missing_accelerator_falls_back_with_a_hint() {
+        if candle_core::utils::cuda_is_available() {
+            return;
+        }
+        let sel = select(DeviceSpec::Cuda(0));
+        assert!(sel.device.is_cpu());
+        assert!(sel.fallback_note.unwrap().contains("--features cuda"));
+    }
+}

@@ -1,0 +1,86 @@
+//! `EngineError`: every way the engine boundary (fetching, loading, tokenizing, templating, generating) can fail.
+//!
+//! What a caller should do with each variant is written on it. None of them is a panic: bad input of any
+//! kind ends here as a value with a message that names the offending thing.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A file could not be read or written. Check the path and permissions.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a usable GGUF (wrong magic, truncated, unreadable tensor). Re-download it.
+    #[error("invalid GGUF file {path}: {message}")]
+    InvalidGguf { path: PathBuf, message: String },
+    /// A metadata key the architecture needs is absent from the GGUF.
+    #[error("GGUF metadata key `{key}` is missing or has the wrong type")]
+    MissingMetadata { key: String },
+    /// The GGUF's `general.architecture` has no implementation here.
+    #[error("unsupported architecture `{arch}` (supported: {})", supported.join(", "))]
+    UnsupportedArchitecture {
+        arch: String,
+        supported: Vec<String>,
+    },
+    /// `tokenizer.ggml.pre` names a pre-tokenizer we do not implement; we never guess one.
+    #[error("unsupported tokenizer pre-tokenizer `{pre}` (supported: {})", supported.join(", "))]
+    UnsupportedPretokenizer { pre: String, supported: Vec<String> },
+    /// The tokenizer could not be built or could not encode/decode.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The chat template failed to compile or render.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// A model name that no manifest knows.
+    #[error("unknown model `{name}` (known models: {})", known.join(", "))]
+    UnknownModel { name: String, known: Vec<String> },
+    /// A model manifest is malformed.
+    #[error("model manifest {name}: {message}")]
+    Manifest { name: String, message: String },
+    /// No source could provide the model file; `attempts` says what each source answered.
+    #[error("could not fetch model `{name}`:\n  {}", attempts.join("\n  "))]
+    Fetch { name: String, attempts: Vec<String> },
+    /// Downloaded or cached bytes do not match the manifest's digest. The file was not used.
+    #[error("sha256 mismatch for {path}: expected {expected}, got {actual}")]
+    Sha256Mismatch {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+    /// The requested device is not available in this build or on this machine.
+    #[error("device: {0}")]
+    Device(String),
+    /// A sampling parameter is out of range. Fix the request.
+    #[error("invalid sampling parameter: {0}")]
+    InvalidSampling(String),
+    /// The prompt (plus at least one generated token) does not fit the model's context window.
+    #[error("prompt is {tokens} tokens, but the model's context window is {limit} tokens")]
+    PromptTooLong { tokens: usize, limit: usize },
+    /// An empty prompt: there is nothing to condition on.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// A tensor operation failed inside candle (shape mismatch, device error). An internal error.
+    #[error("tensor: {0}")]
+    Candle(#[from] candle_core::Error),
+    /// A bug: an invariant broke inside the engine. Report it; the engine keeps serving other requests.
+    #[error("internal engine error: {0}")]
+    Internal(String),
+    /// The engine thread has stopped; no further requests can be served.
+    #[error("the engine thread has stopped")]
+    EngineGone,
+}
+
+impl EngineError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        EngineError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

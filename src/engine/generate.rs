@@ -1,0 +1,210 @@
+//! One generation: prefill the prompt, then sample, stream and stop — on the engine thread, over a sequence's
+//! own KV state. Events go out through a callback so the actor can forward them to the request's channel.
+
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use super::detok::{StopMatcher, StopScan, Utf8Stream};
+use super::error::{EngineError, Result};
+use super::kv::SeqKv;
+use super::model::Model;
+use super::sampler::{logprobs, Sampler, SamplingParams};
+use super::tokenizer::Tokenizer;
+
+/// What to generate. The prompt is already tokenized (rendering and tokenizing happen outside the engine
+/// thread so the model is never idle waiting for them).
+#[derive(Debug, Clone, Default)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    /// `None`: until EOS, a stop string or a full context window.
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    /// Keep going through EOS (benchmarks).
+    pub ignore_eos: bool,
+    /// Return the chosen token's log-probability and this many alternatives.
+    pub logprobs: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-generation token.
+    Eos,
+    /// A stop string matched (it is not part of the text).
+    StopString,
+    /// `max_tokens` reached or the context window is full.
+    Length,
+    /// The request was cancelled or its receiver went away.
+    Cancelled,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenLogprob {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// One generated token and the text it completes (may be empty while UTF-8 or a stop string is pending).
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenEvent {
+    pub id: u32,
+    pub text: String,
+    pub logprob: Option<TokenLogprob>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GenerateSummary {
+    pub finish: FinishReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens whose KV state was reused rather than computed.
+    pub cached_tokens: usize,
+    /// Text held back at the end (an incomplete UTF-8 tail or a stop-string prefix that never completed).
+    pub trailing_text: String,
+    pub prefill_secs: f64,
+    pub decode_secs: f64,
+    /// From the start of prefill to the first sampled token.
+    pub ttft_secs: f64,
+}
+
+#[derive(Debug)]
+pub enum GenerateEvent {
+    Token(TokenEvent),
+    Done(GenerateSummary),
+    Error(EngineError),
+}
+
+/// Checks a request against the model before any work is done.
+pub fn validate(req: &GenerateRequest, context_length: usize) -> Result<()> {
+    if req.prompt.is_empty() {
+        return Err(EngineError::EmptyPrompt);
+    }
+    if req.prompt.len() >= context_length {
+        return Err(EngineError::PromptTooLong {
+            tokens: req.prompt.len(),
+            limit: context_length,
+        });
+    }
+    req.sampling.validate()
+}
+
+/// Runs one request to completion. `emit` returns `false` when nobody listens any more (treated as a cancel).
+/// Errors are returned, not emitted; the caller turns them into an event.
+pub fn run(
+    model: &Model,
+    tokenizer: &Tokenizer,
+    req: &GenerateRequest,
+    kv: &mut SeqKv,
+    cancel: &CancellationToken,
+    emit: &mut dyn FnMut(GenerateEvent) -> bool,
+) -> Result<GenerateSummary> {
+    let ctx_len = model.config.context_length;
+    validate(req, ctx_len)?;
+    let mut sampler = Sampler::new(req.sampling.clone())?;
+    let eos = tokenizer.eos_ids().to_vec();
+    let max_new = req
+        .max_tokens
+        .unwrap_or(usize::MAX)
+        .min(ctx_len - req.prompt.len());
+
+    // Reuse whatever prefix of the prompt the sequence already holds; always recompute at least one token
+    // so there are logits to sample from.
+    let common = kv_common_prefix(kv, &req.prompt);
+    kv.truncate(common);
+
+    let start = Instant::now();
+    let mut context: Vec<u32> = req.prompt.clone();
+    let mut generated: Vec<u32> = Vec::new();
+    let mut utf8 = Utf8Stream::default();
+    let mut stops = StopMatcher::new(req.stop.clone());
+    let mut out = GenerateSummary {
+        finish: FinishReason::Length,
+        prompt_tokens: req.prompt.len(),
+        completion_tokens: 0,
+        cached_tokens: common,
+        trailing_text: String::new(),
+        prefill_secs: 0.0,
+        decode_secs: 0.0,
+        ttft_secs: 0.0,
+    };
+    if cancel.is_cancelled() {
+        out.finish = FinishReason::Cancelled;
+        return Ok(out);
+    }
+    let mut logits = model.forward(&req.prompt[common..], kv)?;
+    out.prefill_secs = start.elapsed().as_secs_f64();
+    let decode_start = Instant::now();
+    let mut finish = FinishReason::Length;
+    loop {
+        if max_new == 0 {
+            break;
+        }
+        let mut l = logits.to_vec1::<f32>()?;
+        sampler.adjust(&mut l, &context, &generated);
+        let Some(tok) = sampler.pick(&l) else {
+            return Err(EngineError::Tokenizer(
+                "every logit is -inf; nothing can be sampled".into(),
+            ));
+        };
+        if generated.is_empty() {
+            out.ttft_secs = start.elapsed().as_secs_f64();
+        }
+        let lp = req.logprobs.map(|n| {
+            let (logprob, top) = logprobs(&l, tok, n);
+            TokenLogprob { logprob, top }
+        });
+        if eos.contains(&tok) && !req.ignore_eos {
+            finish = FinishReason::Eos;
+            break;
+        }
+        generated.push(tok);
+        context.push(tok);
+        let text = utf8.push(&tokenizer.token_bytes(tok));
+        let (text, stopped) = match stops.push(&text) {
+            StopScan::Emit(t) => (t, false),
+            StopScan::Stopped(t) => (t, true),
+        };
+        if !emit(GenerateEvent::Token(TokenEvent {
+            id: tok,
+            text,
+            logprob: lp,
+        })) {
+            finish = FinishReason::Cancelled;
+            break;
+        }
+        if stopped {
+            finish = FinishReason::StopString;
+            break;
+        }
+        if generated.len() >= max_new {
+            finish = FinishReason::Length;
+            break;
+        }
+        if cancel.is_cancelled() {
+            finish = FinishReason::Cancelled;
+            break;
+        }
+        logits = model.forward(&[tok], kv)?;
+    }
+    if finish != FinishReason::StopString {
+        let tail = utf8.finish();
+        let (StopScan::Emit(t) | StopScan::Stopped(t)) = stops.push(&tail);
+        out.trailing_text.push_str(&t);
+        out.trailing_text.push_str(&stops.finish());
+    }
+    out.finish = finish;
+    out.completion_tokens = generated.len();
+    out.decode_secs = decode_start.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// Longest common prefix between the tokens `kv` holds and `prompt`, leaving at least one prompt token to
+/// compute.
+fn kv_common_prefix(kv: &SeqKv, prompt: &[u32]) -> usize {
+    let held = kv.tokens();
+    let n = held.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+    n.min(prompt.len().saturating_sub(1))
+}

@@ -1,0 +1,22 @@
+//! The local inference engine: model files (manifests, fetching, GGUF), the tokenizer and chat template built
+//! from GGUF metadata, the model forward passes, sampling, and the engine actor that owns the model on its own
+//! thread.
+
+pub mod actor;
+pub mod detok;
+pub mod device;
+pub mod error;
+pub mod fetch;
+pub mod generate;
+pub mod gguf;
+mod hub;
+pub mod kv;
+pub mod manifest;
+pub mod model;
+mod pip_wheel;
+pub mod sampler;
+pub mod template;
+pub mod tokenizer;
+
+pub use actor::{Engine, EngineOptions, ModelInfo};
+pub use error::EngineError;

@@ -1,0 +1,297 @@
+//! The building blocks every supported architecture shares: weight loading (with optional requantisation),
+//! RMS norm, rotary tables, grouped-query attention over a per-sequence KV cache, and the SwiGLU MLP.
+
+use std::io::{Read, Seek};
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+
+use super::q4_1::Q4_1Matrix;
+use super::{requantise, to_q8_0, DecoderConfig, RopeStyle, WeightFormat};
+use crate::engine::error::{EngineError, Result};
+use crate::engine::gguf::GgufFile;
+use crate::engine::kv::LayerKv;
+
+/// Everything needed while reading tensors out of a GGUF.
+pub(super) struct LoadCtx<'a, R: Read + Seek> {
+    pub gguf: &'a GgufFile,
+    pub reader: &'a mut R,
+    pub device: &'a Device,
+    pub format: WeightFormat,
+    pub weight_bytes: usize,
+}
+
+impl<R: Read + Seek> LoadCtx<'_, R> {
+    /// A tensor as stored; a missing one is an invalid-file error naming it.
+    pub fn raw(&mut self, name: &str) -> Result<QTensor> {
+        if !self.gguf.content.tensor_infos.contains_key(name) {
+            return Err(EngineError::InvalidGguf {
+                path: self.gguf.path.clone(),
+                message: format!("tensor `{name}` is missing"),
+            });
+        }
+        self.gguf
+            .content
+            .tensor(self.reader, name, self.device)
+            .map_err(|e| EngineError::InvalidGguf {
+                path: self.gguf.path.clone(),
+                message: format!("tensor `{name}`: {e}"),
+            })
+    }
+
+    /// A weight matrix for `x @ Wᵀ`: Q4_1 on the CPU gets our own SIMD kernel (unless the format says
+    /// otherwise); other types are requantised per the weight format and run on candle's kernels.
+    pub fn matmul(&mut self, name: &str) -> Result<Linear> {
+        let mut q = self.raw(name)?;
+        if q.dtype() == GgmlDType::Q4_1 && self.device.is_cpu() && self.format == WeightFormat::Auto
+        {
+            let m = Q4_1Matrix::from_qtensor(&q)?;
+            self.weight_bytes += m.storage_bytes();
+            return Ok(Linear::Q4_1(m));
+        }
+        if requantise(self.format, q.dtype(), self.device) {
+            q = to_q8_0(q, self.device)?;
+        }
+        self.weight_bytes += q.storage_size_in_bytes();
+        Ok(Linear::Candle(QMatMul::from_qtensor(q)?))
+    }
+
+    /// A small tensor (norm weight, bias) as f32.
+    pub fn vector(&mut self, name: &str) -> Result<Tensor> {
+        Ok(self.raw(name)?.dequantize(self.device)?)
+    }
+
+    pub fn norm(&mut self, name: &str, eps: f64) -> Result<RmsNorm> {
+        Ok(RmsNorm {
+            weight: self.vector(name)?,
+            eps: eps as f32,
+        })
+    }
+}
+
+/// A weight matrix applied as `x @ Wᵀ`.
+pub(super) enum Linear {
+    Candle(QMatMul),
+    Q4_1(Q4_1Matrix),
+}
+
+impl Linear {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Linear::Candle(m) => Ok(m.forward(x)?),
+            Linear::Q4_1(m) => m.forward(x),
+        }
+    }
+}
+
+pub(super) struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::rms_norm(
+            &x.contiguous()?,
+            &self.weight,
+            self.eps,
+        )?)
+    }
+}
+
+/// Precomputed cos/sin tables for every position of the context window.
+pub(super) struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
+    style: RopeStyle,
+}
+
+impl Rotary {
+    pub fn new(cfg: &DecoderConfig, device: &Device) -> Result<Self> {
+        let half = cfg.head_dim / 2;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f32 / cfg.head_dim as f32))
+            .collect();
+        let n = cfg.context_length;
+        let mut cos = Vec::with_capacity(n * half);
+        let mut sin = Vec::with_capacity(n * half);
+        for p in 0..n {
+            for f in &inv_freq {
+                let angle = p as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        Ok(Self {
+            cos: Tensor::from_vec(cos, (n, half), device)?,
+            sin: Tensor::from_vec(sin, (n, half), device)?,
+            style: cfg.rope_style,
+        })
+    }
+
+    /// The tables for positions `pos..pos + t`.
+    pub fn at(&self, pos: usize, t: usize) -> Result<RopeAt> {
+        Ok(RopeAt {
+            cos: self.cos.narrow(0, pos, t)?,
+            sin: self.sin.narrow(0, pos, t)?,
+            style: self.style,
+        })
+    }
+}
+
+/// Rotary tables for the positions of one forward pass.
+pub(super) struct RopeAt {
+    cos: Tensor,
+    sin: Tensor,
+    style: RopeStyle,
+}
+
+impl RopeAt {
+    /// Rotates `x: [b, heads, t, head_dim]`.
+    fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.contiguous()?;
+        Ok(match self.style {
+            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &self.cos, &self.sin)?,
+            RopeStyle::Neox => candle_nn::rotary_emb::rope(&x, &self.cos, &self.sin)?,
+        })
+    }
+}
+
+struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    bias: Option<(Tensor, Tensor, Tensor)>,
+    n_head: usize,
+    n_kv_head: usize,
+    head_dim: usize,
+}
+
+struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+pub(super) struct DecoderLayer {
+    attn_norm: RmsNorm,
+    attn: Attention,
+    ffn_norm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl DecoderLayer {
+    pub fn load<R: Read + Seek>(
+        ctx: &mut LoadCtx<'_, R>,
+        cfg: &DecoderConfig,
+        i: usize,
+    ) -> Result<Self> {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let bias = if cfg.qkv_bias {
+            Some((
+                ctx.vector(&p("attn_q.bias"))?,
+                ctx.vector(&p("attn_k.bias"))?,
+                ctx.vector(&p("attn_v.bias"))?,
+            ))
+        } else {
+            None
+        };
+        Ok(Self {
+            attn_norm: ctx.norm(&p("attn_norm.weight"), cfg.rms_eps)?,
+            attn: Attention {
+                q: ctx.matmul(&p("attn_q.weight"))?,
+                k: ctx.matmul(&p("attn_k.weight"))?,
+                v: ctx.matmul(&p("attn_v.weight"))?,
+                o: ctx.matmul(&p("attn_output.weight"))?,
+                bias,
+                n_head: cfg.n_head,
+                n_kv_head: cfg.n_kv_head,
+                head_dim: cfg.head_dim,
+            },
+            ffn_norm: ctx.norm(&p("ffn_norm.weight"), cfg.rms_eps)?,
+            mlp: Mlp {
+                gate: ctx.matmul(&p("ffn_gate.weight"))?,
+                up: ctx.matmul(&p("ffn_up.weight"))?,
+                down: ctx.matmul(&p("ffn_down.weight"))?,
+            },
+        })
+    }
+
+    /// One pre-norm transformer block over `x: [1, t, hidden]` at absolute position `pos`.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: &RopeAt,
+        mask: Option<&Tensor>,
+        kv: &mut LayerKv,
+        pos: usize,
+    ) -> Result<Tensor> {
+        let h = self.attn_norm.forward(x)?;
+        let h = self.attn.forward(&h, rope, mask, kv, pos)?;
+        let x = (x + h)?;
+        let h = self.ffn_norm.forward(&x)?;
+        let h = self.mlp.forward(&h)?;
+        Ok((x + h)?)
+    }
+}
+
+impl Attention {
+    fn forward(
+        &self,
+        x: &Tensor,
+        rope: &RopeAt,
+        mask: Option<&Tensor>,
+        kv: &mut LayerKv,
+        pos: usize,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let mut q = self.q.forward(x)?;
+        let mut k = self.k.forward(x)?;
+        let mut v = self.v.forward(x)?;
+        if let Some((bq, bk, bv)) = &self.bias {
+            q = q.broadcast_add(bq)?;
+            k = k.broadcast_add(bk)?;
+            v = v.broadcast_add(bv)?;
+        }
+        let d = self.head_dim;
+        let q = q.reshape((b, t, self.n_head, d))?.transpose(1, 2)?;
+        let k = k.reshape((b, t, self.n_kv_head, d))?.transpose(1, 2)?;
+        let v = v
+            .reshape((b, t, self.n_kv_head, d))?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let q = rope.apply(&q)?;
+        let k = rope.apply(&k)?;
+        let (k, v) = kv.append(&k, &v, pos)?;
+        let kv_len = pos + t;
+        // Grouped-query attention without copying K/V: query heads that share a KV head are consecutive, so
+        // fold them into the row dimension: [1, n_kv, n_rep * t, d].
+        let n_rep = self.n_head / self.n_kv_head;
+        let q = q.reshape((b, self.n_kv_head, n_rep * t, d))?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let att = (q.matmul(&k.t()?)? * scale)?;
+        let att = match mask {
+            Some(mask) => att
+                .reshape((b, self.n_kv_head, n_rep, t, kv_len))?
+                .broadcast_add(mask)?
+                .reshape((b, self.n_kv_head, n_rep * t, kv_len))?,
+            None => att,
+        };
+        let att = candle_nn::ops::softmax_last_dim(&att)?;
+        let y = att.matmul(&v)?; // [1, n_kv, n_rep * t, d]
+        let y = y
+            .reshape((b, self.n_head, t, d))?
+            .transpose(1, 2)?
+            .reshape((b, t, self.n_head * d))?;
+        Ok(self.o.forward(&y)?)
+    }
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let gate = candle_nn::ops::silu(&self.gate.forward(x)?)?;
+        let up = self.up.forward(x)?;
+        Ok(self.down.forward(&(gate * up)?)?)
+    }
+}

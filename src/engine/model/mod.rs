@@ -1,0 +1,305 @@
+//! Model forward passes for decoder-only transformers loaded from GGUF.
+//!
+//! One file per architecture (`llama.rs`, `qwen2.rs`) reads that architecture's hyper-parameters; the layers they
+//! share (RMS norm, attention with grouped KV heads and rotary embeddings, SwiGLU MLP) live in `layers.rs`, so
+//! the rotary code exists once. The model holds no sequence state: every forward pass takes the sequence's own
+//! [`SeqKv`], which is what lets the engine keep several sequences (prefix reuse, batching) side by side.
+
+mod layers;
+pub mod llama;
+mod q4_1;
+pub mod qwen2;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor};
+
+use super::error::{EngineError, Result};
+use super::gguf::GgufFile;
+use super::kv::SeqKv;
+use layers::{DecoderLayer, LoadCtx, RmsNorm, Rotary};
+
+/// Architectures with an implementation here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    Llama,
+    Qwen2,
+}
+
+impl Architecture {
+    pub const SUPPORTED: &'static [&'static str] = &["llama", "qwen2"];
+
+    pub fn from_name(name: &str) -> Result<Self> {
+        match name {
+            "llama" => Ok(Self::Llama),
+            "qwen2" => Ok(Self::Qwen2),
+            other => Err(EngineError::UnsupportedArchitecture {
+                arch: other.into(),
+                supported: Self::SUPPORTED.iter().map(|s| s.to_string()).collect(),
+            }),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+        }
+    }
+}
+
+/// How rotary embeddings pair up the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (llama.cpp's "normal" mode; GGUF llama weights are permuted for it).
+    Interleaved,
+    /// First half with second half (GPT-NeoX layout; Qwen2).
+    Neox,
+}
+
+/// Hyper-parameters of a decoder-only transformer, read from GGUF metadata.
+#[derive(Debug, Clone)]
+pub struct DecoderConfig {
+    pub arch: Architecture,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub hidden: usize,
+    pub context_length: usize,
+    pub rms_eps: f64,
+    pub rope_theta: f32,
+    pub rope_style: RopeStyle,
+    pub qkv_bias: bool,
+}
+
+impl DecoderConfig {
+    pub(crate) fn from_metadata(
+        gguf: &GgufFile,
+        arch: Architecture,
+        prefix: &str,
+        rope_style: RopeStyle,
+        qkv_bias: bool,
+    ) -> Result<Self> {
+        let key = |k: &str| format!("{prefix}.{k}");
+        let n_head = gguf.get_u32(&key("attention.head_count"))? as usize;
+        let n_kv_head = if gguf.has(&key("attention.head_count_kv")) {
+            gguf.get_u32(&key("attention.head_count_kv"))? as usize
+        } else {
+            n_head
+        };
+        let hidden = gguf.get_u32(&key("embedding_length"))? as usize;
+        if n_head == 0
+            || n_kv_head == 0
+            || !n_head.is_multiple_of(n_kv_head)
+            || !hidden.is_multiple_of(n_head)
+        {
+            return Err(EngineError::InvalidGguf {
+                path: gguf.path.clone(),
+                message: format!(
+                    "inconsistent attention shape: {n_head} heads, {n_kv_head} KV heads, width {hidden}"
+                ),
+            });
+        }
+        let head_dim = if gguf.has(&key("attention.key_length")) {
+            gguf.get_u32(&key("attention.key_length"))? as usize
+        } else {
+            hidden / n_head
+        };
+        let rope_theta = if gguf.has(&key("rope.freq_base")) {
+            gguf.get_f32(&key("rope.freq_base"))?
+        } else {
+            10_000.0
+        };
+        Ok(Self {
+            arch,
+            n_layer: gguf.get_u32(&key("block_count"))? as usize,
+            n_head,
+            n_kv_head,
+            head_dim,
+            hidden,
+            context_length: gguf.get_u32(&key("context_length"))? as usize,
+            rms_eps: gguf.get_f32(&key("attention.layer_norm_rms_epsilon"))? as f64,
+            rope_theta,
+            rope_style,
+            qkv_bias,
+        })
+    }
+}
+
+/// How quantized weights are kept in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightFormat {
+    /// On CPU, Q4_1 runs on our own SIMD kernel (exact: the same arithmetic as llama.cpp); the other types
+    /// candle has no SIMD kernel for (Q5_0, Q5_1, Q8_1) are requantised to Q8_0. Elsewhere keep the file's types.
+    #[default]
+    Auto,
+    /// Keep the file's types and candle's kernels (scalar for Q4_1/Q5_x on CPU).
+    Native,
+    /// Requantise every quantized matrix to Q8_0.
+    Q8_0,
+}
+
+impl std::str::FromStr for WeightFormat {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "native" => Ok(Self::Native),
+            "q8_0" | "q8-0" => Ok(Self::Q8_0),
+            other => Err(format!(
+                "unknown weight format `{other}` (auto, native, q8_0)"
+            )),
+        }
+    }
+}
+
+/// A loaded model: weights on one device, no sequence state.
+pub struct Model {
+    pub config: DecoderConfig,
+    pub vocab_size: usize,
+    device: Device,
+    embed: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    output: layers::Linear,
+    rotary: Rotary,
+    /// Weight bytes streamed per decoded token (for benchmarks and notes).
+    pub weight_bytes: usize,
+}
+
+/// Longest chunk of prompt tokens fed in one forward pass; bounds the attention matrix's memory.
+const PREFILL_CHUNK: usize = 512;
+
+impl Model {
+    /// Loads the weights of a supported architecture from an opened GGUF.
+    pub fn load(gguf: &GgufFile, device: &Device, format: WeightFormat) -> Result<Self> {
+        let arch = Architecture::from_name(gguf.architecture()?)?;
+        let config = match arch {
+            Architecture::Llama => llama::config(gguf)?,
+            Architecture::Qwen2 => qwen2::config(gguf)?,
+        };
+        let mut reader = gguf.reader()?;
+        let mut ctx = LoadCtx {
+            gguf,
+            reader: &mut reader,
+            device,
+            format,
+            weight_bytes: 0,
+        };
+        let embed_q = ctx.raw("token_embd.weight")?;
+        let (vocab_size, hidden) = embed_q.shape().dims2()?;
+        if hidden != config.hidden {
+            return Err(EngineError::InvalidGguf {
+                path: gguf.path.clone(),
+                message: format!(
+                    "token_embd width {hidden} != embedding_length {}",
+                    config.hidden
+                ),
+            });
+        }
+        let embed = embed_q.dequantize(device)?;
+        let output = if gguf.content.tensor_infos.contains_key("output.weight") {
+            ctx.matmul("output.weight")?
+        } else {
+            // Tied embeddings: the output head reuses token_embd.
+            ctx.matmul("token_embd.weight")?
+        };
+        let norm = ctx.norm("output_norm.weight", config.rms_eps)?;
+        let layers = (0..config.n_layer)
+            .map(|i| DecoderLayer::load(&mut ctx, &config, i))
+            .collect::<Result<Vec<_>>>()?;
+        let rotary = Rotary::new(&config, device)?;
+        let weight_bytes = ctx.weight_bytes;
+        Ok(Self {
+            config,
+            vocab_size,
+            device: device.clone(),
+            embed,
+            layers,
+            norm,
+            output,
+            rotary,
+            weight_bytes,
+        })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// A fresh, empty KV state for one sequence.
+    pub fn new_sequence(&self) -> SeqKv {
+        SeqKv::new(self.config.n_layer)
+    }
+
+    /// Feeds `tokens` after what `kv` already holds; returns the logits (f32, `[vocab]`) of the last position.
+    /// Long inputs are split into chunks so the attention matrix stays small.
+    pub fn forward(&self, tokens: &[u32], kv: &mut SeqKv) -> Result<Tensor> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let total = kv.len() + tokens.len();
+        if total > self.config.context_length {
+            return Err(EngineError::PromptTooLong {
+                tokens: total,
+                limit: self.config.context_length,
+            });
+        }
+        let mut last = None;
+        for chunk in tokens.chunks(PREFILL_CHUNK) {
+            last = Some(self.forward_chunk(chunk, kv)?);
+        }
+        last.ok_or(EngineError::EmptyPrompt)
+    }
+
+    fn forward_chunk(&self, tokens: &[u32], kv: &mut SeqKv) -> Result<Tensor> {
+        let t = tokens.len();
+        let pos = kv.len();
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
+        let rope = self.rotary.at(pos, t)?;
+        let mask = if t > 1 {
+            Some(causal_mask(t, pos, &self.device)?)
+        } else {
+            None
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(&x, &rope, mask.as_ref(), kv.layer_mut(i), pos)?;
+        }
+        kv.extend(tokens);
+        let x = x.narrow(1, t - 1, 1)?;
+        let x = self.norm.forward(&x)?;
+        let logits = self.output.forward(&x)?;
+        Ok(logits.flatten_all()?.to_dtype(DType::F32)?)
+    }
+}
+
+/// Additive mask `[t, pos + t]`: 0 where query `i` (absolute `pos + i`) may see key `j`, −∞ after it.
+fn causal_mask(t: usize, pos: usize, device: &Device) -> Result<Tensor> {
+    let kv_len = pos + t;
+    let data: Vec<f32> = (0..t)
+        .flat_map(|i| (0..kv_len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    Ok(Tensor::from_vec(data, (t, kv_len), device)?)
+}
+
+/// Whether `format` asks for `dtype` to be requantised to Q8_0 on `device`.
+fn requantise(format: WeightFormat, dtype: GgmlDType, device: &Device) -> bool {
+    let quantized = !matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+    match format {
+        WeightFormat::Native => false,
+        WeightFormat::Q8_0 => quantized && dtype != GgmlDType::Q8_0,
+        WeightFormat::Auto => {
+            device.is_cpu()
+                && matches!(
+                    dtype,
+                    GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1
+                )
+        }
+    }
+}
+
+fn to_q8_0(q: QTensor, device: &Device) -> Result<QTensor> {
+    let f = q.dequantize(device)?;
+    Ok(QTensor::quantize(&f, GgmlDType::Q8_0)?)
+}

@@ -1,0 +1,5 @@
+//! agentd: a GPU-local inference-plus-agent appliance (see `../shared/DESIGN.md`).
+//!
+//! The library holds every boundary; the binary (`main.rs`, `cli/`) only parses flags and wires them.
+
+pub mod engine;

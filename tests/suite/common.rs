@@ -1,0 +1,43 @@
+//! Shared test helpers: the real default model (fetched and cached once) and the reference data.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use agentd::engine::fetch::{self, FetchOptions, ModelSelector};
+
+/// `../shared/refdata/NAME`, parsed.
+pub fn refdata(name: &str) -> serde_json::Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/refdata")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Path of a known model's GGUF, fetched into the cache if needed.
+pub fn model_path(name: &str) -> PathBuf {
+    fetch::resolve(&ModelSelector::Name(name.into()), &FetchOptions::default())
+        .unwrap_or_else(|e| panic!("model {name}: {e}"))
+        .path
+}
+
+pub fn smollm2_path() -> PathBuf {
+    model_path("smollm2-135m-instruct")
+}
+
+pub fn qwen_path() -> PathBuf {
+    model_path("qwen2.5-coder-0.5b-instruct")
+}
+
+/// One engine on the default model, shared by every test in the binary (jobs run one at a time).
+pub fn engine() -> &'static agentd::engine::Engine {
+    static ENGINE: std::sync::OnceLock<agentd::engine::Engine> = std::sync::OnceLock::new();
+    ENGINE.get_or_init(|| {
+        agentd::engine::Engine::load(agentd::engine::EngineOptions {
+            model: ModelSelector::Path(smollm2_path()),
+            device: agentd::engine::device::DeviceSpec::Cpu,
+            ..Default::default()
+        })
+        .expect("load the default model")
+    })
+}

@@ -1,0 +1,5 @@
+mod common;
+mod fetch;
+mod generate;
+mod template;
+mod tokenizer;

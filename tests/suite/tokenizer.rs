@@ -1,0 +1,235 @@
+//! The GGUF tokenizer against llama.cpp's reference ids for both default models (with and without special-token
+//! parsing), decode round-trips, token bytes for streaming, special / end-of-generation ids, the explicit error
+//! for an unknown pre-tokenizer, and the Hugging Face tokenizer that llguidance's toktrie is built from.
+
+use std::sync::OnceLock;
+
+use agentd::engine::gguf::GgufFile;
+use agentd::engine::tokenizer::{pretokenizer_for, Tokenizer, SUPPORTED_PRETOKENIZERS};
+use agentd::engine::EngineError;
+use serde_json::Value;
+
+use super::common;
+
+/// Each model's tokenizer, built once for all tests (the Qwen GGUF header alone holds 150k tokens and merges).
+fn smollm2() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let gguf = GgufFile::open(&common::smollm2_path()).expect("SmolLM2 GGUF opens");
+        Tokenizer::from_gguf(&gguf).expect("SmolLM2 tokenizer builds")
+    })
+}
+
+fn qwen() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let gguf = GgufFile::open(&common::qwen_path()).expect("Qwen GGUF opens");
+        Tokenizer::from_gguf(&gguf).expect("Qwen tokenizer builds")
+    })
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an id list")
+        .iter()
+        .map(|x| x.as_u64().expect("an id") as u32)
+        .collect()
+}
+
+/// Checks every reference case; returns the number of cases, and panics listing every mismatch at once.
+fn check_reference_cases(tok: &Tokenizer, cases: &[Value]) -> usize {
+    let mut failures = Vec::new();
+    for case in cases {
+        let name = case["name"].as_str().expect("a case name");
+        let text = case["text"].as_str().expect("a case text");
+        for (parse_special, key) in [(true, "ids"), (false, "ids_special_false")] {
+            let expected = ids(&case[key]);
+            let got = tok.encode(text, parse_special).expect("encodes");
+            if got != expected {
+                failures.push(format!(
+                    "{name} ({key}):\n  expected {expected:?}\n  got      {got:?}"
+                ));
+            }
+            let decoded = tok.decode(&expected, false).expect("decodes");
+            if decoded != text {
+                failures.push(format!("{name} ({key}): decode gave {decoded:?}"));
+            }
+        }
+        // The Hugging Face tokenizer handed to llguidance must agree on the special-parsing ids.
+        let hf_ids = tok
+            .hf()
+            .encode(text, false)
+            .expect("hf encodes")
+            .get_ids()
+            .to_vec();
+        if hf_ids != ids(&case["ids"]) {
+            failures.push(format!("{name}: hf().encode gave {hf_ids:?}"));
+        }
+        // llama.cpp's per-token pieces (where a piece is whole UTF-8) are our token bytes.
+        if let Some(pieces) = case["pieces"].as_array() {
+            for (id, piece) in ids(&case["ids"]).into_iter().zip(pieces) {
+                let bytes = tok.token_bytes(id);
+                if let Ok(s) = std::str::from_utf8(&bytes) {
+                    if Some(s) != piece.as_str() {
+                        failures.push(format!(
+                            "{name}: token {id} bytes {s:?}, llama.cpp piece {piece}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    cases.len()
+}
+
+#[test]
+fn smollm2_matches_llama_cpp_on_every_reference_case() {
+    let refdata = common::refdata("smollm2_tokens.json");
+    let cases = refdata["cases"].as_array().expect("cases");
+    assert_eq!(check_reference_cases(smollm2(), cases), 14);
+}
+
+#[test]
+fn qwen_matches_llama_cpp_on_every_reference_case() {
+    let refdata = common::refdata("qwen25coder_reference.json");
+    let cases = refdata["tokens"].as_array().expect("token cases");
+    assert_eq!(check_reference_cases(qwen(), cases), 16);
+}
+
+#[test]
+fn metadata_matches_the_reference() {
+    let smol = smollm2();
+    let refdata = common::refdata("smollm2_tokens.json");
+    assert_eq!(
+        smol.vocab_size() as u64,
+        refdata["model"]["n_vocab"].as_u64().unwrap()
+    );
+    assert_eq!(smol.pre(), "smollm");
+    assert_eq!(
+        (smol.bos_id(), smol.eos_token_id(), smol.add_bos()),
+        (Some(1), Some(2), false)
+    );
+
+    let qwen = qwen();
+    let refdata = common::refdata("qwen25coder_reference.json");
+    assert_eq!(
+        qwen.vocab_size() as u64,
+        refdata["model"]["n_vocab"].as_u64().unwrap()
+    );
+    assert_eq!(qwen.pre(), "qwen2");
+    assert_eq!(
+        (qwen.bos_id(), qwen.eos_token_id(), qwen.add_bos()),
+        (Some(151643), Some(151645), false)
+    );
+}
+
+#[test]
+fn eos_ids_hold_im_end_and_endoftext_with_the_metadata_eos_first() {
+    for tok in [smollm2(), qwen()] {
+        let im_end = tok
+            .token_id("<|im_end|>")
+            .expect("<|im_end|> is in the vocabulary");
+        let endoftext = tok
+            .token_id("<|endoftext|>")
+            .expect("<|endoftext|> is in the vocabulary");
+        let eos = tok.eos_ids();
+        assert_eq!(eos.first().copied(), tok.eos_token_id());
+        assert!(eos.contains(&im_end) && eos.contains(&endoftext), "{eos:?}");
+        let mut deduped = eos.to_vec();
+        deduped.dedup();
+        assert_eq!(deduped.len(), eos.len());
+    }
+    assert_eq!(smollm2().eos_ids(), &[2, 0]);
+    assert_eq!(qwen().eos_ids(), &[151645, 151643]);
+}
+
+#[test]
+fn control_tokens_are_special_and_user_defined_ones_are_not() {
+    let smol = smollm2();
+    assert!(smol.is_special(1), "<|im_start|>");
+    assert!(!smol.is_special(504), "`The` is ordinary");
+    assert!(!smol.is_special(u32::MAX));
+
+    let qwen = qwen();
+    assert_eq!(qwen.token_id("<tool_call>"), Some(151657));
+    assert!(qwen.is_special(151644), "<|im_start|>");
+    assert!(
+        !qwen.is_special(151657),
+        "<tool_call> is user-defined, not control"
+    );
+    // User-defined tokens are matched whole even without special parsing (as llama.cpp does).
+    assert_eq!(qwen.encode("<tool_call>", false).unwrap(), vec![151657]);
+    assert_eq!(qwen.encode("<tool_call>", true).unwrap(), vec![151657]);
+}
+
+#[test]
+fn decode_can_skip_control_tokens() {
+    let smol = smollm2();
+    let ids = smol.encode("<|im_start|>user\nhi<|im_end|>", true).unwrap();
+    assert_eq!(smol.decode(&ids, true).unwrap(), "user\nhi");
+    assert_eq!(
+        smol.decode(&ids, false).unwrap(),
+        "<|im_start|>user\nhi<|im_end|>"
+    );
+    assert!(matches!(
+        smol.decode(&[49152], false),
+        Err(EngineError::Tokenizer(_))
+    ));
+}
+
+#[test]
+fn token_bytes_split_a_multibyte_character_across_tokens() {
+    let qwen = qwen();
+    let text = "Hello 👋🏽 world";
+    let ids = qwen.encode(text, true).unwrap();
+    let pieces: Vec<Vec<u8>> = ids.iter().map(|&id| qwen.token_bytes(id)).collect();
+    assert_eq!(pieces.concat(), text.as_bytes());
+    assert!(
+        pieces.iter().any(|p| std::str::from_utf8(p).is_err()),
+        "some token holds part of a character: {pieces:?}"
+    );
+    assert_eq!(qwen.token_bytes(151644), b"<|im_start|>");
+    assert!(qwen.token_bytes(u32::MAX).is_empty());
+    assert!(qwen.token_bytes(qwen.vocab_size() as u32).is_empty());
+}
+
+#[test]
+fn unknown_pretokenizer_is_an_explicit_error() {
+    match pretokenizer_for("falcon") {
+        Err(EngineError::UnsupportedPretokenizer { pre, supported }) => {
+            assert_eq!(pre, "falcon");
+            assert_eq!(supported, SUPPORTED_PRETOKENIZERS);
+        }
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("an unknown pre-tokenizer must not be guessed"),
+    }
+    for pre in SUPPORTED_PRETOKENIZERS {
+        let spec = pretokenizer_for(pre).unwrap_or_else(|e| panic!("{pre}: {e}"));
+        assert_eq!(spec.ignore_merges, pre.starts_with("llama"), "{pre}");
+    }
+}
+
+#[test]
+fn toktrie_accepts_the_hf_tokenizer_of_both_models() {
+    for tok in [smollm2(), qwen()] {
+        let byte_tok = toktrie_hf_tokenizers::ByteTokenizer::from_tokenizer(tok.hf().clone())
+            .unwrap_or_else(|e| panic!("{}: {e}", tok.pre()));
+        assert_eq!(byte_tok.tokrx_info().vocab_size as usize, tok.vocab_size());
+        let trie_bytes = byte_tok.token_bytes();
+        let hello = tok.encode(" hello", false).unwrap();
+        assert_eq!(hello.len(), 1);
+        assert_eq!(trie_bytes[hello[0] as usize], tok.token_bytes(hello[0]));
+    }
+}
+
+#[test]
+fn tokenizer_is_send_sync_and_clone() {
+    fn assert_traits<T: Send + Sync + Clone>() {}
+    assert_traits::<Tokenizer>();
+}
