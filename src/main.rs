@@ -1,4 +1,5 @@
-//! The `agentd` binary: parse flags, run the subcommand, turn errors into a message and an exit code.
+//! The `agentd` binary: parse flags, fix the thread count, run the subcommand, and turn errors into a message
+//! and an exit code.
 
 mod cli;
 
@@ -8,6 +9,15 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    // Before any other thread exists: candle and rayon read the thread count once.
+    agentd::engine::device::init_threads(args.threads);
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AGENTD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
