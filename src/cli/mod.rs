@@ -10,7 +10,11 @@ pub mod tokenize;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "agentd", version, about = "GPU-local inference-plus-agent appliance")]
+#[command(
+    name = "agentd",
+    version,
+    about = "GPU-local inference-plus-agent appliance"
+)]
 pub struct Cli {
     /// CPU threads for the model (default: the machine's logical cores, or RAYON_NUM_THREADS).
     #[arg(long, global = true, env = "AGENTD_THREADS")]

@@ -382,3 +382,35 @@ fn unsupported_architecture_names_the_supported_ones() {
         "{err}"
     );
 }
+
+/// The qwen2 architecture (NeoX rotary, q/k/v biases, Q4_K/Q5_0/Q6_K/Q8_0 tensors): llama.cpp's greedy reply to
+/// the tools-aware prompt in the reference is reproduced exactly.
+#[test]
+fn qwen_greedy_reply_matches_llama_cpp() {
+    let reference = common::refdata("qwen25coder_reference.json");
+    let engine = agentd::engine::Engine::load(EngineOptions {
+        model: agentd::engine::fetch::ModelSelector::Path(common::qwen_path()),
+        device: agentd::engine::device::DeviceSpec::Cpu,
+        ..Default::default()
+    })
+    .unwrap();
+    let rendered = reference["chat"]["rendered_with_tools"].as_str().unwrap();
+    let prompt = engine.tokenizer().encode(rendered, true).unwrap();
+    let want_ids: Vec<u32> = reference["chat"]["rendered_with_tools_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(prompt, want_ids);
+    let want = reference["greedy_with_tools"].as_str().unwrap();
+    let mut text = String::new();
+    let summary = engine
+        .generate_blocking(greedy(prompt, 120), CancellationToken::new(), |t| {
+            text.push_str(&t.text)
+        })
+        .unwrap();
+    text.push_str(&summary.trailing_text);
+    assert_eq!(summary.finish, FinishReason::Eos);
+    assert_eq!(text, want);
+}

@@ -114,7 +114,10 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
             "{} on {} — {} prompt + {} generated tokens, {} reps",
             report.model, report.device, report.prompt_tokens, report.gen_tokens, report.reps
         );
-        for (name, s) in [("prefill tok/s", report.prefill_tok_s), ("decode tok/s", report.decode_tok_s)] {
+        for (name, s) in [
+            ("prefill tok/s", report.prefill_tok_s),
+            ("decode tok/s", report.decode_tok_s),
+        ] {
             println!(
                 "  {name:<14} median {:>8.1}  min {:>8.1}  max {:>8.1}",
                 s.median, s.min, s.max
