@@ -2,4 +2,8 @@
 //!
 //! The library holds every boundary; the binary (`main.rs`, `cli/`) only parses flags and wires them.
 
+pub mod agent;
+pub mod config;
 pub mod engine;
+pub mod provider;
+pub mod tools;

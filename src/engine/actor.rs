@@ -4,13 +4,16 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Instant;
 
 use serde::Serialize;
 use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::constraint::assemble::{OutputAssembler, OutputDelta, ToolCall};
+use super::constraint::format::ToolCallFormat;
+use super::constraint::{Constraint, GrammarFactory};
 use super::device::{self, DeviceSpec};
 use super::error::{EngineError, Result};
 use super::fetch::{self, FetchOptions, ModelSelector};
@@ -67,10 +70,23 @@ struct Shared {
     tokenizer: Tokenizer,
     template: ChatTemplate,
     info: ModelInfo,
+    /// Built on the first constrained request (the error, if building failed, as text).
+    grammar: OnceLock<std::result::Result<Arc<GrammarFactory>, String>>,
+}
+
+/// A finished generation with its output assembled into content and tool calls.
+#[derive(Debug, Clone, Serialize)]
+pub struct Completion {
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    /// The text of a call cut short (length, stop string, cancel), if any.
+    pub incomplete_call: Option<String>,
+    pub summary: GenerateSummary,
 }
 
 struct Job {
     req: GenerateRequest,
+    constraint: Option<Box<Constraint>>,
     cache_key: Option<String>,
     cancel: CancellationToken,
     reply: tokio_mpsc::UnboundedSender<GenerateEvent>,
@@ -151,6 +167,7 @@ impl Engine {
                 tokenizer,
                 template,
                 info,
+                grammar: OnceLock::new(),
             }),
             jobs: jobs_tx,
         })
@@ -168,6 +185,48 @@ impl Engine {
         &self.shared.info
     }
 
+    /// How this model writes tool calls (its manifest's `tool_call_format`; Hermes for a bare GGUF).
+    pub fn tool_call_format(&self) -> ToolCallFormat {
+        ToolCallFormat::from_name(&self.shared.info.tool_call_format).unwrap_or_default()
+    }
+
+    /// The model's grammar factory, built on first use (~0.1–0.3 s; see [`GrammarFactory::build_secs`]).
+    pub fn grammar_factory(&self) -> Result<Arc<GrammarFactory>> {
+        let built = self.shared.grammar.get_or_init(|| {
+            GrammarFactory::new(&self.shared.tokenizer, self.shared.info.vocab_size)
+                .map(|f| {
+                    tracing::info!(secs = f.build_secs(), "built the llguidance parser factory");
+                    Arc::new(f)
+                })
+                .map_err(|e| e.to_string())
+        });
+        built.clone().map_err(EngineError::Internal)
+    }
+
+    /// Validates the request's constraint and compiles its grammar (`None`: unconstrained).
+    fn compile_constraint(&self, req: &GenerateRequest) -> Result<Option<Box<Constraint>>> {
+        let Some(spec) = &req.constraint else {
+            return Ok(None);
+        };
+        // Validate first: bad input is reported even if the grammar would not be needed.
+        spec.validate()?;
+        if grammar_free(spec) {
+            return Ok(None);
+        }
+        let factory = self.grammar_factory()?;
+        Ok(factory
+            .compile(spec, self.tool_call_format())?
+            .map(Box::new))
+    }
+
+    /// The assembler for a request's output (content only when it cannot hold calls).
+    pub fn assembler(&self, req: &GenerateRequest) -> OutputAssembler {
+        match &req.constraint {
+            Some(spec) => spec.assembler(self.tool_call_format()),
+            None => OutputAssembler::new(self.tool_call_format(), false),
+        }
+    }
+
     /// Queues a request; events arrive on the returned channel, ending with `Done` or `Error`.
     /// `cache_key` names the sequence whose KV state may be reused (an agent session, say).
     pub fn generate(
@@ -181,8 +240,16 @@ impl Engine {
             let _ = tx.send(GenerateEvent::Error(e));
             return rx;
         }
+        let constraint = match self.compile_constraint(&req) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = tx.send(GenerateEvent::Error(e));
+                return rx;
+            }
+        };
         let job = Job {
             req,
+            constraint,
             cache_key,
             cancel,
             reply: tx,
@@ -212,12 +279,65 @@ impl Engine {
         }
         Err(EngineError::EngineGone)
     }
+
+    /// Runs a request to completion and assembles its output, calling `on_delta` for every piece of content
+    /// and every tool-call event as it is produced.
+    pub fn complete_blocking(
+        &self,
+        req: GenerateRequest,
+        cancel: CancellationToken,
+        mut on_delta: impl FnMut(&OutputDelta),
+    ) -> Result<Completion> {
+        let mut assembler = self.assembler(&req);
+        let mut failure = None;
+        let mut incomplete_call = None;
+        let mut feed =
+            |deltas: Result<Vec<OutputDelta>>, failure: &mut Option<EngineError>| match deltas {
+                Ok(deltas) => {
+                    for d in &deltas {
+                        if let OutputDelta::ToolCallIncomplete { text, .. } = d {
+                            incomplete_call = Some(text.clone());
+                        }
+                        on_delta(d);
+                    }
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            };
+        let summary = self.generate_blocking(req, cancel.clone(), |t| {
+            if failure.is_none() {
+                let deltas = assembler.push(&t.text);
+                feed(deltas, &mut failure);
+                if failure.is_some() {
+                    cancel.cancel();
+                }
+            }
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let mut deltas = assembler.push(&summary.trailing_text)?;
+        deltas.extend(assembler.finish(summary.finish)?);
+        feed(Ok(deltas), &mut failure);
+        Ok(Completion {
+            content: assembler.content().to_string(),
+            tool_calls: assembler.tool_calls().to_vec(),
+            incomplete_call,
+            summary,
+        })
+    }
+}
+
+/// A spec that constrains nothing: no tools, plain text (validation still runs).
+fn grammar_free(spec: &super::constraint::ConstraintSpec) -> bool {
+    spec.tools.is_empty() && spec.response_format == super::constraint::ResponseFormat::Text
 }
 
 /// The engine thread's loop: one job at a time until every handle is dropped.
 fn serve(model: Model, tokenizer: Tokenizer, jobs: mpsc::Receiver<Job>) {
     let mut kept: VecDeque<(String, SeqKv)> = VecDeque::new();
-    while let Ok(job) = jobs.recv() {
+    while let Ok(mut job) = jobs.recv() {
         if job.cancel.is_cancelled() || job.reply.is_closed() {
             continue;
         }
@@ -241,6 +361,7 @@ fn serve(model: Model, tokenizer: Tokenizer, jobs: mpsc::Receiver<Job>) {
                 &job.req,
                 &mut kv,
                 &job.cancel,
+                job.constraint.as_deref_mut(),
                 &mut emit,
             )
         }));

@@ -1,11 +1,17 @@
 //! One generation: prefill the prompt, then sample, stream and stop — on the engine thread, over a sequence's
 //! own KV state. Events go out through a callback so the actor can forward them to the request's channel.
+//!
+//! Under a grammar ([`Constraint`]) each step samples first and lets the grammar check the token; a rejected token
+//! costs a full mask and a resample. Tokens the grammar then forces are emitted and fed to the model together with
+//! the sampled one in a single forward pass. EOS ends the output only where the grammar accepts it, and a grammar
+//! that can take nothing more ends it too.
 
 use std::time::Instant;
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use super::constraint::{Constraint, ConstraintSpec, ConstraintStats};
 use super::detok::{StopMatcher, StopScan, Utf8Stream};
 use super::error::{EngineError, Result};
 use super::kv::SeqKv;
@@ -26,6 +32,9 @@ pub struct GenerateRequest {
     pub ignore_eos: bool,
     /// Return the chosen token's log-probability and this many alternatives.
     pub logprobs: Option<usize>,
+    /// Tools, `tool_choice`, `response_format`: compiled into a grammar the output must follow. `ignore_eos` does
+    /// not apply under a grammar.
+    pub constraint: Option<ConstraintSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -68,6 +77,8 @@ pub struct GenerateSummary {
     pub decode_secs: f64,
     /// From the start of prefill to the first sampled token.
     pub ttft_secs: f64,
+    /// What the grammar cost, when there was one.
+    pub constraint: Option<ConstraintStats>,
 }
 
 #[derive(Debug)]
@@ -99,6 +110,7 @@ pub fn run(
     req: &GenerateRequest,
     kv: &mut SeqKv,
     cancel: &CancellationToken,
+    mut constraint: Option<&mut Constraint>,
     emit: &mut dyn FnMut(GenerateEvent) -> bool,
 ) -> Result<GenerateSummary> {
     let ctx_len = model.config.context_length;
@@ -129,6 +141,7 @@ pub fn run(
         prefill_secs: 0.0,
         decode_secs: 0.0,
         ttft_secs: 0.0,
+        constraint: None,
     };
     if cancel.is_cancelled() {
         out.finish = FinishReason::Cancelled;
@@ -138,16 +151,17 @@ pub fn run(
     out.prefill_secs = start.elapsed().as_secs_f64();
     let decode_start = Instant::now();
     let mut finish = FinishReason::Length;
-    loop {
+    'decode: loop {
         if max_new == 0 {
             break;
         }
         let mut l = logits.to_vec1::<f32>()?;
         sampler.adjust(&mut l, &context, &generated);
-        let Some(tok) = sampler.pick(&l) else {
-            return Err(EngineError::Tokenizer(
-                "every logit is -inf; nothing can be sampled".into(),
-            ));
+        let tok = match constraint.as_deref_mut() {
+            Some(c) => c.sample(&mut sampler, &mut l)?,
+            None => sampler.pick(&l).ok_or_else(|| {
+                EngineError::Tokenizer("every logit is -inf; nothing can be sampled".into())
+            })?,
         };
         if generated.is_empty() {
             out.ttft_secs = start.elapsed().as_secs_f64();
@@ -156,38 +170,55 @@ pub fn run(
             let (logprob, top) = logprobs(&l, tok, n);
             TokenLogprob { logprob, top }
         });
-        if eos.contains(&tok) && !req.ignore_eos {
+        let ends = match constraint.as_deref() {
+            Some(c) => c.is_eos(tok),
+            None => eos.contains(&tok) && !req.ignore_eos,
+        };
+        if ends {
             finish = FinishReason::Eos;
             break;
         }
-        generated.push(tok);
-        context.push(tok);
-        let text = utf8.push(&tokenizer.token_bytes(tok));
-        let (text, stopped) = match stops.push(&text) {
-            StopScan::Emit(t) => (t, false),
-            StopScan::Stopped(t) => (t, true),
-        };
-        if !emit(GenerateEvent::Token(TokenEvent {
-            id: tok,
-            text,
-            logprob: lp,
-        })) {
-            finish = FinishReason::Cancelled;
-            break;
+        // The sampled token, then whatever the grammar forces after it (within the token budget).
+        let mut batch = vec![tok];
+        if let Some(c) = constraint.as_deref_mut() {
+            let room = max_new.saturating_sub(generated.len() + 1);
+            batch.extend(c.commit(tok, room)?);
         }
-        if stopped {
-            finish = FinishReason::StopString;
-            break;
+        let mut lp = lp;
+        for &t in &batch {
+            generated.push(t);
+            context.push(t);
+            let text = utf8.push(&tokenizer.token_bytes(t));
+            let (text, stopped) = match stops.push(&text) {
+                StopScan::Emit(t) => (t, false),
+                StopScan::Stopped(t) => (t, true),
+            };
+            if !emit(GenerateEvent::Token(TokenEvent {
+                id: t,
+                text,
+                logprob: lp.take(),
+            })) {
+                finish = FinishReason::Cancelled;
+                break 'decode;
+            }
+            if stopped {
+                finish = FinishReason::StopString;
+                break 'decode;
+            }
         }
         if generated.len() >= max_new {
             finish = FinishReason::Length;
+            break;
+        }
+        if constraint.as_deref().is_some_and(|c| c.is_finished()) {
+            finish = FinishReason::Eos;
             break;
         }
         if cancel.is_cancelled() {
             finish = FinishReason::Cancelled;
             break;
         }
-        logits = model.forward(&[tok], kv)?;
+        logits = model.forward(&batch, kv)?;
     }
     if finish != FinishReason::StopString {
         let tail = utf8.finish();
@@ -198,6 +229,7 @@ pub fn run(
     out.finish = finish;
     out.completion_tokens = generated.len();
     out.decode_secs = decode_start.elapsed().as_secs_f64();
+    out.constraint = constraint.map(|c| std::mem::take(&mut c.stats));
     Ok(out)
 }
 

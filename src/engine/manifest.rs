@@ -14,7 +14,8 @@ use super::error::{EngineError, Result};
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 
 /// Tool-call formats the engine knows how to constrain and parse.
-pub const TOOL_CALL_FORMATS: &[&str] = &["hermes"];
+/// Kept in step with `constraint::format::ToolCallFormat::ALL`.
+pub const TOOL_CALL_FORMATS: &[&str] = &["hermes", "llama3_json"];
 
 /// The embedded manifests, as (file name, text).
 const EMBEDDED: &[(&str, &str)] = &[

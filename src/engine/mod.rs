@@ -3,6 +3,7 @@
 //! thread.
 
 pub mod actor;
+pub mod constraint;
 pub mod detok;
 pub mod device;
 pub mod error;
@@ -14,9 +15,10 @@ pub mod kv;
 pub mod manifest;
 pub mod model;
 mod pip_wheel;
+pub mod prompt;
 pub mod sampler;
 pub mod template;
 pub mod tokenizer;
 
-pub use actor::{Engine, EngineOptions, ModelInfo};
+pub use actor::{Completion, Engine, EngineOptions, ModelInfo};
 pub use error::EngineError;

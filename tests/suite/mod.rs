@@ -1,5 +1,9 @@
+mod agent;
 mod common;
+mod constraint;
 mod fetch;
 mod generate;
+mod provider;
 mod template;
 mod tokenizer;
+mod tools;

@@ -1,0 +1,86 @@
+//! The events an agent run emits, in Pi's vocabulary. Serialised as JSON objects tagged by a snake_case `type`
+//! (the `--mode json` output, the HTTP SSE stream and the RPC protocol all use this shape).
+
+use serde::{Deserialize, Serialize};
+
+use super::messages::{AgentMessage, ToolResult};
+use crate::provider::ProviderEvent;
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentEndReason {
+    /// The model stopped calling tools and no follow-up was queued.
+    Completed,
+    /// `max_turns` turns ran without the model finishing.
+    MaxTurns,
+    /// The model's reply failed.
+    Error,
+    /// The run was aborted.
+    Aborted,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    AgentStart,
+    TurnStart,
+    /// A message enters the transcript (user, assistant as it starts streaming, tool result).
+    MessageStart {
+        message: AgentMessage,
+    },
+    /// The streaming assistant message changed: `delta` is the provider event, `message` the message so far.
+    MessageUpdate {
+        message: AgentMessage,
+        delta: ProviderEvent,
+    },
+    MessageEnd {
+        message: AgentMessage,
+    },
+    ToolExecutionStart {
+        tool_call_id: String,
+        tool_name: String,
+        args: serde_json::Value,
+    },
+    /// Partial output of a running tool (bash streams its output this way).
+    ToolExecutionUpdate {
+        tool_call_id: String,
+        tool_name: String,
+        partial: String,
+    },
+    ToolExecutionEnd {
+        tool_call_id: String,
+        tool_name: String,
+        result: ToolResult,
+        is_error: bool,
+    },
+    TurnEnd {
+        message: AgentMessage,
+        tool_results: Vec<ToolResult>,
+    },
+    AgentEnd {
+        reason: AgentEndReason,
+        /// The messages this run added to the transcript.
+        messages: Vec<AgentMessage>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+impl AgentEvent {
+    /// The snake_case tag, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AgentEvent::AgentStart => "agent_start",
+            AgentEvent::TurnStart => "turn_start",
+            AgentEvent::MessageStart { .. } => "message_start",
+            AgentEvent::MessageUpdate { .. } => "message_update",
+            AgentEvent::MessageEnd { .. } => "message_end",
+            AgentEvent::ToolExecutionStart { .. } => "tool_execution_start",
+            AgentEvent::ToolExecutionUpdate { .. } => "tool_execution_update",
+            AgentEvent::ToolExecutionEnd { .. } => "tool_execution_end",
+            AgentEvent::TurnEnd { .. } => "turn_end",
+            AgentEvent::AgentEnd { .. } => "agent_end",
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The loop's configuration and the hooks that sit at its boundaries: context transformation and conversion
+//! at the model boundary (they never fail), steering / follow-up sources, and the before/after tool-call hooks.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::messages::{AgentMessage, ToolResult};
+use crate::provider::{Message, Provider, Sampling, ToolCall};
+use crate::tools::policy::Policy;
+use crate::tools::tool::Tool;
+
+/// Rewrites the transcript before each model call (compaction, pruning). Never fails: on trouble it returns
+/// its input.
+pub type TransformContext =
+    Arc<dyn Fn(Vec<AgentMessage>) -> BoxFuture<'static, Vec<AgentMessage>> + Send + Sync>;
+
+/// Maps the transcript to what the model sees. Never fails.
+pub type ConvertToLlm = Arc<dyn Fn(&[AgentMessage]) -> Vec<Message> + Send + Sync>;
+
+/// Messages queued by the user while the agent runs (steering, follow-ups).
+pub type MessageSource = Arc<dyn Fn() -> Vec<AgentMessage> + Send + Sync>;
+
+/// What `before_tool_call` decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BeforeToolCall {
+    /// Run the call as is.
+    Proceed,
+    /// Run it with these arguments instead (validated again).
+    Rewrite(serde_json::Value),
+    /// Do not run it; the model gets an error result with this reason.
+    Block(String),
+}
+
+pub type BeforeToolCallHook =
+    Arc<dyn Fn(&ToolCall) -> BoxFuture<'static, BeforeToolCall> + Send + Sync>;
+
+/// What `after_tool_call` may replace in a result (`None` keeps the original).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AfterToolCall {
+    pub content: Option<String>,
+    pub details: Option<serde_json::Value>,
+    pub is_error: Option<bool>,
+}
+
+pub type AfterToolCallHook =
+    Arc<dyn Fn(&ToolCall, &ToolResult) -> BoxFuture<'static, AfterToolCall> + Send + Sync>;
+
+/// Everything one run of the loop needs. Cloning is cheap (the heavy parts are shared).
+#[derive(Clone)]
+pub struct AgentLoopConfig {
+    pub provider: Arc<dyn Provider>,
+    /// Model id passed to the provider (empty: the provider's default).
+    pub model: String,
+    pub sampling: Sampling,
+    pub max_tokens: Option<u32>,
+    /// Turns (model calls) per run before it ends with `max_turns`.
+    pub max_turns: usize,
+    /// Names the conversation for the engine's KV prefix reuse.
+    pub cache_key: Option<String>,
+    pub policy: Policy,
+    /// Working directory and optional confinement root of the file tools.
+    pub cwd: PathBuf,
+    pub workspace: Option<PathBuf>,
+    pub transform_context: Option<TransformContext>,
+    pub convert_to_llm: ConvertToLlm,
+    pub steering: Option<MessageSource>,
+    pub follow_up: Option<MessageSource>,
+    pub before_tool_call: Option<BeforeToolCallHook>,
+    pub after_tool_call: Option<AfterToolCallHook>,
+}
+
+pub const DEFAULT_MAX_TURNS: usize = 50;
+
+impl AgentLoopConfig {
+    pub fn new(provider: Arc<dyn Provider>) -> Self {
+        Self {
+            provider,
+            model: String::new(),
+            sampling: Sampling::default(),
+            max_tokens: None,
+            max_turns: DEFAULT_MAX_TURNS,
+            cache_key: None,
+            policy: Policy::all(),
+            cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+            workspace: None,
+            transform_context: None,
+            convert_to_llm: Arc::new(|m| super::messages::convert_to_llm(m)),
+            steering: None,
+            follow_up: None,
+            before_tool_call: None,
+            after_tool_call: None,
+        }
+    }
+}
+
+/// The state a run starts from.
+#[derive(Clone, Default)]
+pub struct AgentContext {
+    pub system_prompt: String,
+    pub messages: Vec<AgentMessage>,
+    pub tools: Vec<Arc<dyn Tool>>,
+}

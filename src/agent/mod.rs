@@ -1,0 +1,17 @@
+//! The agent runtime (Pi's pi-agent-core): the stateless loop (`agent_loop`), the stateful `Agent` around it
+//! (queues, abort, listeners), the transcript's message kinds and the events a run emits.
+
+pub mod agent;
+pub mod events;
+pub mod hooks;
+pub mod messages;
+pub mod run;
+
+pub use agent::{Agent, AgentState, AgentStatus, QueueMode};
+pub use events::{AgentEndReason, AgentEvent};
+pub use hooks::{
+    AfterToolCall, AfterToolCallHook, AgentContext, AgentLoopConfig, BeforeToolCall,
+    BeforeToolCallHook,
+};
+pub use messages::{convert_to_llm, AgentMessage, AssistantTurn, ToolResult};
+pub use run::agent_loop;

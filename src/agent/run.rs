@@ -1,0 +1,545 @@
+//! `agent_loop`: one run of the agent, owning no state. A turn loop (model call → tool calls → results) inside a
+//! follow-up loop; steering messages are polled after every tool batch, follow-ups when the agent would stop.
+//! Events go out on a bounded channel, so a slow consumer slows the run instead of piling events up.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::events::{AgentEndReason, AgentEvent};
+use super::hooks::{AgentContext, AgentLoopConfig, BeforeToolCall};
+use super::messages::{now_ms, AgentMessage, AssistantTurn, ToolResult};
+use crate::provider::{
+    CompletionRequest, ContentBlock, ProviderEvent, StopReason, ToolCall, ToolChoice,
+};
+use crate::tools::tool::{PolicyTag, Tool, ToolContext, ToolError};
+
+/// The result text of calls skipped because the user queued a steering message.
+pub const SKIPPED_FOR_STEERING: &str = "Skipped due to queued user message.";
+/// The result text of calls not run because the run was aborted.
+pub const SKIPPED_FOR_ABORT: &str = "Aborted: the run was cancelled before this tool call ran.";
+/// The result text of calls the model did not finish (the reply hit `max_tokens`).
+pub const CUT_BY_LENGTH: &str =
+    "This tool call was cut off by the output token limit and was not executed. Retry with a shorter call.";
+
+/// Starts a run on the current tokio runtime and returns its events. The stream ends after `agent_end`.
+pub fn agent_loop(
+    prompts: Vec<AgentMessage>,
+    context: AgentContext,
+    config: AgentLoopConfig,
+    cancel: CancellationToken,
+) -> impl Stream<Item = AgentEvent> + Send + 'static {
+    let (tx, mut rx) = mpsc::channel(32);
+    tokio::spawn(async move {
+        run(prompts, context, config, cancel, &Emitter(tx)).await;
+    });
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Where events go. A consumer that went away is not an error: the run finishes quietly.
+pub(crate) struct Emitter(pub mpsc::Sender<AgentEvent>);
+
+impl Emitter {
+    async fn emit(&self, ev: AgentEvent) {
+        let _ = self.0.send(ev).await;
+    }
+
+    async fn message(&self, m: &AgentMessage) {
+        self.emit(AgentEvent::MessageStart { message: m.clone() })
+            .await;
+        self.emit(AgentEvent::MessageEnd { message: m.clone() })
+            .await;
+    }
+}
+
+/// The loop itself. `prompts` may be empty (continue from the context as it is).
+pub(crate) async fn run(
+    prompts: Vec<AgentMessage>,
+    mut context: AgentContext,
+    config: AgentLoopConfig,
+    cancel: CancellationToken,
+    em: &Emitter,
+) {
+    let mut added: Vec<AgentMessage> = Vec::new();
+    em.emit(AgentEvent::AgentStart).await;
+    em.emit(AgentEvent::TurnStart).await;
+    for p in prompts {
+        em.message(&p).await;
+        context.messages.push(p.clone());
+        added.push(p);
+    }
+    let mut pending: Vec<AgentMessage> = config.steering.as_ref().map(|s| s()).unwrap_or_default();
+    let mut first_turn = true;
+    let mut turns = 0usize;
+    loop {
+        let mut more_tool_calls = true;
+        while more_tool_calls || !pending.is_empty() {
+            if !first_turn {
+                em.emit(AgentEvent::TurnStart).await;
+            }
+            first_turn = false;
+            for m in pending.drain(..) {
+                em.message(&m).await;
+                context.messages.push(m.clone());
+                added.push(m);
+            }
+            let turn = stream_assistant(&context, &config, &cancel, em).await;
+            let message = AgentMessage::Assistant(turn.clone());
+            context.messages.push(message.clone());
+            added.push(message.clone());
+            if matches!(turn.stop_reason, StopReason::Error | StopReason::Aborted) {
+                em.emit(AgentEvent::TurnEnd {
+                    message,
+                    tool_results: vec![],
+                })
+                .await;
+                let reason = if turn.stop_reason == StopReason::Aborted {
+                    AgentEndReason::Aborted
+                } else {
+                    AgentEndReason::Error
+                };
+                return end(em, reason, added, turn.error_message.clone()).await;
+            }
+            let calls = turn.tool_calls();
+            more_tool_calls = !calls.is_empty();
+            let mut results = Vec::new();
+            if more_tool_calls {
+                let (done, steering) = if turn.stop_reason == StopReason::Length {
+                    (fail_all(&calls, CUT_BY_LENGTH, em).await, Vec::new())
+                } else {
+                    execute_tool_calls(&calls, &context, &config, &cancel, em).await
+                };
+                for r in &done {
+                    let m = AgentMessage::ToolResult(r.clone());
+                    context.messages.push(m.clone());
+                    added.push(m);
+                }
+                results = done;
+                pending = steering;
+            }
+            em.emit(AgentEvent::TurnEnd {
+                message,
+                tool_results: results,
+            })
+            .await;
+            turns += 1;
+            if cancel.is_cancelled() {
+                return end(em, AgentEndReason::Aborted, added, None).await;
+            }
+            if pending.is_empty() {
+                pending = config.steering.as_ref().map(|s| s()).unwrap_or_default();
+            }
+            if turns >= config.max_turns && (more_tool_calls || !pending.is_empty()) {
+                let note = format!(
+                    "stopped after {turns} turns (max_turns = {})",
+                    config.max_turns
+                );
+                return end(em, AgentEndReason::MaxTurns, added, Some(note)).await;
+            }
+        }
+        let follow_ups = config.follow_up.as_ref().map(|f| f()).unwrap_or_default();
+        if follow_ups.is_empty() {
+            break;
+        }
+        pending = follow_ups;
+    }
+    end(em, AgentEndReason::Completed, added, None).await
+}
+
+async fn end(
+    em: &Emitter,
+    reason: AgentEndReason,
+    messages: Vec<AgentMessage>,
+    error: Option<String>,
+) {
+    em.emit(AgentEvent::AgentEnd {
+        reason,
+        messages,
+        error,
+    })
+    .await;
+}
+
+/// One model call, streamed into `message_start` / `message_update` / `message_end`.
+async fn stream_assistant(
+    context: &AgentContext,
+    config: &AgentLoopConfig,
+    cancel: &CancellationToken,
+    em: &Emitter,
+) -> AssistantTurn {
+    let messages = match &config.transform_context {
+        Some(t) => t(context.messages.clone()).await,
+        None => context.messages.clone(),
+    };
+    let request = CompletionRequest {
+        model: config.model.clone(),
+        system: (!context.system_prompt.is_empty()).then(|| context.system_prompt.clone()),
+        messages: (config.convert_to_llm)(&messages),
+        tools: context.tools.iter().map(|t| t.spec().clone()).collect(),
+        tool_choice: if context.tools.is_empty() {
+            ToolChoice::None
+        } else {
+            ToolChoice::Auto
+        },
+        sampling: config.sampling.clone(),
+        max_tokens: config.max_tokens,
+        cache_key: config.cache_key.clone(),
+        ..CompletionRequest::default()
+    };
+    let mut turn = AssistantTurn {
+        content: Vec::new(),
+        stop_reason: StopReason::Stop,
+        usage: Default::default(),
+        model: config.model.clone(),
+        error_message: None,
+        timestamp: now_ms(),
+    };
+    let mut stream = config.provider.stream(request, cancel.clone());
+    let mut started = false;
+    // Tool-call index → position of its block in `turn.content`.
+    let mut call_blocks: HashMap<usize, usize> = HashMap::new();
+    while let Some(ev) = stream.next().await {
+        match &ev {
+            ProviderEvent::Start { model } => {
+                if !model.is_empty() {
+                    turn.model = model.clone();
+                }
+            }
+            ProviderEvent::TextDelta { delta } => match turn.content.last_mut() {
+                Some(ContentBlock::Text { text }) => text.push_str(delta),
+                _ => turn.content.push(ContentBlock::Text {
+                    text: delta.clone(),
+                }),
+            },
+            ProviderEvent::ThinkingDelta { delta } => match turn.content.last_mut() {
+                Some(ContentBlock::Thinking { thinking }) => thinking.push_str(delta),
+                _ => turn.content.push(ContentBlock::Thinking {
+                    thinking: delta.clone(),
+                }),
+            },
+            ProviderEvent::ToolCallStart { index, id, name } => {
+                call_blocks.insert(*index, turn.content.len());
+                turn.content.push(ContentBlock::ToolCall(ToolCall::new(
+                    id.clone(),
+                    name.clone(),
+                    serde_json::Value::Null,
+                )));
+            }
+            ProviderEvent::ToolCallDelta { .. } => {}
+            ProviderEvent::ToolCallEnd { index, call } => match call_blocks.get(index) {
+                Some(&at) => turn.content[at] = ContentBlock::ToolCall(call.clone()),
+                None => turn.content.push(ContentBlock::ToolCall(call.clone())),
+            },
+            ProviderEvent::Done {
+                stop_reason,
+                usage,
+                message,
+            } => {
+                turn.content = message.content.clone();
+                turn.stop_reason = *stop_reason;
+                turn.usage = *usage;
+            }
+            ProviderEvent::Error {
+                reason,
+                message,
+                usage,
+                partial,
+                ..
+            } => {
+                turn.content = partial.content.clone();
+                turn.stop_reason = match reason {
+                    crate::provider::ErrorReason::Aborted => StopReason::Aborted,
+                    crate::provider::ErrorReason::Error => StopReason::Error,
+                };
+                turn.usage = *usage;
+                turn.error_message = Some(message.clone());
+            }
+        }
+        if !started {
+            started = true;
+            em.emit(AgentEvent::MessageStart {
+                message: AgentMessage::Assistant(turn.clone()),
+            })
+            .await;
+        }
+        if ev.is_terminal() {
+            em.emit(AgentEvent::MessageEnd {
+                message: AgentMessage::Assistant(turn.clone()),
+            })
+            .await;
+            return turn;
+        }
+        if !matches!(ev, ProviderEvent::Start { .. }) {
+            em.emit(AgentEvent::MessageUpdate {
+                message: AgentMessage::Assistant(turn.clone()),
+                delta: ev,
+            })
+            .await;
+        }
+    }
+    // A provider must end with done or error; treat a silent end as an error rather than hang or panic.
+    turn.stop_reason = StopReason::Error;
+    turn.error_message = Some("the provider's stream ended without a final event".into());
+    if !started {
+        em.emit(AgentEvent::MessageStart {
+            message: AgentMessage::Assistant(turn.clone()),
+        })
+        .await;
+    }
+    em.emit(AgentEvent::MessageEnd {
+        message: AgentMessage::Assistant(turn.clone()),
+    })
+    .await;
+    turn
+}
+
+fn error_result(call: &ToolCall, text: impl Into<String>) -> ToolResult {
+    ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: text.into(),
+        details: serde_json::Value::Null,
+        is_error: true,
+        timestamp: now_ms(),
+    }
+}
+
+/// Answers every call with the same error, without running anything (start and end events still go out).
+async fn fail_all(calls: &[ToolCall], text: &str, em: &Emitter) -> Vec<ToolResult> {
+    let mut out = Vec::new();
+    for call in calls {
+        out.push(announce_failure(call, text, em).await);
+    }
+    out
+}
+
+async fn announce_failure(call: &ToolCall, text: &str, em: &Emitter) -> ToolResult {
+    em.emit(AgentEvent::ToolExecutionStart {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.arguments.clone(),
+    })
+    .await;
+    let r = error_result(call, text);
+    finish(call, r, em).await
+}
+
+async fn finish(call: &ToolCall, r: ToolResult, em: &Emitter) -> ToolResult {
+    em.emit(AgentEvent::ToolExecutionEnd {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        result: r.clone(),
+        is_error: r.is_error,
+    })
+    .await;
+    em.message(&AgentMessage::ToolResult(r.clone())).await;
+    r
+}
+
+/// A call that passed every check: the tool and the (possibly rewritten) arguments to run it with.
+struct Prepared {
+    tool: Arc<dyn Tool>,
+    args: serde_json::Value,
+}
+
+/// Unknown tool, invalid call, policy, schema validation, `before_tool_call`: any refusal is an error result.
+async fn prepare(
+    call: &ToolCall,
+    context: &AgentContext,
+    config: &AgentLoopConfig,
+) -> Result<Prepared, String> {
+    let Some(tool) = context
+        .tools
+        .iter()
+        .find(|t| t.spec().name == call.name)
+        .cloned()
+    else {
+        let known: Vec<&str> = context
+            .tools
+            .iter()
+            .map(|t| t.spec().name.as_str())
+            .collect();
+        return Err(format!(
+            "Tool \"{}\" not found. Available tools: {}",
+            call.name,
+            if known.is_empty() {
+                "(none)".into()
+            } else {
+                known.join(", ")
+            }
+        ));
+    };
+    if let Some(invalid) = &call.invalid {
+        // Schema violations are re-checked below, with our message (every failing path, the input echoed).
+        if invalid.kind != crate::provider::InvalidToolCallKind::SchemaViolation {
+            return Err(invalid.message_for_model().to_string());
+        }
+    }
+    config.policy.check_tags(&call.name, tool.tags())?;
+    let mut args = call.arguments.clone();
+    validate(&tool, &args)?;
+    if let Some(hook) = &config.before_tool_call {
+        match hook(call).await {
+            BeforeToolCall::Proceed => {}
+            BeforeToolCall::Block(reason) => return Err(format!("Tool call blocked: {reason}")),
+            BeforeToolCall::Rewrite(new_args) => {
+                validate(&tool, &new_args)?;
+                args = new_args;
+            }
+        }
+    }
+    Ok(Prepared { tool, args })
+}
+
+fn validate(tool: &Arc<dyn Tool>, args: &serde_json::Value) -> Result<(), String> {
+    tool.spec().validate_arguments(args).map_err(|errors| {
+        let received = serde_json::to_string_pretty(args).unwrap_or_else(|_| args.to_string());
+        format!(
+            "Validation failed for tool \"{}\":\n{}\n\nReceived arguments:\n{received}",
+            tool.spec().name,
+            errors
+                .iter()
+                .map(|e| format!("  - {e}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    })
+}
+
+/// Runs the calls of one assistant message. Consecutive read-only calls form a batch that runs in parallel;
+/// any other call is a batch of its own. Results come back in call order. Steering is polled after each batch:
+/// if the user queued a message, the remaining calls are skipped and the messages returned.
+async fn execute_tool_calls(
+    calls: &[ToolCall],
+    context: &AgentContext,
+    config: &AgentLoopConfig,
+    cancel: &CancellationToken,
+    em: &Emitter,
+) -> (Vec<ToolResult>, Vec<AgentMessage>) {
+    let read_only = |c: &ToolCall| {
+        context
+            .tools
+            .iter()
+            .find(|t| t.spec().name == c.name)
+            .is_some_and(|t| t.tags().iter().all(|g| *g == PolicyTag::ReadOnly))
+    };
+    let mut results = Vec::new();
+    let mut i = 0;
+    while i < calls.len() {
+        let mut j = i + 1;
+        if read_only(&calls[i]) {
+            while j < calls.len() && read_only(&calls[j]) {
+                j += 1;
+            }
+        }
+        results.extend(run_batch(&calls[i..j], context, config, cancel, em).await);
+        i = j;
+        if i < calls.len() {
+            if cancel.is_cancelled() {
+                results.extend(fail_all(&calls[i..], SKIPPED_FOR_ABORT, em).await);
+                break;
+            }
+            let steering = config.steering.as_ref().map(|s| s()).unwrap_or_default();
+            if !steering.is_empty() {
+                results.extend(fail_all(&calls[i..], SKIPPED_FOR_STEERING, em).await);
+                return (results, steering);
+            }
+        }
+    }
+    (results, Vec::new())
+}
+
+async fn run_batch(
+    calls: &[ToolCall],
+    context: &AgentContext,
+    config: &AgentLoopConfig,
+    cancel: &CancellationToken,
+    em: &Emitter,
+) -> Vec<ToolResult> {
+    let (updates_tx, mut updates) = mpsc::unbounded_channel();
+    let mut prepared = Vec::new();
+    for call in calls {
+        em.emit(AgentEvent::ToolExecutionStart {
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            args: call.arguments.clone(),
+        })
+        .await;
+        prepared.push(prepare(call, context, config).await);
+    }
+    let names: HashMap<String, String> = calls
+        .iter()
+        .map(|c| (c.id.clone(), c.name.clone()))
+        .collect();
+    let runs: Vec<_> = calls
+        .iter()
+        .zip(prepared)
+        .map(|(call, prep)| {
+            let mut ctx = ToolContext::new(config.cwd.clone())
+                .with_cancel(cancel.child_token())
+                .with_updates(updates_tx.clone())
+                .with_call_id(call.id.clone());
+            ctx.workspace = config.workspace.clone();
+            async move {
+                let prep = match prep {
+                    Ok(p) => p,
+                    Err(text) => return error_result(call, text),
+                };
+                let outcome = prep.tool.call(prep.args, &ctx).await;
+                let (content, details, is_error) = match outcome {
+                    Ok(out) => (out.content, out.details, false),
+                    Err(ToolError::RespondToModel(text)) => (text, serde_json::Value::Null, true),
+                    Err(e @ ToolError::Fatal(_)) => (e.to_string(), serde_json::Value::Null, true),
+                };
+                ToolResult {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    content,
+                    details,
+                    is_error,
+                    timestamp: now_ms(),
+                }
+            }
+        })
+        .collect();
+    drop(updates_tx);
+    let mut all = Box::pin(futures::future::join_all(runs));
+    let raw = loop {
+        tokio::select! {
+            done = &mut all => break done,
+            Some(u) = updates.recv() => {
+                let tool_name = names.get(&u.call_id).cloned().unwrap_or_default();
+                em.emit(AgentEvent::ToolExecutionUpdate { tool_call_id: u.call_id, tool_name, partial: u.text }).await;
+            }
+        }
+    };
+    while let Ok(u) = updates.try_recv() {
+        let tool_name = names.get(&u.call_id).cloned().unwrap_or_default();
+        em.emit(AgentEvent::ToolExecutionUpdate {
+            tool_call_id: u.call_id,
+            tool_name,
+            partial: u.text,
+        })
+        .await;
+    }
+    let mut out = Vec::new();
+    for (call, mut r) in calls.iter().zip(raw) {
+        if let Some(hook) = &config.after_tool_call {
+            let change = hook(call, &r).await;
+            if let Some(c) = change.content {
+                r.content = c;
+            }
+            if let Some(d) = change.details {
+                r.details = d;
+            }
+            if let Some(e) = change.is_error {
+                r.is_error = e;
+            }
+        }
+        out.push(finish(call, r, em).await);
+    }
+    out
+}

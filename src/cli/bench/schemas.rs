@@ -1,0 +1,128 @@
+//! `agentd bench schemas`: the schema validity suite over `../shared/schemas/` (or `--dir`): admission, grammar
+//! vs. test documents, and constrained generations validated with `jsonschema`. Prints the table (or `--json`).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use agentd::engine::constraint::suite::{self, CaseReport, Generation, SuiteSummary};
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::cli::engine_args::EngineArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct SchemasBenchArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// The folder of JSONSchemaBench files.
+    #[arg(long, default_value = "../shared/schemas")]
+    pub dir: PathBuf,
+    /// Generate for every Nth compiled schema only (1 = all).
+    #[arg(long, default_value_t = 1)]
+    pub every: usize,
+    /// Stop after this many schemas (in name order).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Only admission and test documents (no model generation).
+    #[arg(long)]
+    pub no_generate: bool,
+    /// Print every schema's outcome to stderr as it finishes.
+    #[arg(long)]
+    pub verbose: bool,
+    /// Print one JSON object (summary and per-schema reports) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    max_tokens: usize,
+    every: usize,
+    secs: f64,
+    summary: SuiteSummary,
+    problems: Vec<CaseReport>,
+    cases: Vec<CaseReport>,
+}
+
+pub fn run(args: SchemasBenchArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut cases =
+        suite::load_dir(&args.dir).with_context(|| format!("loading {}", args.dir.display()))?;
+    if let Some(n) = args.limit {
+        cases.truncate(n);
+    }
+    let engine = args.engine.load()?;
+    let factory = engine.grammar_factory()?;
+    let every = args.every.max(1);
+    let mut reports = Vec::with_capacity(cases.len());
+    let mut compiled_seen = 0usize;
+    for case in &cases {
+        let mut report = suite::check_documents(&factory, engine.tokenizer(), case);
+        if report.rejected.is_none() {
+            if !args.no_generate && compiled_seen % every == 0 {
+                report.generation = Some(suite::generate_one(&engine, case, args.max_tokens));
+            }
+            compiled_seen += 1;
+        }
+        if args.verbose {
+            let outcome = match (&report.rejected, &report.generation) {
+                (Some(kind), _) => format!("rejected ({kind})"),
+                (None, Some(Generation::Valid { tokens, secs })) => {
+                    format!("valid ({tokens} tokens, {secs:.1} s)")
+                }
+                (None, Some(g)) => format!("{g:?}"),
+                (None, None) => "compiled".into(),
+            };
+            eprintln!(
+                "{:<60} docs +{}/-{} (valid rejected {}, invalid accepted {})  {outcome}",
+                case.name,
+                report.valid_accepted,
+                report.invalid_rejected,
+                report.valid_rejected,
+                report.invalid_accepted
+            );
+        }
+        reports.push(report);
+    }
+    let summary = SuiteSummary::of(&reports);
+    let problems: Vec<CaseReport> = reports
+        .iter()
+        .filter(|r| {
+            r.invalid_accepted > 0
+                || matches!(
+                    r.generation,
+                    Some(Generation::Invalid { .. } | Generation::Error { .. })
+                )
+        })
+        .cloned()
+        .collect();
+    if args.json {
+        let report = Report {
+            model: engine.info().name.clone(),
+            max_tokens: args.max_tokens,
+            every,
+            secs: started.elapsed().as_secs_f64(),
+            summary,
+            problems,
+            cases: reports,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} — {} schemas, max_tokens {}, generating for every {}th compiled schema, {:.0} s",
+            engine.info().name,
+            summary.schemas,
+            args.max_tokens,
+            every,
+            started.elapsed().as_secs_f64()
+        );
+        print!("{}", summary.table());
+        for p in &problems {
+            println!("PROBLEM {}: {}", p.name, serde_json::to_string(p)?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! `configs/*.toml` → a validated [`Config`]: which provider answers (the local engine or a remote
+//! OpenAI-compatible server such as vLLM), the engine's settings, and the remote's. Unknown keys, bad values and
+//! a missing `[remote]` section are errors that name the file and the setting; nothing is loaded or sent until
+//! the whole file is valid.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::device::{self, DeviceSpec};
+use crate::engine::fetch::{FetchOptions, ModelSelector};
+use crate::engine::model::WeightFormat;
+use crate::engine::{Engine, EngineOptions};
+use crate::provider::{LocalProvider, Provider, ProviderError, RemoteConfig, RemoteProvider};
+
+/// Why a configuration cannot be used. Fix the file; the message names the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, an unknown key, or a value of the wrong type.
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    /// Well-formed but unusable.
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+/// Which provider answers completions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// The in-process engine (`[engine]`).
+    #[default]
+    Local,
+    /// An OpenAI-compatible server (`[remote]`).
+    Remote,
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub provider: ProviderKind,
+    pub engine: EngineConfig,
+    /// Required when `provider = "remote"`.
+    pub remote: Option<RemoteConfig>,
+}
+
+/// The local engine's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// A known model name (`agentd model list`) or a path to a GGUF file.
+    pub model: String,
+    /// `auto` | `cpu` | `cuda` | `cuda:N` | `metal`.
+    pub device: String,
+    /// CPU threads; 0 = one per core.
+    pub threads: usize,
+    /// How quantized weights are kept: `auto` | `native` | `q8_0`.
+    pub weights: String,
+    /// Use only the model cache; fetch nothing.
+    pub offline: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            model: crate::engine::manifest::DEFAULT_MODEL.into(),
+            device: "auto".into(),
+            threads: 0,
+            weights: "auto".into(),
+            offline: false,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates TOML text; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        config.validate(origin)?;
+        Ok(config)
+    }
+
+    /// Checks every setting the chosen provider uses.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            origin: origin.to_string(),
+            message,
+        };
+        match self.provider {
+            ProviderKind::Local => {
+                self.engine_options().map_err(invalid)?;
+            }
+            ProviderKind::Remote => {
+                let Some(remote) = &self.remote else {
+                    return Err(invalid(
+                        "provider = \"remote\" needs a [remote] section (base_url, model, …)"
+                            .into(),
+                    ));
+                };
+                remote.validate().map_err(|e| invalid(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The engine options `[engine]` describes.
+    pub fn engine_options(&self) -> Result<EngineOptions, String> {
+        let e = &self.engine;
+        if e.model.trim().is_empty() {
+            return Err("engine.model is empty: name a known model or a GGUF path".into());
+        }
+        let device: DeviceSpec = e
+            .device
+            .parse()
+            .map_err(|err| format!("engine.device: {err}"))?;
+        let weight_format: WeightFormat = e
+            .weights
+            .parse()
+            .map_err(|err| format!("engine.weights: {err}"))?;
+        if e.threads > 4096 {
+            return Err(format!(
+                "engine.threads = {} is not a thread count",
+                e.threads
+            ));
+        }
+        Ok(EngineOptions {
+            model: ModelSelector::parse(&e.model),
+            device,
+            weight_format,
+            fetch: FetchOptions {
+                offline: e.offline,
+                ..FetchOptions::default()
+            },
+        })
+    }
+
+    /// Builds the configured provider: loads the model for `local` (setting the CPU thread count first), or
+    /// prepares the client for `remote` (nothing is sent; call `RemoteProvider::discover` to check the server).
+    pub fn build_provider(&self) -> Result<Arc<dyn Provider>, ProviderError> {
+        match self.provider {
+            ProviderKind::Local => {
+                let opts = self.engine_options().map_err(ProviderError::Config)?;
+                if self.engine.threads > 0 {
+                    device::init_threads(Some(self.engine.threads));
+                }
+                let engine = Engine::load(opts).map_err(ProviderError::Engine)?;
+                Ok(Arc::new(LocalProvider::new(engine)))
+            }
+            ProviderKind::Remote => {
+                let remote = self.remote.clone().ok_or_else(|| {
+                    ProviderError::Config("provider = \"remote\" needs a [remote] section".into())
+                })?;
+                Ok(Arc::new(RemoteProvider::new(remote)?))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configs_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs")
+    }
+
+    #[test]
+    fn shipped_configs_parse() {
+        let local = Config::load(&configs_dir().join("default.toml")).unwrap();
+        assert_eq!(local.provider, ProviderKind::Local);
+        assert_eq!(local.engine, EngineConfig::default());
+        let remote = Config::load(&configs_dir().join("remote-vllm.toml")).unwrap();
+        assert_eq!(remote.provider, ProviderKind::Remote);
+        let r = remote.remote.unwrap();
+        assert_eq!(r.base_url, "http://127.0.0.1:8000/v1");
+        assert_eq!(
+            r.compat.max_tokens_field,
+            crate::provider::remote::MaxTokensField::MaxTokens
+        );
+        assert_eq!(r.retry.max_retries, 3);
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        let cases = [
+            ("provider = \"cloud\"", "unknown variant `cloud`"),
+            ("[engine]\nmodle = \"x\"", "unknown field `modle`"),
+            ("[engine]\ndevice = \"tpu\"", "engine.device"),
+            ("[engine]\nweights = \"q2\"", "engine.weights"),
+            ("provider = \"remote\"", "needs a [remote] section"),
+            ("provider = \"remote\"\n[remote]\nbase_url = \"http://h/v1\"", "remote.model"),
+            (
+                "provider = \"remote\"\n[remote]\nmodel = \"m\"\n[remote.compat]\nmax_tokens_field = \"limit\"",
+                "unknown variant `limit`",
+            ),
+            (
+                "provider = \"remote\"\n[remote]\nmodel = \"m\"\n[remote.timeouts]\nrequest_secs = -1",
+                "request_secs",
+            ),
+        ];
+        for (text, needle) in cases {
+            let err = Config::from_toml(text, "test.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("test.toml"), "{err}");
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        let err = Config::load(Path::new("/nonexistent/agentd.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/nonexistent/agentd.toml"), "{err}");
+    }
+}

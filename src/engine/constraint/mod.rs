@@ -1,0 +1,466 @@
+//! Grammar-constrained decoding with llguidance: the request-level constraint types, the per-model
+//! [`GrammarFactory`] (llguidance's `ParserFactory` over our tokenizer, built once) and the per-request
+//! [`Constraint`] (a `Matcher`) the decode loop drives.
+//!
+//! The decode loop samples first and asks the matcher whether the token is allowed; only a rejected token costs a
+//! full mask (then it resamples from the masked logits). After each accepted token the tokens the grammar forces
+//! are returned so the loop can feed them in one forward pass. EOS is accepted only where the grammar accepts.
+//!
+//! Submodules: `schema` (admitting JSON Schemas), `format` (tool-call formats), `grammar` (one grammar per
+//! request), `assemble` (generated text → content + tool calls).
+
+pub mod assemble;
+pub mod format;
+pub mod grammar;
+pub mod schema;
+pub mod suite;
+
+use std::time::Instant;
+
+use llguidance::{Matcher, ParserFactory};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toktrie_hf_tokenizers::ByteTokenizer;
+
+use super::error::{EngineError, Result};
+use super::sampler::Sampler;
+use super::tokenizer::Tokenizer;
+use crate::tools::spec::ToolSpec;
+use assemble::OutputAssembler;
+use format::ToolCallFormat;
+use grammar::GrammarSource;
+
+/// Which tools the model may (or must) call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// Text only; the tools are not even shown to the model.
+    None,
+    /// Text and/or calls; every call is constrained to a known tool and its schema.
+    #[default]
+    Auto,
+    /// At least one call and nothing else.
+    Required,
+    /// Exactly one call of this tool.
+    Named(String),
+}
+
+impl ToolChoice {
+    /// The OpenAI `tool_choice` field: `"none" | "auto" | "required"` or
+    /// `{"type": "function", "function": {"name": …}}`.
+    pub fn from_openai(value: &Value) -> Result<Self> {
+        match value {
+            Value::String(s) => match s.as_str() {
+                "none" => Ok(Self::None),
+                "auto" => Ok(Self::Auto),
+                "required" => Ok(Self::Required),
+                other => Err(EngineError::InvalidToolChoice(format!(
+                    "`{other}` is not one of none, auto, required (or a function object)"
+                ))),
+            },
+            Value::Object(_) => value
+                .pointer("/function/name")
+                .or_else(|| value.get("name"))
+                .and_then(Value::as_str)
+                .map(|n| Self::Named(n.to_string()))
+                .ok_or_else(|| {
+                    EngineError::InvalidToolChoice(format!(
+                        "expected {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, got {value}"
+                    ))
+                }),
+            other => Err(EngineError::InvalidToolChoice(format!(
+                "expected a string or an object, got {other}"
+            ))),
+        }
+    }
+
+    /// The command-line spelling: `auto`, `required`, `none`, or a tool name.
+    pub fn from_cli(s: &str) -> Self {
+        match s {
+            "none" => Self::None,
+            "auto" => Self::Auto,
+            "required" => Self::Required,
+            name => Self::Named(name.to_string()),
+        }
+    }
+}
+
+/// The shape of the reply when it is not a tool call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum ResponseFormat {
+    #[default]
+    Text,
+    /// Any one JSON object.
+    JsonObject,
+    /// One document of `schema`. `strict` is accepted for compatibility: the local engine always enforces.
+    JsonSchema {
+        name: String,
+        schema: Value,
+        strict: bool,
+    },
+}
+
+impl ResponseFormat {
+    /// The OpenAI `response_format` field.
+    pub fn from_openai(value: &Value) -> Result<Self> {
+        let bad = |m: String| EngineError::InvalidResponseFormat(m);
+        match value.get("type").and_then(Value::as_str) {
+            Some("text") => Ok(Self::Text),
+            Some("json_object") => Ok(Self::JsonObject),
+            Some("json_schema") => {
+                let js = value
+                    .get("json_schema")
+                    .ok_or_else(|| bad("`json_schema` is missing".into()))?;
+                let schema = js
+                    .get("schema")
+                    .cloned()
+                    .ok_or_else(|| bad("`json_schema.schema` is missing".into()))?;
+                Ok(Self::JsonSchema {
+                    name: js
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("response")
+                        .to_string(),
+                    schema,
+                    strict: js.get("strict").and_then(Value::as_bool).unwrap_or(false),
+                })
+            }
+            Some(other) => Err(bad(format!(
+                "type `{other}` is not one of text, json_object, json_schema"
+            ))),
+            None => Err(bad(format!(
+                "expected an object with a `type`, got {value}"
+            ))),
+        }
+    }
+}
+
+/// Everything a request says about the shape of its output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConstraintSpec {
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: ToolChoice,
+    /// `false`: at most one call.
+    pub parallel_tool_calls: bool,
+    pub response_format: ResponseFormat,
+    /// Overrides the model's tool-call format (models without a manifest, tests).
+    pub format: Option<ToolCallFormat>,
+}
+
+impl Default for ConstraintSpec {
+    fn default() -> Self {
+        Self {
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: true,
+            response_format: ResponseFormat::Text,
+            format: None,
+        }
+    }
+}
+
+impl ConstraintSpec {
+    /// Checks the request: unique, valid tools; a `tool_choice` that names one of them (and `required` only with
+    /// tools); an admissible `response_format` schema.
+    pub fn validate(&self) -> Result<()> {
+        for (i, tool) in self.tools.iter().enumerate() {
+            if self.tools[..i].iter().any(|t| t.name == tool.name) {
+                return Err(EngineError::DuplicateToolName(tool.name.clone()));
+            }
+            tool.validate()?;
+        }
+        let names = || {
+            self.tools
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match &self.tool_choice {
+            ToolChoice::Required if self.tools.is_empty() => {
+                return Err(EngineError::InvalidToolChoice(
+                    "`required` needs at least one tool".into(),
+                ))
+            }
+            ToolChoice::Named(name) if !self.tools.iter().any(|t| &t.name == name) => {
+                return Err(EngineError::InvalidToolChoice(if self.tools.is_empty() {
+                    format!("names tool `{name}`, but the request has no tools")
+                } else {
+                    format!(
+                        "names tool `{name}`, which is not one of the tools: {}",
+                        names()
+                    )
+                }))
+            }
+            _ => {}
+        }
+        if let ResponseFormat::JsonSchema { name, schema, .. } = &self.response_format {
+            schema::check(schema, &format!("response_format `{name}`"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the output may hold tool calls.
+    pub fn calls_possible(&self) -> bool {
+        !self.tools.is_empty() && self.tool_choice != ToolChoice::None
+    }
+
+    /// The assembler for this request's output, in `model_format` unless the spec overrides it.
+    pub fn assembler(&self, model_format: ToolCallFormat) -> OutputAssembler {
+        OutputAssembler::new(self.format.unwrap_or(model_format), self.calls_possible())
+    }
+}
+
+/// llguidance's `ParserFactory` for one model: built once (tokenizer trie, all end-of-generation ids), then used
+/// to compile every request's grammar.
+pub struct GrammarFactory {
+    factory: ParserFactory,
+    eos: Vec<u32>,
+    build_secs: f64,
+}
+
+impl GrammarFactory {
+    /// Builds the factory over `tokenizer`, with `n_vocab` the length of the model's logits (may exceed the
+    /// tokenizer's vocabulary; the extra ids are never allowed).
+    pub fn new(tokenizer: &Tokenizer, n_vocab: usize) -> Result<Self> {
+        let started = Instant::now();
+        let setup = |e: anyhow::Error| EngineError::Internal(format!("llguidance setup: {e:#}"));
+        let mut bytes = ByteTokenizer::from_tokenizer(tokenizer.hf().clone()).map_err(setup)?;
+        let vocab = bytes.tokrx_info().vocab_size as usize;
+        let eos: Vec<u32> = tokenizer
+            .eos_ids()
+            .iter()
+            .copied()
+            .filter(|&id| (id as usize) < vocab.min(n_vocab))
+            .collect();
+        // By default the trie knows only `<|endoftext|>`; chat models end turns with `<|im_end|>`.
+        if !eos.is_empty() {
+            bytes.set_eos_tokens(&eos);
+        }
+        let env = bytes
+            .into_tok_env(Some(n_vocab.max(vocab)))
+            .map_err(setup)?;
+        let mut factory = ParserFactory::new_simple(&env).map_err(setup)?;
+        factory.set_stderr_log_level(0);
+        Ok(Self {
+            factory,
+            eos,
+            build_secs: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// How long building took (tokenizer trie and lexer slices).
+    pub fn build_secs(&self) -> f64 {
+        self.build_secs
+    }
+
+    /// The end-of-generation ids the grammar knows.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Whether `text` is one special token of the vocabulary (so a grammar can name it as `<text>`).
+    pub fn is_special_token(&self, text: &str) -> bool {
+        self.factory
+            .tok_env()
+            .tok_trie()
+            .get_special_token(text)
+            .is_some()
+    }
+
+    /// Whether the format's delimiters are special tokens here.
+    pub fn special_delimiters(&self, format: ToolCallFormat) -> bool {
+        match (format.open_delimiter(), format.close_delimiter()) {
+            (Some(open), Some(close)) => {
+                self.is_special_token(open) && self.is_special_token(close)
+            }
+            _ => false,
+        }
+    }
+
+    /// Validates `spec` and compiles its grammar; `None` when the output is unconstrained.
+    pub fn compile(
+        &self,
+        spec: &ConstraintSpec,
+        model_format: ToolCallFormat,
+    ) -> Result<Option<Constraint>> {
+        spec.validate()?;
+        let format = spec.format.unwrap_or(model_format);
+        let Some(source) = grammar::plan(spec, format, self.special_delimiters(format)) else {
+            return Ok(None);
+        };
+        let what = match &spec.response_format {
+            ResponseFormat::JsonSchema { name, .. } if !spec.calls_possible() => {
+                format!("response_format `{name}`")
+            }
+            _ => "the tool-call grammar".to_string(),
+        };
+        self.constraint_for(&source, &what).map(Some)
+    }
+
+    /// A matcher for a grammar (tests and the schema suite use this directly).
+    pub fn constraint_for(&self, source: &GrammarSource, what: &str) -> Result<Constraint> {
+        let started = Instant::now();
+        let parser = self
+            .factory
+            .create_parser(source.to_top_level())
+            .map_err(|e| schema::classify_llguidance_error(&format!("{e:#}"), what))?;
+        let mut matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(schema::classify_llguidance_error(&e, what));
+        }
+        // An empty language shows as a first step that allows nothing.
+        let first = matcher
+            .compute_mask()
+            .map_err(|e| schema::classify_llguidance_error(&format!("{e:#}"), what))?;
+        if first.is_zero() {
+            return Err(EngineError::EmptyLanguage {
+                what: what.into(),
+                message: "no first token is allowed".into(),
+            });
+        }
+        Ok(Constraint {
+            matcher,
+            eos: self.eos.clone(),
+            pending_secs: 0.0,
+            stats: ConstraintStats {
+                compile_secs: started.elapsed().as_secs_f64(),
+                ..ConstraintStats::default()
+            },
+        })
+    }
+}
+
+/// What the constraint cost one generation.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ConstraintStats {
+    /// Grammar compilation and the first mask.
+    pub compile_secs: f64,
+    /// Tokens the model sampled (checked by the grammar).
+    pub sampled_tokens: usize,
+    /// Sampled tokens the grammar rejected (a full mask was computed, then a resample).
+    pub masked_tokens: usize,
+    /// Tokens the grammar forced (fed without sampling).
+    pub forced_tokens: usize,
+    /// Constraint time per sampled token (check, mask if needed, commit, forced tokens), seconds.
+    pub step_secs: Vec<f64>,
+}
+
+/// One request's grammar state.
+pub struct Constraint {
+    matcher: Matcher,
+    eos: Vec<u32>,
+    pending_secs: f64,
+    pub stats: ConstraintStats,
+}
+
+impl Constraint {
+    fn grammar_error(&self, e: impl std::fmt::Display) -> EngineError {
+        let detail = self.matcher.get_error().unwrap_or_else(|| e.to_string());
+        EngineError::Internal(format!("grammar: {detail}"))
+    }
+
+    /// Sample, then check: `logits` (already penalised) are sampled; a token the grammar rejects costs a full
+    /// mask (written into `logits` as −∞) and a resample.
+    pub fn sample(&mut self, sampler: &mut Sampler, logits: &mut [f32]) -> Result<u32> {
+        let first = sampler.pick(logits).ok_or_else(|| {
+            EngineError::Internal("every logit is -inf; nothing can be sampled".into())
+        })?;
+        let started = Instant::now();
+        let allowed = if self.eos.contains(&first) {
+            self.matcher
+                .is_accepting()
+                .map_err(|e| self.grammar_error(e))?
+        } else {
+            self.matcher
+                .validate_tokens(&[first])
+                .map_err(|e| self.grammar_error(e))?
+                == 1
+        };
+        self.stats.sampled_tokens += 1;
+        if allowed {
+            self.pending_secs = started.elapsed().as_secs_f64();
+            return Ok(first);
+        }
+        self.stats.masked_tokens += 1;
+        let mask = self
+            .matcher
+            .compute_mask()
+            .map_err(|e| self.grammar_error(e))?;
+        let n = logits.len();
+        mask.iter_unset_entries(|i| {
+            if i < n {
+                logits[i] = f32::NEG_INFINITY;
+            }
+        });
+        for l in logits.iter_mut().skip(mask.len()) {
+            *l = f32::NEG_INFINITY;
+        }
+        let tok = sampler.pick(logits).ok_or_else(|| {
+            EngineError::Internal("the grammar allows no token the model can produce".into())
+        })?;
+        self.pending_secs = started.elapsed().as_secs_f64();
+        Ok(tok)
+    }
+
+    /// Whether `tok` ends generation (an EOS the grammar accepted).
+    pub fn is_eos(&self, tok: u32) -> bool {
+        self.eos.contains(&tok)
+    }
+
+    /// Advances the grammar by the sampled token; returns the tokens it now forces (already consumed), at most
+    /// `limit` of them.
+    pub fn commit(&mut self, tok: u32, limit: usize) -> Result<Vec<u32>> {
+        let started = Instant::now();
+        self.matcher
+            .consume_token(tok)
+            .map_err(|e| self.grammar_error(e))?;
+        let mut forced = Vec::new();
+        if limit > 0 && !self.matcher.is_stopped() {
+            forced = self
+                .matcher
+                .compute_ff_tokens()
+                .into_iter()
+                .take(limit)
+                .collect();
+            if !forced.is_empty() {
+                self.matcher
+                    .consume_tokens(&forced)
+                    .map_err(|e| self.grammar_error(e))?;
+            }
+        }
+        if let Some(e) = self.matcher.get_error() {
+            return Err(EngineError::Internal(format!("grammar: {e}")));
+        }
+        self.stats.forced_tokens += forced.len();
+        self.stats
+            .step_secs
+            .push(self.pending_secs + started.elapsed().as_secs_f64());
+        self.pending_secs = 0.0;
+        Ok(forced)
+    }
+
+    /// The grammar is complete: nothing but EOS can follow.
+    pub fn is_finished(&self) -> bool {
+        self.matcher.is_stopped() && !self.matcher.is_error()
+    }
+
+    /// Feeds `tokens` without sampling; `Ok(true)` when every one is allowed and the grammar then accepts the
+    /// output as complete (used to test grammars with tokenized strings).
+    pub fn accepts_tokens(&mut self, tokens: &[u32]) -> Result<bool> {
+        let consumed = self
+            .matcher
+            .try_consume_tokens(tokens)
+            .map_err(|e| self.grammar_error(e))?;
+        if consumed < tokens.len() {
+            return Ok(false);
+        }
+        if self.matcher.is_stopped() {
+            return Ok(!self.matcher.is_error());
+        }
+        self.matcher
+            .is_accepting()
+            .map_err(|e| self.grammar_error(e))
+    }
+}

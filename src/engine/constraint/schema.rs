@@ -1,0 +1,407 @@
+//! JSON Schema admission: every schema that reaches the grammar (a tool's `parameters`, a `response_format`
+//! schema) is checked here first, so that what the grammar enforces is exactly what a validator accepts.
+//!
+//! The checks, in order: the schema is a valid schema (the `jsonschema` crate compiles it; remote `$ref`s are
+//! never fetched); it uses no keyword or `format` that llguidance cannot enforce exactly (named with its
+//! location); llguidance compiles it (a contradiction is an empty language). Also here: the compact-whitespace
+//! options every schema is compiled with, and validating a document against a schema.
+
+use serde_json::{Map, Value};
+
+use super::super::error::{EngineError, Result};
+
+/// Keywords JSON Schema defines but grammar-constrained decoding does not enforce. llguidance refuses most of
+/// them itself; listing them here lets the error name the location. Rejecting is the only honest answer: ignoring
+/// one would let the model produce documents the schema forbids.
+pub const UNSUPPORTED_KEYWORDS: &[&str] = &[
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependencies",
+    "dependentSchemas",
+    "dependentRequired",
+    "propertyNames",
+    "contains",
+    "minContains",
+    "maxContains",
+    "uniqueItems",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$recursiveRef",
+    "$recursiveAnchor",
+    "contentSchema",
+];
+
+/// `format` values the grammar enforces and the validator checks the same way. Any other format is rejected
+/// (llguidance has no grammar for it, or its grammar and the validator disagree).
+pub const SUPPORTED_FORMATS: &[&str] = &[
+    "date-time",
+    "time",
+    "date",
+    "duration",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uuid",
+    "uri",
+];
+
+/// Keys whose value is one subschema.
+const SCHEMA_KEYS: &[&str] = &[
+    "additionalProperties",
+    "additionalItems",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "contains",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "contentSchema",
+];
+
+/// Keys whose value is a map from names to subschemas.
+const SCHEMA_MAP_KEYS: &[&str] = &[
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+];
+
+/// Keys whose value is an array of subschemas.
+const SCHEMA_ARRAY_KEYS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems"];
+
+/// The `x-guidance` options every schema is compiled with: no free whitespace, `", "` and `": "` separators (the
+/// way the chat templates print JSON), so the model samples fewer tokens and many are forced.
+pub fn compact_options() -> Value {
+    serde_json::json!({
+        "whitespace_flexible": false,
+        "item_separator": ", ",
+        "key_separator": ": ",
+    })
+}
+
+/// `schema` with the compact options set (a boolean `true` becomes `{}`; an `x-guidance` given by the caller is
+/// replaced).
+pub fn with_compact_options(schema: &Value) -> Value {
+    let mut map = match schema {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    map.insert("x-guidance".into(), compact_options());
+    Value::Object(map)
+}
+
+/// Serializes a document the way the compact grammar prints it (`", "` and `": "`, no other whitespace).
+pub fn to_compact_string(value: &Value) -> String {
+    let mut out = String::new();
+    write_compact(value, &mut out);
+    out
+}
+
+fn write_compact(value: &Value, out: &mut String) {
+    match value {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_compact(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push_str(": ");
+                write_compact(v, out);
+            }
+            out.push('}');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Runs every admission check on `schema`; `what` names it in errors (`tool "read"`, `response_format`).
+pub fn check(schema: &Value, what: &str) -> Result<()> {
+    match schema {
+        Value::Bool(true) => return Ok(()),
+        Value::Bool(false) => {
+            return Err(EngineError::EmptyLanguage {
+                what: what.into(),
+                message: "the schema is `false`".into(),
+            })
+        }
+        Value::Object(_) => {}
+        other => {
+            return Err(EngineError::InvalidSchema {
+                location: String::new(),
+                message: format!(
+                    "{what}: a schema must be an object or a boolean, not {}",
+                    json_kind(other)
+                ),
+            })
+        }
+    }
+    validator(schema)?;
+    find_unsupported(schema, "")?;
+    compile_standalone(schema, what)
+}
+
+/// Compiles `schema` with the `jsonschema` crate: meta-schema validation first (an error names the location in
+/// the schema), formats checked, remote references refused.
+pub fn validator(schema: &Value) -> Result<jsonschema::Validator> {
+    if let Err(e) = jsonschema::meta::validate(schema) {
+        return Err(EngineError::InvalidSchema {
+            location: pointer_or_root(e.instance_path.as_str()),
+            message: e.to_string(),
+        });
+    }
+    jsonschema::options()
+        .should_validate_formats(true)
+        .with_retriever(NoRemoteRefs)
+        .build(schema)
+        .map_err(|e| EngineError::InvalidSchema {
+            location: pointer_or_root(e.schema_path.as_str()),
+            message: e.to_string(),
+        })
+}
+
+/// Every way `instance` violates the schema, as `"/path: message"` (`/` is the document root).
+pub fn violations(validator: &jsonschema::Validator, instance: &Value) -> Vec<String> {
+    validator
+        .iter_errors(instance)
+        .map(|e| format!("{}: {}", pointer_or_root(e.instance_path.as_str()), e))
+        .collect()
+}
+
+/// Refuses every `$ref` outside the schema: compiling a schema must never touch the network or the disk.
+struct NoRemoteRefs;
+
+impl jsonschema::Retrieve for NoRemoteRefs {
+    fn retrieve(
+        &self,
+        uri: &jsonschema::Uri<String>,
+    ) -> std::result::Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        Err(format!("remote $ref `{}` is not allowed", uri.as_str()).into())
+    }
+}
+
+/// Walks every subschema and rejects the first unsupported keyword or format, naming its JSON pointer.
+fn find_unsupported(schema: &Value, at: &str) -> Result<()> {
+    let Value::Object(map) = schema else {
+        return Ok(());
+    };
+    for (key, value) in map {
+        let here = format!("{at}/{}", escape_pointer(key));
+        if UNSUPPORTED_KEYWORDS.contains(&key.as_str()) {
+            return Err(EngineError::UnsupportedSchemaKeyword {
+                keyword: key.clone(),
+                location: here,
+            });
+        }
+        if key == "format" {
+            if let Some(name) = value.as_str() {
+                if !SUPPORTED_FORMATS.contains(&name) {
+                    return Err(EngineError::UnsupportedSchemaKeyword {
+                        keyword: format!("format: {name}"),
+                        location: here,
+                    });
+                }
+            }
+        }
+        if SCHEMA_KEYS.contains(&key.as_str()) {
+            find_unsupported(value, &here)?;
+        } else if SCHEMA_MAP_KEYS.contains(&key.as_str()) {
+            if let Value::Object(entries) = value {
+                for (name, sub) in entries {
+                    find_unsupported(sub, &format!("{here}/{}", escape_pointer(name)))?;
+                }
+            }
+        } else if SCHEMA_ARRAY_KEYS.contains(&key.as_str()) || key == "items" {
+            match value {
+                Value::Array(items) => {
+                    for (i, sub) in items.iter().enumerate() {
+                        find_unsupported(sub, &format!("{here}/{i}"))?;
+                    }
+                }
+                other => find_unsupported(other, &here)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Compiles the schema with llguidance alone (no tokenizer), with the options the request will use.
+fn compile_standalone(schema: &Value, what: &str) -> Result<()> {
+    let options: llguidance::JsonCompileOptions = serde_json::from_value(compact_options())
+        .map_err(|e| {
+            EngineError::Internal(format!("compact JSON options do not deserialize: {e}"))
+        })?;
+    let builder = llguidance::GrammarBuilder::new(None, llguidance::api::ParserLimits::default());
+    match options.json_to_llg(builder, schema.clone()) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(classify_llguidance_error(&format!("{e:#}"), what)),
+    }
+}
+
+/// Turns an llguidance compile error into the most specific engine error: an unsupported keyword or format, an
+/// empty language, or a grammar error with llguidance's message.
+pub fn classify_llguidance_error(message: &str, what: &str) -> EngineError {
+    if let Some(rest) = message.split("Unimplemented keys: ").nth(1) {
+        let keyword = rest
+            .split(['"', '[', ']', ','])
+            .find(|s| !s.trim().is_empty())
+            .unwrap_or(rest)
+            .trim()
+            .to_string();
+        return EngineError::UnsupportedSchemaKeyword {
+            keyword,
+            location: what.into(),
+        };
+    }
+    if let Some(rest) = message.split("Unknown format: ").nth(1) {
+        let name = rest.split_whitespace().next().unwrap_or(rest);
+        return EngineError::UnsupportedSchemaKeyword {
+            keyword: format!("format: {name}"),
+            location: what.into(),
+        };
+    }
+    // llguidance enforces these only in their decidable forms; anything else is refused, named by keyword.
+    for (needle, keyword, why) in [
+        (
+            "oneOf constraints are not supported",
+            "oneOf",
+            "branches that can match the same document",
+        ),
+        (
+            "patternProperty regexes",
+            "patternProperties",
+            "patterns that can match the same key",
+        ),
+        (
+            "Unable to determine if regex is empty",
+            "pattern",
+            "a pattern combination too complex to decide",
+        ),
+    ] {
+        if message.contains(needle) {
+            return EngineError::UnsupportedSchemaKeyword {
+                keyword: keyword.into(),
+                location: format!("{what}, {why}"),
+            };
+        }
+    }
+    if message.contains("Unsatisfiable schema") {
+        return EngineError::EmptyLanguage {
+            what: what.into(),
+            message: first_line(message),
+        };
+    }
+    EngineError::InvalidGrammar(format!("{what}: {}", first_line(message)))
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or(s).to_string()
+}
+
+fn pointer_or_root(p: &str) -> String {
+    if p.is_empty() {
+        "/".into()
+    } else {
+        p.into()
+    }
+}
+
+/// RFC 6901 escaping of one pointer segment.
+fn escape_pointer(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn compact_serialization_matches_template_json() {
+        let v = json!({"a": [1, "x"], "b": {"c": null}});
+        assert_eq!(
+            to_compact_string(&v),
+            r#"{"a": [1, "x"], "b": {"c": null}}"#
+        );
+    }
+
+    #[test]
+    fn unsupported_keyword_is_named_with_its_location() {
+        let s = json!({"type": "object", "properties": {"a": {"not": {"type": "string"}}}});
+        match check(&s, "test") {
+            Err(EngineError::UnsupportedSchemaKeyword { keyword, location }) => {
+                assert_eq!(keyword, "not");
+                assert_eq!(location, "/properties/a/not");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_format_is_rejected() {
+        let s = json!({"type": "string", "format": "ipv5"});
+        assert!(matches!(
+            check(&s, "test"),
+            Err(EngineError::UnsupportedSchemaKeyword { keyword, .. }) if keyword == "format: ipv5"
+        ));
+    }
+
+    #[test]
+    fn invalid_schema_names_location() {
+        let s = json!({"type": "object", "properties": {"a": {"type": "strnig"}}});
+        match check(&s, "test") {
+            Err(EngineError::InvalidSchema { location, .. }) => {
+                assert!(location.contains("/properties/a"), "{location}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn contradictions_are_empty_languages() {
+        assert!(matches!(
+            check(&json!(false), "t"),
+            Err(EngineError::EmptyLanguage { .. })
+        ));
+        let s = json!({"type": "object", "properties": {"a": false}, "required": ["a"]});
+        assert!(matches!(
+            check(&s, "t"),
+            Err(EngineError::EmptyLanguage { .. })
+        ));
+    }
+
+    #[test]
+    fn remote_refs_are_refused() {
+        let s = json!({"$ref": "http://127.0.0.1:9/schema.json"});
+        assert!(check(&s, "t").is_err());
+    }
+}

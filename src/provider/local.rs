@@ -1,0 +1,310 @@
+//! [`LocalProvider`]: the provider over the in-process engine actor. A request is rendered with the model's chat
+//! template, tokenized, and generated on the engine thread; text streams token by token; usage is exact
+//! (`input` is the length of the very token sequence the engine was given, `output` the tokens it sampled,
+//! `cached_input` the prefix it reused from the request's `cache_key`). Cancellation reaches the engine, which
+//! stops within one token.
+//!
+//! Tools, `tool_choice` and `response_format` become the engine's [`ConstraintSpec`]: every tool call is
+//! grammar-constrained to a known tool and its arguments schema, so calls from this provider are always valid.
+//! The engine's output assembler turns the generated text into content and tool calls as it streams, so
+//! `tool_call_delta` events carry argument fragments as they are sampled, not all at the end.
+
+use tokio_util::sync::CancellationToken;
+
+use super::assemble::Assembler;
+use super::events::{spawn_stream, EventSender};
+use super::remote::wire;
+use super::{
+    CompletionRequest, ModelDescriptor, Provider, ProviderError, ProviderStream, ResponseFormat,
+    StopReason, TokenCount, ToolChoice, Usage,
+};
+use crate::engine::constraint::assemble::{OutputAssembler, OutputDelta};
+use crate::engine::constraint::format::ToolCallFormat;
+use crate::engine::constraint::{self, ConstraintSpec};
+use crate::engine::generate::{FinishReason, GenerateEvent, GenerateRequest};
+use crate::engine::prompt;
+use crate::engine::template::ChatTemplate;
+use crate::engine::tokenizer::Tokenizer;
+use crate::engine::Engine;
+
+/// The local engine as a [`Provider`]. Cheap to clone.
+#[derive(Clone)]
+pub struct LocalProvider {
+    engine: Engine,
+}
+
+impl LocalProvider {
+    pub fn new(engine: Engine) -> Self {
+        Self { engine }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The prompt tokens the engine would be given for `request` (what `input` usage counts).
+    pub fn prompt_tokens(&self, request: &CompletionRequest) -> Result<Vec<u32>, ProviderError> {
+        render_prompt(
+            self.engine.template(),
+            self.engine.tokenizer(),
+            self.engine.tool_call_format(),
+            request,
+        )
+    }
+
+    fn descriptor(&self) -> ModelDescriptor {
+        let info = self.engine.info();
+        ModelDescriptor {
+            id: info.name.clone(),
+            context_window: info.context_length as u64,
+            max_output_tokens: info.context_length as u64,
+        }
+    }
+
+    /// Whether `name` (empty: the default) is this engine's model, by name or manifest alias.
+    fn serves(&self, name: &str) -> bool {
+        let info = self.engine.info();
+        name.is_empty()
+            || name == info.name
+            || info.manifest.as_ref().is_some_and(|m| m.answers_to(name))
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for LocalProvider {
+    fn stream(&self, request: CompletionRequest, cancel: CancellationToken) -> ProviderStream {
+        let this = self.clone();
+        spawn_stream(cancel, move |tx, cancel| async move {
+            this.run(request, tx, cancel).await
+        })
+    }
+
+    /// Exact: the length of the rendered, tokenized prompt.
+    async fn count_tokens(&self, request: &CompletionRequest) -> Result<TokenCount, ProviderError> {
+        let this = self.clone();
+        let request = request.clone();
+        let tokens = tokio::task::spawn_blocking(move || this.prompt_tokens(&request))
+            .await
+            .map_err(|e| ProviderError::Internal(format!("the tokenizing task failed: {e}")))??;
+        Ok(TokenCount {
+            tokens: tokens.len() as u64,
+            exact: true,
+        })
+    }
+
+    fn models(&self) -> Vec<ModelDescriptor> {
+        vec![self.descriptor()]
+    }
+}
+
+impl LocalProvider {
+    async fn run(self, request: CompletionRequest, tx: EventSender, cancel: CancellationToken) {
+        let model = self.engine.info().name.clone();
+        let mut out = Assembler::new(tx, request.tools.clone(), model);
+        if !self.serves(&request.model) {
+            let err = ProviderError::UnknownModel {
+                model: request.model.clone(),
+                message: format!("this engine serves `{}`", self.engine.info().name),
+            };
+            out.fail(&err, Usage::default());
+            return;
+        }
+        // Rendering and tokenizing a long transcript is CPU work: keep it off the async workers.
+        let this = self.clone();
+        let req = request.clone();
+        let prompt = match tokio::task::spawn_blocking(move || this.prompt_tokens(&req)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return out.fail(&e, Usage::default()),
+            Err(e) => {
+                let err = ProviderError::Internal(format!("the tokenizing task failed: {e}"));
+                return out.fail(&err, Usage::default());
+            }
+        };
+        let input = prompt.len() as u64;
+        out.start();
+        let gen = GenerateRequest {
+            prompt,
+            sampling: request.sampling.to_engine(),
+            max_tokens: request.max_tokens.map(|n| n as usize),
+            stop: request.stop.clone(),
+            constraint: constraint_spec(&request),
+            ..GenerateRequest::default()
+        };
+        let mut calls = CallMap::default();
+        let mut assembler = self.engine.assembler(&gen);
+        let mut events = self
+            .engine
+            .generate(gen, request.cache_key.clone(), cancel.clone());
+        let mut output = 0u64;
+        while let Some(ev) = events.recv().await {
+            match ev {
+                GenerateEvent::Token(t) => {
+                    output += 1;
+                    if let Err(e) = feed(&mut assembler, &t.text, &mut calls, &mut out) {
+                        cancel.cancel();
+                        return out.fail(&e, Usage::new(input, output, 0));
+                    }
+                }
+                GenerateEvent::Done(s) => {
+                    let usage = Usage::new(
+                        s.prompt_tokens as u64,
+                        s.completion_tokens as u64,
+                        s.cached_tokens as u64,
+                    );
+                    let tail = feed(&mut assembler, &s.trailing_text, &mut calls, &mut out)
+                        .and_then(|()| {
+                            let deltas = assembler
+                                .finish(s.finish)
+                                .map_err(ProviderError::from_engine)?;
+                            apply(deltas, &mut calls, &mut out);
+                            Ok(())
+                        });
+                    if let Err(e) = tail {
+                        return out.fail(&e, usage);
+                    }
+                    match s.finish {
+                        FinishReason::Eos | FinishReason::StopString => {
+                            out.done(StopReason::Stop, usage)
+                        }
+                        FinishReason::Length => out.done(StopReason::Length, usage),
+                        FinishReason::Cancelled => out.fail(&ProviderError::Cancelled, usage),
+                    }
+                    return;
+                }
+                GenerateEvent::Error(e) => {
+                    let usage = Usage::new(input, output, 0);
+                    return out.fail(&ProviderError::from_engine(e), usage);
+                }
+            }
+        }
+        // The engine drops a job cancelled before it started without a word.
+        let err = if cancel.is_cancelled() {
+            ProviderError::Cancelled
+        } else {
+            ProviderError::Internal("the engine stopped without a result".into())
+        };
+        out.fail(&err, Usage::new(input, output, 0));
+    }
+}
+
+/// The engine's call indices → ours (the same in practice; kept apart so neither side relies on it).
+#[derive(Default)]
+struct CallMap(Vec<(usize, usize)>);
+
+impl CallMap {
+    fn ours(&self, engine_index: usize) -> Option<usize> {
+        self.0
+            .iter()
+            .find(|(e, _)| *e == engine_index)
+            .map(|(_, o)| *o)
+    }
+}
+
+/// Feeds generated text to the engine's output assembler and forwards what it assembles.
+fn feed(
+    assembler: &mut OutputAssembler,
+    text: &str,
+    calls: &mut CallMap,
+    out: &mut Assembler,
+) -> Result<(), ProviderError> {
+    if text.is_empty() {
+        return Ok(());
+    }
+    let deltas = assembler.push(text).map_err(ProviderError::from_engine)?;
+    apply(deltas, calls, out);
+    Ok(())
+}
+
+/// Turns the engine's output deltas into provider events.
+fn apply(deltas: Vec<OutputDelta>, calls: &mut CallMap, out: &mut Assembler) {
+    for d in deltas {
+        match d {
+            OutputDelta::Content { text } => out.text(&text),
+            OutputDelta::ToolCallStart { index, id, name } => {
+                let ours = out.begin_call(Some(id), &name);
+                calls.0.push((index, ours));
+            }
+            OutputDelta::ToolCallArguments { index, fragment } => {
+                if let Some(ours) = calls.ours(index) {
+                    out.call_fragment(ours, &fragment);
+                }
+            }
+            OutputDelta::ToolCallEnd { index, .. } => {
+                if let Some(ours) = calls.ours(index) {
+                    out.end_call(ours);
+                }
+            }
+            // Cut off by `length`, a stop string or a cancel: the call stays open and is closed (and, being
+            // incomplete JSON, marked invalid) with the message.
+            OutputDelta::ToolCallIncomplete { index, .. } => {
+                tracing::debug!(index, "a tool call was cut off");
+            }
+        }
+    }
+}
+
+/// The engine's constraint for `request` (`None`: plain text, nothing to constrain).
+fn constraint_spec(request: &CompletionRequest) -> Option<ConstraintSpec> {
+    if request.tools.is_empty()
+        && request.response_format == ResponseFormat::Text
+        && request.tool_choice == ToolChoice::Auto
+    {
+        return None;
+    }
+    Some(ConstraintSpec {
+        tools: request.tools.clone(),
+        tool_choice: engine_tool_choice(&request.tool_choice),
+        parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
+        response_format: match &request.response_format {
+            ResponseFormat::Text => constraint::ResponseFormat::Text,
+            ResponseFormat::JsonObject => constraint::ResponseFormat::JsonObject,
+            ResponseFormat::JsonSchema {
+                name,
+                schema,
+                strict,
+            } => constraint::ResponseFormat::JsonSchema {
+                name: name.clone(),
+                schema: schema.clone(),
+                strict: *strict,
+            },
+        },
+        format: None,
+    })
+}
+
+fn engine_tool_choice(choice: &ToolChoice) -> constraint::ToolChoice {
+    match choice {
+        ToolChoice::Auto => constraint::ToolChoice::Auto,
+        ToolChoice::None => constraint::ToolChoice::None,
+        ToolChoice::Required => constraint::ToolChoice::Required,
+        ToolChoice::Tool { name } => constraint::ToolChoice::Named(name.clone()),
+    }
+}
+
+/// Renders `request` the way the engine's model expects (tools shown through the template or injected into the
+/// system message in `format`; see [`prompt::render_chat`]), with the generation prompt, and tokenizes it with
+/// special tokens parsed. BOS is prepended when the tokenizer wants one and the template did not write it.
+pub fn render_prompt(
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    format: ToolCallFormat,
+    request: &CompletionRequest,
+) -> Result<Vec<u32>, ProviderError> {
+    let text = prompt::render_chat(
+        template,
+        &wire::messages(request),
+        &request.tools,
+        &engine_tool_choice(&request.tool_choice),
+        format,
+    )
+    .map_err(ProviderError::from_engine)?;
+    let mut ids = tokenizer
+        .encode(&text, true)
+        .map_err(ProviderError::from_engine)?;
+    if let Some(bos) = tokenizer.bos_id().filter(|_| tokenizer.add_bos()) {
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
+        }
+    }
+    Ok(ids)
+}

@@ -1,0 +1,230 @@
+//! The LLM boundary (pi-ai's role): the agent talks to a model only through [`Provider`], so the same agent runs
+//! on the local engine ([`LocalProvider`]), on any OpenAI-compatible server such as vLLM ([`RemoteProvider`]),
+//! or on a script in tests ([`ScriptedProvider`]).
+//!
+//! **Errors are data.** [`Provider::stream`] never fails and never panics: every stream is `start`, deltas, then
+//! exactly one `done` or `error` event (see [`ProviderEvent`]). A failure before or during generation ends the
+//! stream with `error { reason: error }`, a cancellation with `error { reason: aborted }`; the error's
+//! [`ErrorKind`] says what went wrong. Invalid tool calls are data too (see [`ToolCall::invalid`]).
+
+mod assemble;
+mod events;
+pub mod local;
+pub mod remote;
+pub mod scripted;
+pub mod types;
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+pub use crate::tools::spec::ToolSpec;
+pub use assemble::check_tool_call;
+pub use events::{collect, Completion, CompletionError};
+pub use local::LocalProvider;
+pub use remote::{RemoteConfig, RemoteProvider};
+pub use scripted::{ScriptStep, ScriptedProvider, ScriptedReply};
+pub use types::*;
+
+use crate::engine::EngineError;
+
+/// The events of one completion; see [`ProviderEvent`] for the order they come in.
+pub type ProviderStream = Pin<Box<dyn futures::Stream<Item = ProviderEvent> + Send>>;
+
+/// A source of completions.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    /// Starts a completion. The stream is lazy (nothing is sent before it is first polled), ends with exactly one
+    /// terminal event, and stops the work behind it when `cancel` fires or when it is dropped.
+    fn stream(&self, request: CompletionRequest, cancel: CancellationToken) -> ProviderStream;
+
+    /// The size of `request`'s prompt as this provider's model would see it. `exact` says whether it is the
+    /// model tokenizer's count (equal to the `input` usage of a completion of the same request) or an estimate.
+    async fn count_tokens(&self, request: &CompletionRequest) -> Result<TokenCount, ProviderError>;
+
+    /// The models this provider serves, with their context windows and output limits. The first is the
+    /// default (used when a request's `model` is empty).
+    fn models(&self) -> Vec<ModelDescriptor>;
+}
+
+/// Every way a provider request can fail. What the caller should do is written on each variant.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The server could not be reached (refused, DNS, TLS). Check `base_url` and that the server runs.
+    #[error("cannot reach {url}: {message}")]
+    Connect { url: String, message: String },
+    /// The server rejected the credentials (HTTP 401/403). Check the API key (`api_key` / `api_key_env`).
+    #[error("authentication failed (HTTP {status}): {message} — check the API key")]
+    Auth { status: u16, message: String },
+    /// The server does not serve this model. Use one of the listed models.
+    #[error("unknown model `{model}`: {message}")]
+    UnknownModel { model: String, message: String },
+    /// The URL does not exist on the server (HTTP 404 for a path). `base_url` usually has to end in `/v1`.
+    #[error("{url} was not found on the server (HTTP 404): {message}")]
+    NotFound { url: String, message: String },
+    /// Too many requests, still after the retries. Wait and try again later.
+    #[error("rate limited (HTTP 429) after {attempts} attempts: {message}")]
+    RateLimited { attempts: u32, message: String },
+    /// The prompt plus `max_tokens` does not fit the model's context window. Compact the context and retry.
+    #[error("context window exceeded: {message}")]
+    ContextOverflow { message: String },
+    /// The server refused the request as malformed (HTTP 400/422). Fix the request; retrying will not help.
+    #[error("invalid request (HTTP {status}): {message}")]
+    InvalidRequest { status: u16, message: String },
+    /// The server failed (HTTP 5xx), still after the retries.
+    #[error("server error (HTTP {status}) after {attempts} attempts: {message}")]
+    Server {
+        status: u16,
+        attempts: u32,
+        message: String,
+    },
+    /// No response (`request`) or no data for too long while streaming (`idle`).
+    #[error("{what} timeout: nothing received for {:.1}s", after.as_secs_f64())]
+    Timeout { what: TimeoutKind, after: Duration },
+    /// The server sent something that is not the OpenAI streaming protocol (malformed SSE or JSON).
+    #[error("malformed response from the server: {0}")]
+    Protocol(String),
+    /// The local engine failed.
+    #[error("engine: {0}")]
+    Engine(#[source] EngineError),
+    /// The request asks for something this provider cannot do (e.g. an unsupported tool schema).
+    #[error("unsupported request: {0}")]
+    Unsupported(String),
+    /// The provider is misconfigured. Fix the configuration.
+    #[error("provider configuration: {0}")]
+    Config(String),
+    /// The request was cancelled.
+    #[error("cancelled")]
+    Cancelled,
+    /// A bug: an invariant broke inside the provider.
+    #[error("internal provider error: {0}")]
+    Internal(String),
+}
+
+/// Which timeout fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutKind {
+    /// Waiting for the response headers.
+    Request,
+    /// Waiting for the next chunk of a streaming response.
+    Idle,
+}
+
+impl std::fmt::Display for TimeoutKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeoutKind::Request => "request",
+            TimeoutKind::Idle => "idle",
+        })
+    }
+}
+
+/// [`ProviderError`]'s variant as serialisable data (the `kind` of an `error` event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    Connect,
+    Auth,
+    UnknownModel,
+    NotFound,
+    RateLimited,
+    ContextOverflow,
+    InvalidRequest,
+    Server,
+    Timeout,
+    Protocol,
+    Engine,
+    Unsupported,
+    Config,
+    Cancelled,
+    Internal,
+}
+
+impl ProviderError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ProviderError::Connect { .. } => ErrorKind::Connect,
+            ProviderError::Auth { .. } => ErrorKind::Auth,
+            ProviderError::UnknownModel { .. } => ErrorKind::UnknownModel,
+            ProviderError::NotFound { .. } => ErrorKind::NotFound,
+            ProviderError::RateLimited { .. } => ErrorKind::RateLimited,
+            ProviderError::ContextOverflow { .. } => ErrorKind::ContextOverflow,
+            ProviderError::InvalidRequest { .. } => ErrorKind::InvalidRequest,
+            ProviderError::Server { .. } => ErrorKind::Server,
+            ProviderError::Timeout { .. } => ErrorKind::Timeout,
+            ProviderError::Protocol(_) => ErrorKind::Protocol,
+            ProviderError::Engine(_) => ErrorKind::Engine,
+            ProviderError::Unsupported(_) => ErrorKind::Unsupported,
+            ProviderError::Config(_) => ErrorKind::Config,
+            ProviderError::Cancelled => ErrorKind::Cancelled,
+            ProviderError::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// The engine's errors: a too-long prompt is a context overflow, a bad request (sampling, tools, schemas,
+    /// `tool_choice`, `response_format`) an invalid request, anything else an engine error.
+    pub fn from_engine(e: EngineError) -> Self {
+        match e {
+            EngineError::PromptTooLong { .. } => ProviderError::ContextOverflow {
+                message: e.to_string(),
+            },
+            EngineError::InvalidSampling(_)
+            | EngineError::EmptyPrompt
+            | EngineError::InvalidSchema { .. }
+            | EngineError::UnsupportedSchemaKeyword { .. }
+            | EngineError::EmptyLanguage { .. }
+            | EngineError::InvalidGrammar(_)
+            | EngineError::InvalidTool { .. }
+            | EngineError::DuplicateToolName(_)
+            | EngineError::InvalidToolChoice(_)
+            | EngineError::InvalidResponseFormat(_) => ProviderError::InvalidRequest {
+                status: 400,
+                message: e.to_string(),
+            },
+            other => ProviderError::Engine(other),
+        }
+    }
+}
+
+/// The model a request names, or the provider's default (its first model) when it names none.
+pub(crate) fn model_or_default(request: &CompletionRequest, models: &[ModelDescriptor]) -> String {
+    if request.model.is_empty() {
+        models.first().map(|m| m.id.clone()).unwrap_or_default()
+    } else {
+        request.model.clone()
+    }
+}
+
+/// A tokenizer-free estimate of a request's prompt size: one token per 4 characters of every text the prompt
+/// carries (system, messages, tool calls, tool schemas) plus 4 tokens of framing per message. Deterministic.
+pub fn estimate_tokens(request: &CompletionRequest) -> u64 {
+    let mut chars = request.system.as_deref().map_or(0, |s| s.chars().count());
+    let mut messages = u64::from(request.system.is_some());
+    for m in &request.messages {
+        messages += 1;
+        chars += match m {
+            Message::User(u) => u.content.chars().count(),
+            Message::ToolResult(r) => r.content.chars().count() + r.tool_name.chars().count(),
+            Message::Assistant(a) => a
+                .content
+                .iter()
+                .map(|b| match b {
+                    ContentBlock::Text { text } => text.chars().count(),
+                    ContentBlock::Thinking { .. } => 0,
+                    ContentBlock::ToolCall(c) => {
+                        c.name.chars().count() + c.arguments_text().chars().count()
+                    }
+                })
+                .sum(),
+        };
+    }
+    for t in &request.tools {
+        chars += t.name.chars().count()
+            + t.description.chars().count()
+            + t.parameters.to_string().chars().count();
+    }
+    (chars as u64).div_ceil(4) + 4 * messages
+}

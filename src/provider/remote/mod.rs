@@ -1,0 +1,215 @@
+//! [`RemoteProvider`]: any OpenAI-compatible Chat Completions server, vLLM first (`vllm serve …
+//! --enable-auto-tool-choice --tool-call-parser hermes`; see `configs/remote-vllm.toml`).
+//!
+//! Files: `config` (settings and their validation), `wire` (request JSON, chunk types), `http` (timeouts,
+//! retries, error classification), `sse` (event-stream parsing), `chunks` (assembling tool-call deltas by
+//! index), `stream` (one completion end to end), `tokenize` (`count_tokens`).
+//!
+//! Tool calls from a remote model are not constrained by us, so every call's final arguments are checked
+//! against the tool's schema; a bad call arrives marked invalid (see [`ToolCall::invalid`](super::ToolCall))
+//! for the agent to answer with an error result.
+
+mod chunks;
+pub mod config;
+mod http;
+pub mod sse;
+mod stream;
+mod tokenize;
+pub mod wire;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{Compat, MaxTokensField, RemoteConfig, Retry, Timeouts};
+
+use super::events::spawn_stream;
+use super::{
+    CompletionRequest, ModelDescriptor, Provider, ProviderError, ProviderStream, TimeoutKind,
+    TokenCount,
+};
+use config::Resolved;
+
+/// State shared by every request of one provider.
+pub(crate) struct Shared {
+    config: RemoteConfig,
+    resolved: Resolved,
+    client: reqwest::Client,
+    models: RwLock<Vec<ModelDescriptor>>,
+    /// The server answered 404/405 to `/tokenize`: do not ask again.
+    tokenize_missing: AtomicBool,
+    local_tokenizer: tokio::sync::OnceCell<Option<Arc<tokenize::LocalTokenizer>>>,
+}
+
+impl Shared {
+    fn models(&self) -> Vec<ModelDescriptor> {
+        self.models
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// `base_url/path`.
+    fn endpoint(&self, path: &str) -> reqwest::Url {
+        let mut url = self.resolved.base_url.clone();
+        let joined = format!("{}/{path}", url.path().trim_end_matches('/'));
+        url.set_path(&joined);
+        url
+    }
+
+    /// `path` at the server root: the base URL without its trailing `/v1` (where vLLM serves `/tokenize`).
+    fn root_endpoint(&self, path: &str) -> reqwest::Url {
+        let mut url = self.resolved.base_url.clone();
+        let base = url.path().trim_end_matches('/');
+        let root = base.strip_suffix("/v1").unwrap_or(base);
+        let joined = format!("{root}/{path}");
+        url.set_path(&joined);
+        url
+    }
+}
+
+/// An OpenAI-compatible server as a [`Provider`]. Cheap to clone.
+#[derive(Clone)]
+pub struct RemoteProvider {
+    shared: Arc<Shared>,
+}
+
+impl RemoteProvider {
+    /// Validates `config` and builds the HTTP client. Sends nothing (see [`discover`](Self::discover)).
+    pub fn new(config: RemoteConfig) -> Result<Self, ProviderError> {
+        let resolved = config.resolve()?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(resolved.connect)
+            .tcp_nodelay(true)
+            .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let context_window = config.context_window.unwrap_or(0);
+        let models = vec![ModelDescriptor {
+            id: config.model.clone(),
+            context_window,
+            max_output_tokens: config.max_output_tokens.unwrap_or(context_window),
+        }];
+        Ok(Self {
+            shared: Arc::new(Shared {
+                config,
+                resolved,
+                client,
+                models: RwLock::new(models),
+                tokenize_missing: AtomicBool::new(false),
+                local_tokenizer: tokio::sync::OnceCell::new(),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &RemoteConfig {
+        &self.shared.config
+    }
+
+    /// Asks the server which models it serves (`GET /models`), checks that the configured model is one of them,
+    /// and fills in context windows the config left out from vLLM's `max_model_len`. Returns the new
+    /// [`models`](Provider::models). Errors: unreachable server, wrong key, unknown model (naming the served
+    /// ones).
+    pub async fn discover(&self) -> Result<Vec<ModelDescriptor>, ProviderError> {
+        #[derive(Deserialize)]
+        struct List {
+            data: Vec<Entry>,
+        }
+        #[derive(Deserialize)]
+        struct Entry {
+            id: String,
+            #[serde(default)]
+            max_model_len: Option<u64>,
+        }
+        let shared = &self.shared;
+        let url = shared.endpoint("models");
+        let mut req = shared
+            .client
+            .get(url.clone())
+            .headers(shared.resolved.headers.clone());
+        if let Some(key) = &shared.resolved.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = tokio::time::timeout(shared.resolved.request, req.send())
+            .await
+            .map_err(|_| ProviderError::Timeout {
+                what: TimeoutKind::Request,
+                after: shared.resolved.request,
+            })?
+            .map_err(|e| ProviderError::Connect {
+                url: url.to_string(),
+                message: http::error_chain(&e),
+            })?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| ProviderError::Protocol(format!("reading {url}: {e}")))?;
+        if !(200..300).contains(&status) {
+            return Err(http::classify(
+                status,
+                wire::error_message(&text),
+                &url,
+                "",
+                1,
+            ));
+        }
+        let list: List = serde_json::from_str(&text).map_err(|e| {
+            ProviderError::Protocol(format!("{url} did not answer a model list: {e}"))
+        })?;
+        let cfg = &shared.config;
+        let Some(entry) = list.data.iter().find(|m| m.id == cfg.model) else {
+            let served: Vec<&str> = list.data.iter().map(|m| m.id.as_str()).collect();
+            return Err(ProviderError::UnknownModel {
+                model: cfg.model.clone(),
+                message: format!("the server serves: {}", served.join(", ")),
+            });
+        };
+        let descriptor = |id: &str, len: Option<u64>, window: Option<u64>, out: Option<u64>| {
+            let context_window = window.or(len).unwrap_or(0);
+            ModelDescriptor {
+                id: id.to_string(),
+                context_window,
+                max_output_tokens: out.unwrap_or(context_window),
+            }
+        };
+        let mut models = vec![descriptor(
+            &entry.id,
+            entry.max_model_len,
+            cfg.context_window,
+            cfg.max_output_tokens,
+        )];
+        models.extend(
+            list.data
+                .iter()
+                .filter(|m| m.id != cfg.model)
+                .map(|m| descriptor(&m.id, m.max_model_len, None, None)),
+        );
+        match shared.models.write() {
+            Ok(mut m) => *m = models.clone(),
+            Err(p) => *p.into_inner() = models.clone(),
+        }
+        Ok(models)
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for RemoteProvider {
+    fn stream(&self, request: CompletionRequest, cancel: CancellationToken) -> ProviderStream {
+        let shared = self.shared.clone();
+        spawn_stream(cancel, move |tx, cancel| {
+            stream::run(shared, request, tx, cancel)
+        })
+    }
+
+    /// The server's `/tokenize`, else the local `remote.tokenizer`, else an estimate (`exact: false`).
+    async fn count_tokens(&self, request: &CompletionRequest) -> Result<TokenCount, ProviderError> {
+        tokenize::count(&self.shared, request).await
+    }
+
+    fn models(&self) -> Vec<ModelDescriptor> {
+        self.shared.models()
+    }
+}

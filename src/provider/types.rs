@@ -1,0 +1,487 @@
+//! The provider boundary's data: the conversation a model sees ([`Message`]), what is asked of it
+//! ([`CompletionRequest`]), and what streams back ([`ProviderEvent`], ending in an [`AssistantMessage`] with
+//! [`Usage`] and a [`StopReason`]). Every type is plain serde data so transcripts, sessions and logs can store it.
+//!
+//! JSON shapes: messages are tagged by `role` (`user` | `assistant` | `tool_result`), like Pi's and OpenAI's
+//! messages; content blocks, events, tool choices and response formats are tagged by `type`; all tags are
+//! snake_case.
+
+use serde::{Deserialize, Serialize};
+
+use super::ToolSpec;
+use crate::engine::sampler::SamplingParams;
+
+/// One message of the conversation the model sees (the system prompt travels separately, in
+/// [`CompletionRequest::system`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    User(UserMessage),
+    Assistant(AssistantMessage),
+    ToolResult(ToolResultMessage),
+}
+
+impl Message {
+    /// A user message with this text.
+    pub fn user(text: impl Into<String>) -> Self {
+        Message::User(UserMessage {
+            content: text.into(),
+        })
+    }
+
+    /// A tool result answering `call`.
+    pub fn tool_result(call: &ToolCall, content: impl Into<String>, is_error: bool) -> Self {
+        Message::ToolResult(ToolResultMessage {
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            content: content.into(),
+            is_error,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserMessage {
+    pub content: String,
+}
+
+/// What the model said: text, reasoning and tool calls, in the order they were produced.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    pub content: Vec<ContentBlock>,
+}
+
+impl AssistantMessage {
+    /// All text blocks, concatenated.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// All thinking blocks, concatenated.
+    pub fn thinking(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Thinking { thinking } => Some(thinking.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The tool calls, in call order.
+    pub fn tool_calls(&self) -> Vec<&ToolCall> {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::ToolCall(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// One piece of an assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    /// Reasoning the model produced before answering (`reasoning_content` on vLLM). Never sent back to a model.
+    Thinking {
+        thinking: String,
+    },
+    ToolCall(ToolCall),
+}
+
+/// A tool call as the model made it.
+///
+/// **Invalid calls are data, not errors.** When the model named a tool that was not offered, or wrote
+/// arguments that are not JSON or do not match the tool's schema, the call still arrives (in events and in the
+/// final message) with [`invalid`](Self::invalid) set. The agent must not execute such a call; it answers it
+/// with `Message::tool_result(&call, invalid.message_for_model(), true)` so the model can correct itself on the
+/// next turn. On the local engine calls are grammar-constrained and `invalid` is always `None`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Unique within the conversation (`call_…`); the matching tool result carries it back.
+    pub id: String,
+    pub name: String,
+    /// The parsed arguments (a JSON object for a valid call). `Null` when the model's text was not JSON; the
+    /// text itself is then in [`InvalidToolCall::raw_arguments`].
+    pub arguments: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<InvalidToolCall>,
+}
+
+impl ToolCall {
+    /// A valid call.
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: serde_json::Value,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+            invalid: None,
+        }
+    }
+
+    /// The arguments as the JSON text a model wrote (or would have written): what goes back on the wire.
+    pub fn arguments_text(&self) -> String {
+        match &self.invalid {
+            Some(InvalidToolCall {
+                raw_arguments: Some(raw),
+                ..
+            }) => raw.clone(),
+            _ => self.arguments.to_string(),
+        }
+    }
+}
+
+/// Why a tool call cannot be executed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InvalidToolCall {
+    pub kind: InvalidToolCallKind,
+    /// What is wrong, in words meant for the model (it names the tool, the problem and what was received).
+    pub message: String,
+    /// The arguments text exactly as received, when it could not be parsed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_arguments: Option<String>,
+}
+
+impl InvalidToolCall {
+    /// The text of the `is_error` tool result the agent sends back for this call.
+    pub fn message_for_model(&self) -> &str {
+        &self.message
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvalidToolCallKind {
+    /// The name is not one of the request's tools.
+    UnknownTool,
+    /// The arguments are not a JSON document.
+    InvalidJson,
+    /// The arguments are JSON but break the tool's schema.
+    SchemaViolation,
+}
+
+/// The answer to a tool call. `content` is what the model reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultMessage {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub content: String,
+    #[serde(default)]
+    pub is_error: bool,
+}
+
+/// Token accounting of one completion. On the local engine every number is exact; remote numbers are the
+/// server's (zero when it sent none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens, including the cached ones.
+    pub input: u64,
+    /// Generated tokens.
+    pub output: u64,
+    /// Prompt tokens whose KV state was reused (prefix cache).
+    pub cached_input: u64,
+    /// `input + output`.
+    pub total: u64,
+}
+
+impl Usage {
+    pub fn new(input: u64, output: u64, cached_input: u64) -> Self {
+        Self {
+            input,
+            output,
+            cached_input,
+            total: input + output,
+        }
+    }
+}
+
+/// Why a completion ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model finished (end of turn or a stop string).
+    Stop,
+    /// `max_tokens` or the context window was reached; the message may be cut mid-sentence or mid-call.
+    Length,
+    /// The model called tools and waits for their results.
+    ToolUse,
+    /// The request failed.
+    Error,
+    /// The request was cancelled.
+    Aborted,
+}
+
+/// How a failed stream ended (the `reason` of [`ProviderEvent::Error`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorReason {
+    Error,
+    Aborted,
+}
+
+/// Which tools the model may or must call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// Text, tool calls, or both.
+    #[default]
+    Auto,
+    /// Text only.
+    None,
+    /// At least one tool call.
+    Required,
+    /// Exactly this tool.
+    Tool { name: String },
+}
+
+/// The shape of the answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    #[default]
+    Text,
+    /// Any single JSON object.
+    JsonObject,
+    /// A JSON document of this schema.
+    JsonSchema {
+        name: String,
+        schema: serde_json::Value,
+        #[serde(default)]
+        strict: bool,
+    },
+}
+
+/// Sampling settings; `None` leaves the provider's default (the server's, on a remote).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Sampling {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub seed: Option<u64>,
+}
+
+impl Sampling {
+    /// Greedy decoding (temperature 0).
+    pub fn greedy() -> Self {
+        Self {
+            temperature: Some(0.0),
+            ..Self::default()
+        }
+    }
+
+    /// The engine's parameters: set fields override the engine defaults.
+    pub fn to_engine(&self) -> SamplingParams {
+        let d = SamplingParams::default();
+        SamplingParams {
+            temperature: self.temperature.unwrap_or(d.temperature),
+            top_k: self.top_k.map_or(d.top_k, |k| k as usize),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            min_p: self.min_p.unwrap_or(d.min_p),
+            repetition_penalty: self.repetition_penalty.unwrap_or(d.repetition_penalty),
+            repeat_last_n: d.repeat_last_n,
+            presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
+            seed: self.seed.or(d.seed),
+        }
+    }
+}
+
+/// One request to a model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompletionRequest {
+    /// The model id; empty means the provider's default model.
+    pub model: String,
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: ToolChoice,
+    /// `Some(false)`: at most one tool call. `None`: the provider's default (allowed).
+    pub parallel_tool_calls: Option<bool>,
+    pub response_format: ResponseFormat,
+    pub sampling: Sampling,
+    /// Most tokens to generate; `None` leaves it to the provider (the local engine stops at the context window).
+    pub max_tokens: Option<u32>,
+    /// Stop strings (not included in the output).
+    pub stop: Vec<String>,
+    /// Names the conversation so the local engine can reuse its KV prefix (an agent session id, say).
+    pub cache_key: Option<String>,
+}
+
+impl CompletionRequest {
+    /// A request with one user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self {
+            messages: vec![Message::user(text)],
+            ..Self::default()
+        }
+    }
+}
+
+/// What a provider's stream yields. A stream is `start`, then deltas, then exactly one `done` or `error`, and
+/// nothing after that.
+///
+/// Tool calls stream as `tool_call_start` (index, id and name known), `tool_call_delta` (argument text as it is
+/// produced; concatenated, the fragments are the call's arguments text) and `tool_call_end` (the parsed,
+/// validated call). `index` counts the calls of this message from 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ProviderEvent {
+    Start {
+        model: String,
+    },
+    TextDelta {
+        delta: String,
+    },
+    ThinkingDelta {
+        delta: String,
+    },
+    ToolCallStart {
+        index: usize,
+        id: String,
+        name: String,
+    },
+    ToolCallDelta {
+        index: usize,
+        arguments_fragment: String,
+    },
+    ToolCallEnd {
+        index: usize,
+        call: ToolCall,
+    },
+    Done {
+        stop_reason: StopReason,
+        usage: Usage,
+        message: AssistantMessage,
+    },
+    /// The stream failed (`reason: error`) or was cancelled (`reason: aborted`). `partial` holds what arrived
+    /// before; `kind` classifies the failure (see [`super::ProviderError`]) so a caller can decide to retry,
+    /// compact the context, or give up.
+    Error {
+        reason: ErrorReason,
+        kind: super::ErrorKind,
+        message: String,
+        usage: Usage,
+        partial: AssistantMessage,
+    },
+}
+
+impl ProviderEvent {
+    /// Whether this event ends the stream.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            ProviderEvent::Done { .. } | ProviderEvent::Error { .. }
+        )
+    }
+}
+
+/// A prompt's size in tokens. `exact: false` marks an estimate (no tokenizer for the model was available).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCount {
+    pub tokens: u64,
+    pub exact: bool,
+}
+
+/// A model a provider serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelDescriptor {
+    pub id: String,
+    /// Prompt plus output, in tokens.
+    pub context_window: u64,
+    /// Most tokens one completion may generate.
+    pub max_output_tokens: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_serialise_with_snake_case_tags() {
+        let call = ToolCall::new("call_1", "read", json!({"path": "a"}));
+        let msg = Message::Assistant(AssistantMessage {
+            content: vec![
+                ContentBlock::Text { text: "hi".into() },
+                ContentBlock::ToolCall(call.clone()),
+            ],
+        });
+        assert_eq!(
+            serde_json::to_value(&msg).unwrap(),
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "hi"},
+                {"type": "tool_call", "id": "call_1", "name": "read", "arguments": {"path": "a"}}
+            ]})
+        );
+        let result = Message::tool_result(&call, "boom", true);
+        assert_eq!(
+            serde_json::to_value(&result).unwrap(),
+            json!({"role": "tool_result", "tool_call_id": "call_1", "tool_name": "read", "content": "boom",
+                   "is_error": true})
+        );
+        let back: Message = serde_json::from_value(serde_json::to_value(&msg).unwrap()).unwrap();
+        assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn events_and_choices_are_tagged_by_type() {
+        let ev = ProviderEvent::ToolCallDelta {
+            index: 0,
+            arguments_fragment: "{\"a".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&ev).unwrap(),
+            json!({"type": "tool_call_delta", "index": 0, "arguments_fragment": "{\"a"})
+        );
+        assert_eq!(
+            serde_json::to_value(ToolChoice::Tool { name: "x".into() }).unwrap(),
+            json!({"type": "tool", "name": "x"})
+        );
+        assert_eq!(
+            serde_json::to_value(StopReason::ToolUse).unwrap(),
+            json!("tool_use")
+        );
+        let req: CompletionRequest =
+            serde_json::from_value(json!({"messages": [{"role": "user", "content": "hi"}]}))
+                .unwrap();
+        assert_eq!(req, CompletionRequest::user("hi"));
+    }
+
+    #[test]
+    fn invalid_call_keeps_the_raw_arguments_for_the_wire() {
+        let call = ToolCall {
+            invalid: Some(InvalidToolCall {
+                kind: InvalidToolCallKind::InvalidJson,
+                message: "not JSON".into(),
+                raw_arguments: Some("{oops".into()),
+            }),
+            ..ToolCall::new("c", "read", serde_json::Value::Null)
+        };
+        assert_eq!(call.arguments_text(), "{oops");
+        assert_eq!(
+            ToolCall::new("c", "read", json!({"a": 1})).arguments_text(),
+            "{\"a\":1}"
+        );
+    }
+}

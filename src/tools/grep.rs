@@ -1,0 +1,290 @@
+//! `grep {pattern, path?, glob?, ignore_case?, literal?, context?, limit?}`: searches file contents with
+//! ripgrep's crates (`grep-regex` matcher, `grep-searcher`, `ignore` walker), so `.gitignore` is respected and
+//! binary files are skipped. Output lines are `path:line: text` for matches and `path-line- text` for context,
+//! long lines cut at 500 characters, at most `limit` matches, with a note when a limit was hit.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::find::{walk_builder, PathGlob};
+use super::policy::resolve_path;
+use super::spec::ToolSpec;
+use super::tool::{
+    builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
+};
+use super::truncate::{
+    format_size, truncate_head, truncate_line, Limits, DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS,
+};
+
+/// Matches returned when the call gives no limit.
+pub const DEFAULT_GREP_LIMIT: usize = 100;
+/// Most context lines allowed on each side of a match.
+const MAX_CONTEXT: usize = 50;
+
+/// Arguments of `grep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GrepArgs {
+    /// Regular expression to search for (Rust regex syntax), or a plain string when `literal` is true.
+    pub pattern: String,
+    /// Directory or file to search. Defaults to the working directory.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only search files whose name matches this glob, e.g. '*.rs' (a glob containing '/' matches the path
+    /// relative to the search directory).
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// Match case-insensitively.
+    #[serde(default)]
+    pub ignore_case: Option<bool>,
+    /// Treat the pattern as a literal string instead of a regular expression.
+    #[serde(default)]
+    pub literal: Option<bool>,
+    /// Number of lines to show before and after each match.
+    #[serde(default)]
+    pub context: Option<usize>,
+    /// Maximum number of matches to return (default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// The `grep` tool.
+pub struct GrepTool {
+    spec: ToolSpec,
+}
+
+impl GrepTool {
+    pub fn new() -> Self {
+        Self {
+            spec: builtin_spec::<GrepArgs>(
+                "grep",
+                "Search file contents for a regex (or a literal string). Returns matching lines as \
+                 'path:line: text', with context lines as 'path-line- text'. Respects .gitignore and skips binary \
+                 files. Output is limited to 100 matches by default; long lines are cut at 500 characters.",
+            ),
+        }
+    }
+}
+
+impl Default for GrepTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Everything one search produces.
+#[derive(Default)]
+struct Found {
+    lines: Vec<String>,
+    matches: usize,
+    limit_reached: bool,
+    lines_cut: bool,
+    files_with_matches: usize,
+}
+
+/// Collects one file's matches and context lines into `found`.
+struct Collector<'a> {
+    shown: &'a str,
+    found: &'a mut Found,
+    limit: usize,
+}
+
+impl Collector<'_> {
+    fn push(&mut self, line_number: Option<u64>, sep: char, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        let text = text.trim_end_matches(['\n', '\r']);
+        let (text, cut) = truncate_line(text, GREP_MAX_LINE_CHARS);
+        self.found.lines_cut |= cut;
+        let n = line_number.unwrap_or(0);
+        self.found
+            .lines
+            .push(format!("{}{sep}{n}{sep} {text}", self.shown));
+    }
+}
+
+impl Sink for Collector<'_> {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
+        let first = mat.line_number();
+        for (i, line) in mat.lines().enumerate() {
+            if self.found.matches >= self.limit {
+                self.found.limit_reached = true;
+                return Ok(false);
+            }
+            self.found.matches += 1;
+            self.push(first.map(|n| n + i as u64), ':', line);
+        }
+        Ok(true)
+    }
+
+    fn context(&mut self, _: &Searcher, ctx: &SinkContext<'_>) -> Result<bool, Self::Error> {
+        self.push(ctx.line_number(), '-', ctx.bytes());
+        Ok(true)
+    }
+}
+
+/// One search request, validated.
+struct Request {
+    matcher: RegexMatcher,
+    glob: Option<PathGlob>,
+    context: usize,
+    limit: usize,
+}
+
+fn search(root: &Path, shown_root: &str, request: &Request, cancel: &CancellationToken) -> Found {
+    let mut searcher = SearcherBuilder::new()
+        .line_number(true)
+        .before_context(request.context)
+        .after_context(request.context)
+        .binary_detection(BinaryDetection::quit(0))
+        .build();
+    let mut found = Found::default();
+    if root.is_file() {
+        search_file(&mut searcher, request, root, shown_root, &mut found);
+        return found;
+    }
+    for entry in walk_builder(root).build() {
+        if cancel.is_cancelled() || found.limit_reached {
+            break;
+        }
+        let Ok(entry) = entry else { continue };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let Ok(relative) = entry.path().strip_prefix(root) else {
+            continue;
+        };
+        if request.glob.as_ref().is_some_and(|g| !g.is_match(relative)) {
+            continue;
+        }
+        let shown = relative.to_string_lossy().into_owned();
+        search_file(&mut searcher, request, entry.path(), &shown, &mut found);
+    }
+    found
+}
+
+fn search_file(
+    searcher: &mut Searcher,
+    request: &Request,
+    path: &Path,
+    shown: &str,
+    found: &mut Found,
+) {
+    let before = found.matches;
+    let mut collector = Collector {
+        shown,
+        found,
+        limit: request.limit,
+    };
+    // An unreadable file is skipped, as ripgrep does.
+    let _ = searcher.search_path(&request.matcher, path, &mut collector);
+    if found.matches > before {
+        found.files_with_matches += 1;
+    }
+}
+
+#[async_trait]
+impl Tool for GrepTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn tags(&self) -> &[PolicyTag] {
+        &[PolicyTag::ReadOnly]
+    }
+
+    async fn call(
+        &self,
+        args: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let args: GrepArgs = parse_arguments("grep", args)?;
+        let shown_root = args.path.clone().unwrap_or_else(|| ".".into());
+        let root = resolve_path(ctx, &shown_root)?;
+        if !root.exists() {
+            return Err(ToolError::RespondToModel(format!(
+                "{shown_root} does not exist."
+            )));
+        }
+        if args.pattern.is_empty() {
+            return Err(ToolError::RespondToModel("pattern is empty.".into()));
+        }
+        let matcher = RegexMatcherBuilder::new()
+            .case_insensitive(args.ignore_case.unwrap_or(false))
+            .fixed_strings(args.literal.unwrap_or(false))
+            .line_terminator(Some(b'\n'))
+            .build(&args.pattern)
+            .map_err(|e| {
+                ToolError::RespondToModel(format!("Invalid regex '{}': {e}", args.pattern))
+            })?;
+        let glob = args
+            .glob
+            .as_deref()
+            .map(PathGlob::new)
+            .transpose()
+            .map_err(ToolError::RespondToModel)?;
+        let request = Request {
+            matcher,
+            glob,
+            context: args.context.unwrap_or(0).min(MAX_CONTEXT),
+            limit: args.limit.unwrap_or(DEFAULT_GREP_LIMIT).max(1),
+        };
+        let limit = request.limit;
+        let (walk_root, cancel) = (root.clone(), ctx.cancel.clone());
+        let file_label = shown_root.clone();
+        let found =
+            tokio::task::spawn_blocking(move || search(&walk_root, &file_label, &request, &cancel))
+                .await
+                .map_err(|e| ToolError::Fatal(format!("grep task failed: {e}")))?;
+
+        if found.matches == 0 {
+            return Ok(ToolOutput::new(
+                "No matches found",
+                json!({ "path": root, "matches": 0, "files": 0, "limit_reached": false }),
+            ));
+        }
+        let truncation = truncate_head(
+            &found.lines.join("\n"),
+            Limits {
+                max_lines: usize::MAX,
+                max_bytes: DEFAULT_MAX_BYTES,
+            },
+        );
+        let mut notes = Vec::new();
+        if found.limit_reached {
+            notes.push(format!(
+                "{limit} matches limit reached. Use limit={} for more, or refine pattern",
+                limit.saturating_mul(2)
+            ));
+        }
+        if truncation.truncated() {
+            notes.push(format!("{} limit reached", format_size(DEFAULT_MAX_BYTES)));
+        }
+        if found.lines_cut {
+            notes.push(format!(
+                "Some lines truncated to {GREP_MAX_LINE_CHARS} chars. Use read to see full lines"
+            ));
+        }
+        let mut content = truncation.content.clone();
+        if !notes.is_empty() {
+            content = format!("{content}\n\n[{}]", notes.join(". "));
+        }
+        Ok(ToolOutput::new(
+            content,
+            json!({
+                "path": root,
+                "matches": found.matches,
+                "files": found.files_with_matches,
+                "limit_reached": found.limit_reached,
+                "lines_truncated": found.lines_cut,
+            }),
+        ))
+    }
+}

@@ -1,0 +1,299 @@
+//! `ToolSpec`: what the model is told about a tool (name, description, JSON Schema of the arguments) and the
+//! single place a tool's schema is admitted.
+//!
+//! A spec comes from a Rust type (`schemars`, for our own tools) or from raw JSON (the OpenAI `tools` field). Either
+//! way it is validated once: the name, the schema against its meta-schema (the `jsonschema` crate, error naming the
+//! location), and llguidance's ability to enforce it exactly (error naming the keyword). The local engine turns the
+//! schema into a grammar; the agent's tool pipeline and the remote provider check arguments with
+//! [`ToolSpec::validate_arguments`].
+
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::engine::constraint::schema;
+use crate::engine::error::{EngineError, Result};
+
+/// The longest tool name accepted (OpenAI's limit).
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+
+/// A tool as the model sees it.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// `[A-Za-z0-9_.-]{1,64}`: the name the model writes in a call.
+    pub name: String,
+    /// What the tool does and when to use it, for the model.
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    #[serde(default = "empty_object_schema")]
+    pub parameters: Value,
+    /// The compiled validator for `parameters` (rebuilt if `parameters` changes).
+    #[serde(skip)]
+    compiled: Arc<Mutex<Option<(Value, Arc<jsonschema::Validator>)>>>,
+}
+
+fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+impl std::fmt::Debug for ToolSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSpec")
+            .field("name", &self.name)
+            .field("description", &self.description)
+            .field("parameters", &self.parameters)
+            .finish()
+    }
+}
+
+impl PartialEq for ToolSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.description == other.description
+            && self.parameters == other.parameters
+    }
+}
+
+impl ToolSpec {
+    /// A validated spec. Errors: [`EngineError::InvalidTool`] (name, non-object parameters),
+    /// [`EngineError::InvalidSchema`], [`EngineError::UnsupportedSchemaKeyword`], [`EngineError::EmptyLanguage`].
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+    ) -> Result<Self> {
+        let spec = Self::new_unchecked(name, description, parameters);
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// A spec that has not been validated (call [`validate`](Self::validate) before trusting it).
+    pub fn new_unchecked(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            compiled: Arc::default(),
+        }
+    }
+
+    /// The spec of a tool whose arguments deserialize into `T`: the schema is derived with `schemars` (doc
+    /// comments become descriptions), then validated like any other.
+    pub fn from_type<T: schemars::JsonSchema>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Result<Self> {
+        let name = name.into();
+        let mut parameters = serde_json::to_value(schemars::schema_for!(T)).map_err(|e| {
+            EngineError::InvalidTool {
+                name: name.clone(),
+                message: format!("derived schema does not serialize: {e}"),
+            }
+        })?;
+        if let Value::Object(map) = &mut parameters {
+            // Noise for the model; the draft is the default one anyway.
+            map.remove("$schema");
+            map.remove("title");
+        }
+        Self::new(name, description, parameters)
+    }
+
+    /// One entry of an OpenAI `tools` array (`{"type": "function", "function": {name, description, parameters}}`)
+    /// or a bare `{name, description, parameters}` object, validated.
+    pub fn from_openai(tool: &Value) -> Result<Self> {
+        let invalid = |message: String| EngineError::InvalidTool {
+            name: tool
+                .pointer("/function/name")
+                .or_else(|| tool.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_string(),
+            message,
+        };
+        if let Some(kind) = tool.get("type").and_then(Value::as_str) {
+            if kind != "function" {
+                return Err(invalid(format!(
+                    "tool type `{kind}` is not supported (only `function`)"
+                )));
+            }
+        }
+        let function = tool.get("function").unwrap_or(tool);
+        let name = function
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| invalid("missing `name`".into()))?;
+        let description = match function.get("description") {
+            None | Some(Value::Null) => "",
+            Some(Value::String(s)) => s,
+            Some(_) => return Err(invalid("`description` must be a string".into())),
+        };
+        let parameters = match function.get("parameters") {
+            None | Some(Value::Null) => empty_object_schema(),
+            Some(p) => p.clone(),
+        };
+        Self::new(name, description, parameters)
+    }
+
+    /// Parses an OpenAI `tools` array.
+    pub fn list_from_openai(tools: &Value) -> Result<Vec<Self>> {
+        let items = tools.as_array().ok_or_else(|| EngineError::InvalidTool {
+            name: "?".into(),
+            message: "`tools` must be an array".into(),
+        })?;
+        items.iter().map(Self::from_openai).collect()
+    }
+
+    /// The OpenAI `tools` entry for this spec (what chat templates that render tools expect).
+    pub fn to_openai(&self) -> Value {
+        serde_json::json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            }
+        })
+    }
+
+    /// Checks the name and the schema (see [`new`](Self::new) for the errors).
+    pub fn validate(&self) -> Result<()> {
+        let bad_name = self.name.is_empty()
+            || self.name.len() > MAX_TOOL_NAME_LEN
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if bad_name {
+            return Err(EngineError::InvalidTool {
+                name: self.name.clone(),
+                message: format!(
+                    "a name must be 1 to {MAX_TOOL_NAME_LEN} ASCII letters, digits, `_`, `-` or `.`"
+                ),
+            });
+        }
+        match &self.parameters {
+            Value::Object(map) => {
+                if let Some(kind) = map.get("type") {
+                    if kind != "object" {
+                        return Err(EngineError::InvalidTool {
+                            name: self.name.clone(),
+                            message: format!(
+                                "`parameters` must describe an object, not `\"type\": {kind}`"
+                            ),
+                        });
+                    }
+                }
+            }
+            Value::Bool(_) => {}
+            other => {
+                return Err(EngineError::InvalidTool {
+                    name: self.name.clone(),
+                    message: format!("`parameters` must be a JSON Schema object, got {other}"),
+                })
+            }
+        }
+        schema::check(&self.parameters, &format!("tool `{}`", self.name))
+    }
+
+    /// Checks a call's arguments against `parameters`. `Err` lists every violation as `"/path: message"`
+    /// (`/` is the arguments object itself); a schema that does not compile is reported the same way.
+    pub fn validate_arguments(&self, arguments: &Value) -> std::result::Result<(), Vec<String>> {
+        let validator = self.validator().map_err(|e| vec![format!("/: {e}")])?;
+        let errors = schema::violations(&validator, arguments);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The compiled validator, built once per `parameters` value.
+    fn validator(&self) -> Result<Arc<jsonschema::Validator>> {
+        let mut cache = self
+            .compiled
+            .lock()
+            .map_err(|_| EngineError::Internal("tool validator cache poisoned".into()))?;
+        if let Some((params, validator)) = cache.as_ref() {
+            if *params == self.parameters {
+                return Ok(validator.clone());
+            }
+        }
+        let validator = Arc::new(schema::validator(&self.parameters)?);
+        *cache = Some((self.parameters.clone(), validator.clone()));
+        Ok(validator)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(schemars::JsonSchema, Deserialize)]
+    #[allow(dead_code)]
+    struct ReadArgs {
+        /// File to read.
+        path: String,
+        /// First line (1-based).
+        offset: Option<u32>,
+    }
+
+    #[test]
+    fn derived_from_a_rust_type() {
+        let spec = ToolSpec::from_type::<ReadArgs>("read", "Read a file").unwrap();
+        assert_eq!(spec.parameters["type"], "object");
+        assert_eq!(spec.parameters["required"], json!(["path"]));
+        assert!(spec.validate_arguments(&json!({"path": "a.rs"})).is_ok());
+        let errors = spec
+            .validate_arguments(&json!({"path": 3, "offset": -1}))
+            .unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors.iter().any(|e| e.starts_with("/path:")), "{errors:?}");
+    }
+
+    #[test]
+    fn openai_round_trip() {
+        let raw = json!({"type": "function", "function": {"name": "get_weather", "description": "Weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}});
+        let spec = ToolSpec::from_openai(&raw).unwrap();
+        assert_eq!(spec.to_openai(), raw);
+        let back: ToolSpec = serde_json::from_value(serde_json::to_value(&spec).unwrap()).unwrap();
+        assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn bad_names_and_parameters_are_rejected() {
+        for name in ["", "has space", &"x".repeat(65)] {
+            assert!(matches!(
+                ToolSpec::new(name, "", json!({"type": "object"})),
+                Err(EngineError::InvalidTool { .. })
+            ));
+        }
+        assert!(matches!(
+            ToolSpec::new("t", "", json!({"type": "string"})),
+            Err(EngineError::InvalidTool { .. })
+        ));
+        assert!(matches!(
+            ToolSpec::new(
+                "t",
+                "",
+                json!({"type": "object", "properties": {"a": {"type": "nope"}}})
+            ),
+            Err(EngineError::InvalidSchema { .. })
+        ));
+        assert!(matches!(
+            ToolSpec::new(
+                "t",
+                "",
+                json!({"type": "object", "properties": {"a": {"uniqueItems": true}}})
+            ),
+            Err(EngineError::UnsupportedSchemaKeyword { .. })
+        ));
+    }
+}

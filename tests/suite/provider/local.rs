@@ -1,0 +1,288 @@
+//! LocalProvider with the real default model (SmolLM2-135M): exact usage, streamed constrained tool calls,
+//! tool results rendered back, cancellation within a token, bad requests, and the shared contract.
+
+use std::time::Duration;
+
+use agentd::provider::{
+    collect, CompletionRequest, ContentBlock, ErrorKind, LocalProvider, Message, Provider,
+    ProviderEvent, ResponseFormat, Sampling, StopReason, ToolChoice, ToolSpec,
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::super::common;
+use super::contract;
+
+fn provider() -> LocalProvider {
+    LocalProvider::new(common::engine().clone())
+}
+
+fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec::new(
+            "read",
+            "Read a file from the workspace",
+            json!({"type": "object", "properties": {"path": {"type": "string", "maxLength": 40}},
+                   "required": ["path"], "additionalProperties": false}),
+        )
+        .unwrap(),
+        ToolSpec::new(
+            "ls",
+            "List a directory",
+            json!({"type": "object", "properties": {"dir": {"type": "string", "maxLength": 40}},
+                   "required": ["dir"], "additionalProperties": false}),
+        )
+        .unwrap(),
+    ]
+}
+
+fn story(max_tokens: u32) -> CompletionRequest {
+    CompletionRequest {
+        system: Some("You are a helpful assistant.".into()),
+        sampling: Sampling::greedy(),
+        max_tokens: Some(max_tokens),
+        ..CompletionRequest::user("Write a long story about a dragon who learns to bake bread.")
+    }
+}
+
+#[tokio::test]
+async fn usage_is_exact() {
+    let p = provider();
+    let req = story(12);
+    let prompt = p.prompt_tokens(&req).unwrap();
+    let count = p.count_tokens(&req).await.unwrap();
+    assert!(count.exact);
+    assert_eq!(count.tokens, prompt.len() as u64);
+    // The prompt is the chat template's rendering, tokenized.
+    let rendered = common::engine()
+        .template()
+        .render(
+            &[
+                json!({"role": "system", "content": "You are a helpful assistant."}),
+                json!({"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}),
+            ],
+            None,
+            true,
+        )
+        .unwrap();
+    assert_eq!(
+        prompt,
+        common::engine()
+            .tokenizer()
+            .encode(&rendered, true)
+            .unwrap()
+    );
+
+    let c = contract::assert_text_completion(&p, req.clone()).await;
+    assert_eq!(c.stop_reason, StopReason::Length);
+    assert_eq!(c.usage.input, prompt.len() as u64);
+    assert_eq!(c.usage.output, 12);
+    assert_eq!(c.usage.total, c.usage.input + 12);
+
+    // Next turn of the same conversation, with a cache key: the prefix is reused, the counts stay exact.
+    let key = format!("usage-{}", uuid::Uuid::new_v4());
+    let first = collect(p.stream(
+        CompletionRequest {
+            cache_key: Some(key.clone()),
+            ..req.clone()
+        },
+        CancellationToken::new(),
+    ))
+    .await;
+    let mut next = req.clone();
+    next.messages
+        .push(Message::Assistant(first.message.clone()));
+    next.messages.push(Message::user("Shorter, please."));
+    next.cache_key = Some(key);
+    let expected = p.count_tokens(&next).await.unwrap().tokens;
+    let second = collect(p.stream(next, CancellationToken::new())).await;
+    assert_eq!(second.error, None);
+    assert_eq!(second.usage.input, expected);
+    assert!(
+        second.usage.cached_input > prompt.len() as u64 / 2,
+        "{:?}",
+        second.usage
+    );
+}
+
+#[tokio::test]
+async fn a_forced_tool_call_streams_its_arguments_as_they_are_generated() {
+    let p = provider();
+    let req = CompletionRequest {
+        tools: tools(),
+        tool_choice: ToolChoice::Tool {
+            name: "read".into(),
+        },
+        sampling: Sampling::greedy(),
+        max_tokens: Some(96),
+        ..CompletionRequest::user("Show me the file src/main.rs")
+    };
+    let count = p.count_tokens(&req).await.unwrap();
+    let c = contract::assert_tool_call_completion(&p, req).await;
+    assert_eq!(
+        c.usage.input, count.tokens,
+        "tools in the prompt are counted too"
+    );
+    let calls = c.message.tool_calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].name, "read");
+    // Streamed: several fragments, all before the call's end event.
+    let positions: Vec<usize> = c
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, ProviderEvent::ToolCallDelta { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    let end = c
+        .events
+        .iter()
+        .position(|e| matches!(e, ProviderEvent::ToolCallEnd { .. }))
+        .unwrap();
+    assert!(positions.len() >= 2, "{:?}", c.events);
+    assert!(positions.iter().all(|&i| i < end));
+
+    // `required` over two tools: a valid call to one of them.
+    let req = CompletionRequest {
+        tools: tools(),
+        tool_choice: ToolChoice::Required,
+        parallel_tool_calls: Some(false),
+        sampling: Sampling::greedy(),
+        max_tokens: Some(96),
+        ..CompletionRequest::user("List the directory src")
+    };
+    let c = contract::assert_tool_call_completion(&p, req).await;
+    assert_eq!(c.message.tool_calls().len(), 1);
+
+    // The result goes back: assistant call + tool result render and the model answers in text.
+    let call = c.message.tool_calls()[0].clone();
+    let follow = CompletionRequest {
+        messages: vec![
+            Message::user("List the directory src"),
+            Message::Assistant(c.message.clone()),
+            Message::tool_result(&call, "main.rs\nlib.rs", false),
+        ],
+        tools: tools(),
+        tool_choice: ToolChoice::None,
+        sampling: Sampling::greedy(),
+        max_tokens: Some(16),
+        ..CompletionRequest::default()
+    };
+    let c = contract::assert_text_completion(&p, follow).await;
+    assert!(c.message.tool_calls().is_empty());
+}
+
+#[tokio::test]
+async fn response_format_json_is_enforced() {
+    let p = provider();
+    let req = CompletionRequest {
+        response_format: ResponseFormat::JsonSchema {
+            name: "answer".into(),
+            schema: json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                           "required": ["city"], "additionalProperties": false}),
+            strict: true,
+        },
+        sampling: Sampling::greedy(),
+        max_tokens: Some(48),
+        ..CompletionRequest::user("What is the capital of France? Answer in JSON.")
+    };
+    let c = collect(p.stream(req, CancellationToken::new())).await;
+    contract::assert_well_formed(&c.events);
+    assert_eq!(c.stop_reason, StopReason::Stop, "{:?}", c.events.last());
+    let v: serde_json::Value = serde_json::from_str(&c.message.text()).unwrap();
+    assert!(v["city"].is_string(), "{v}");
+}
+
+#[tokio::test]
+async fn cancellation_stops_within_a_token() {
+    let took = contract::assert_cancel_mid_stream(&provider(), story(400)).await;
+    eprintln!(
+        "local: cancel → aborted in {:.1} ms",
+        took.as_secs_f64() * 1000.0
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    contract::assert_cancelled_before_start(&provider(), story(8)).await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_errors_not_panics() {
+    let p = provider();
+    let cases = [
+        (
+            CompletionRequest {
+                model: "gpt-4o".into(),
+                ..story(4)
+            },
+            ErrorKind::UnknownModel,
+            "gpt-4o",
+        ),
+        (
+            CompletionRequest {
+                tools: tools(),
+                tool_choice: ToolChoice::Tool { name: "rm".into() },
+                ..story(4)
+            },
+            ErrorKind::InvalidRequest,
+            "rm",
+        ),
+        (
+            CompletionRequest {
+                sampling: Sampling {
+                    top_p: Some(3.0),
+                    ..Sampling::default()
+                },
+                ..story(4)
+            },
+            ErrorKind::InvalidRequest,
+            "top_p",
+        ),
+        (
+            CompletionRequest::user("dragon ".repeat(9_000)),
+            ErrorKind::ContextOverflow,
+            "context window",
+        ),
+    ];
+    for (req, kind, needle) in cases {
+        let c = collect(p.stream(req, CancellationToken::new())).await;
+        contract::assert_well_formed(&c.events);
+        let err = c.error.expect("an error");
+        assert_eq!(err.kind, kind, "{}", err.message);
+        assert!(err.message.contains(needle), "{needle}: {}", err.message);
+    }
+    // The model answers to its own id (and, when loaded by name, its manifest aliases).
+    let id = p.models()[0].id.clone();
+    let c = collect(p.stream(
+        CompletionRequest {
+            model: id,
+            ..story(2)
+        },
+        CancellationToken::new(),
+    ))
+    .await;
+    assert_eq!(c.error, None);
+    assert!(matches!(
+        c.message.content.first(),
+        Some(ContentBlock::Text { .. })
+    ));
+}
+
+/// The shared agent-facing assertions, against the real model.
+#[tokio::test]
+async fn keeps_the_provider_contract() {
+    let p = provider();
+    let info = common::engine().info();
+    assert_eq!(p.models()[0].id, info.name);
+    assert_eq!(p.models()[0].context_window, 8192);
+    contract::assert_text_completion(&p, story(8)).await;
+    let req = CompletionRequest {
+        tools: tools(),
+        tool_choice: ToolChoice::Tool {
+            name: "read".into(),
+        },
+        sampling: Sampling::greedy(),
+        max_tokens: Some(96),
+        ..CompletionRequest::user("Read the README.md file")
+    };
+    contract::assert_tool_call_completion(&p, req).await;
+    contract::assert_cancel_mid_stream(&p, story(400)).await;
+}

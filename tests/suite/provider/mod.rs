@@ -1,0 +1,8 @@
+//! The provider boundary: the shared contract (`contract`) run against every provider, the fake vLLM server
+//! (`fake_openai`), and each provider's own tests.
+
+mod contract;
+mod fake_openai;
+mod local;
+mod remote;
+mod scripted;
