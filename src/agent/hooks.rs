@@ -86,7 +86,7 @@ impl AgentLoopConfig {
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             workspace: None,
             transform_context: None,
-            convert_to_llm: Arc::new(|m| super::messages::convert_to_llm(m)),
+            convert_to_llm: Arc::new(super::messages::convert_to_llm),
             steering: None,
             follow_up: None,
             before_tool_call: None,

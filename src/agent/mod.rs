@@ -1,14 +1,14 @@
 //! The agent runtime (Pi's pi-agent-core): the stateless loop (`agent_loop`), the stateful `Agent` around it
 //! (queues, abort, listeners), the transcript's message kinds and the events a run emits.
 
-pub mod agent;
 pub mod events;
+pub mod handle;
 pub mod hooks;
 pub mod messages;
 pub mod run;
 
-pub use agent::{Agent, AgentState, AgentStatus, QueueMode};
 pub use events::{AgentEndReason, AgentEvent};
+pub use handle::{Agent, AgentError, AgentState, AgentStatus, Listener, QueueMode};
 pub use hooks::{
     AfterToolCall, AfterToolCallHook, AgentContext, AgentLoopConfig, BeforeToolCall,
     BeforeToolCallHook,

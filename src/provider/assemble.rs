@@ -179,14 +179,15 @@ impl Assembler {
         AssistantMessage { content }
     }
 
-    /// Closes open calls and emits `done`. A `stop` with tool calls becomes `tool_use` (servers differ here).
+    /// Closes open calls and emits `done`. `stop` with tool calls is `tool_use`, and `tool_use` without calls is
+    /// `stop` (servers differ here).
     pub fn done(mut self, stop_reason: StopReason, usage: Usage) {
         self.start();
         self.end_open_calls();
-        let stop_reason = if stop_reason == StopReason::Stop && !self.calls.is_empty() {
-            StopReason::ToolUse
-        } else {
-            stop_reason
+        let stop_reason = match stop_reason {
+            StopReason::Stop if !self.calls.is_empty() => StopReason::ToolUse,
+            StopReason::ToolUse if self.calls.is_empty() => StopReason::Stop,
+            other => other,
         };
         let message = self.message();
         self.emit(ProviderEvent::Done {

@@ -27,6 +27,9 @@ use crate::engine::template::ChatTemplate;
 use crate::engine::tokenizer::Tokenizer;
 use crate::engine::Engine;
 
+/// How long a cancelled request waits for the engine's final (exact) usage before it ends without it.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The local engine as a [`Provider`]. Cheap to clone.
 #[derive(Clone)]
 pub struct LocalProvider {
@@ -136,7 +139,24 @@ impl LocalProvider {
             .engine
             .generate(gen, request.cache_key.clone(), cancel.clone());
         let mut output = 0u64;
-        while let Some(ev) = events.recv().await {
+        let mut cancelled_at: Option<tokio::time::Instant> = None;
+        loop {
+            // A running job stops within a token and reports exact usage; a job still queued behind another
+            // request is only dropped when the engine reaches it, so after a cancel wait a moment, not forever.
+            let ev = match cancelled_at {
+                None => tokio::select! {
+                    ev = events.recv() => ev,
+                    _ = cancel.cancelled() => {
+                        cancelled_at = Some(tokio::time::Instant::now() + CANCEL_GRACE);
+                        continue;
+                    }
+                },
+                Some(deadline) => tokio::time::timeout_at(deadline, events.recv())
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            let Some(ev) = ev else { break };
             match ev {
                 GenerateEvent::Token(t) => {
                     output += 1;

@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentd::agent::agent::{AgentError, AgentStatus};
 use agentd::agent::hooks::MessageSource;
 use agentd::agent::run::{CUT_BY_LENGTH, SKIPPED_FOR_STEERING};
 use agentd::agent::{
     agent_loop, AfterToolCall, Agent, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig,
     AgentMessage, BeforeToolCall,
 };
+use agentd::agent::{AgentError, AgentStatus};
 use agentd::provider::{
     CompletionRequest, ErrorKind, Message, ScriptedProvider, ScriptedReply, StopReason,
 };

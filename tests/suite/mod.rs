@@ -4,6 +4,8 @@ mod constraint;
 mod fetch;
 mod generate;
 mod provider;
+mod schemas;
 mod template;
 mod tokenizer;
+mod tool_calls;
 mod tools;

@@ -192,27 +192,27 @@ impl CallParser {
                 self.text
             ))
         };
-        let value: serde_json::Value =
-            serde_json::from_str(&self.text).map_err(|e| internal(e.to_string()))?;
-        let name = value
-            .get("name")
-            .and_then(|n| n.as_str())
-            .ok_or_else(|| internal("no string `name`".into()))?
-            .to_string();
-        let args = value
-            .get(self.format.arguments_key())
-            .or_else(|| value.get("arguments"))
-            .or_else(|| value.get("parameters"))
-            .ok_or_else(|| internal(format!("no `{}`", self.format.arguments_key())))?;
-        let arguments = match &self.head {
-            Some((head_name, _)) => {
-                if *head_name != name {
-                    return Err(internal("name changed while parsing".into()));
-                }
-                self.args_text.trim().to_string()
+        let (name, arguments) = match &self.head {
+            Some((name, _)) => {
+                // Syntax only: a number beyond f64's range is still JSON, and the arguments are passed on as text.
+                serde_json::from_str::<serde::de::IgnoredAny>(&self.text)
+                    .map_err(|e| internal(e.to_string()))?;
+                (name.clone(), self.args_text.trim().to_string())
             }
             None => {
-                // Not the canonical key order: report the whole call now.
+                // Not the canonical key order: parse the whole call and report it now.
+                let value: serde_json::Value =
+                    serde_json::from_str(&self.text).map_err(|e| internal(e.to_string()))?;
+                let name = value
+                    .get("name")
+                    .and_then(|n| n.as_str())
+                    .ok_or_else(|| internal("no string `name`".into()))?
+                    .to_string();
+                let args = value
+                    .get(self.format.arguments_key())
+                    .or_else(|| value.get("arguments"))
+                    .or_else(|| value.get("parameters"))
+                    .ok_or_else(|| internal(format!("no `{}`", self.format.arguments_key())))?;
                 let text = args.to_string();
                 out.push(OutputDelta::ToolCallStart {
                     index: self.index,
@@ -223,7 +223,7 @@ impl CallParser {
                     index: self.index,
                     fragment: text.clone(),
                 });
-                text
+                (name, text)
             }
         };
         let call = ToolCall {

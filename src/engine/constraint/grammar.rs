@@ -12,14 +12,15 @@
 //! | `json_object` / `json_schema` | that document only (with `auto` tools: the document or calls) |
 //!
 //! Every call is `{"name": "<one of the tools>", "arguments": <that tool's schema>}` — including a call after
-//! free text: the text rule cannot contain the opener, so once the opener is written the rest is a call. Where
+//! free text: the text rule cannot contain the opener, so once the opener is written the rest is a call.
+//! Argument objects get no undeclared keys (see [`close_objects`]); a `response_format` schema is enforced as is. Where
 //! the delimiters are special tokens of the vocabulary (Qwen's `<tool_call>`), the grammar names the tokens.
 
 use llguidance::api::TopLevelGrammar;
 use serde_json::Value;
 
 use super::format::ToolCallFormat;
-use super::schema::with_compact_options;
+use super::schema::{close_objects, with_compact_options};
 use super::{ConstraintSpec, ResponseFormat, ToolChoice};
 
 /// Free text that never contains `<tool_call>` (special tokens are never text: their bytes are not UTF-8).
@@ -78,7 +79,7 @@ pub fn plan(
         if named.is_some_and(|n| n != tool.name) {
             continue;
         }
-        let params = with_compact_options(&tool.parameters);
+        let params = with_compact_options(&close_objects(&tool.parameters));
         g.push_str(&format!(
             "fn_{i}: {} args_{i} \"}}\"\nargs_{i}: %json {}\n",
             lark_string(&format.call_prefix(&tool.name)),

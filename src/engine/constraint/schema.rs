@@ -98,6 +98,53 @@ pub fn with_compact_options(schema: &Value) -> Value {
     Value::Object(map)
 }
 
+/// Tool arguments are generated without keys their schema does not declare (as llama.cpp and OpenAI's strict
+/// mode do): every object schema that declares `properties` but says nothing about other keys gets
+/// `"additionalProperties": false`. Only nodes reached through `properties`, `items`, `prefixItems` and
+/// `additionalProperties` are changed, and nothing under `allOf`/`anyOf`/`oneOf`/`$ref`/`not`/`if`, so the generated
+/// language is a subset of the schema's: every call still validates against the original schema.
+pub fn close_objects(schema: &Value) -> Value {
+    let mut out = schema.clone();
+    close_in_place(&mut out);
+    out
+}
+
+fn close_in_place(node: &mut Value) {
+    let Value::Object(map) = node else {
+        return;
+    };
+    const COMBINATORS: &[&str] = &[
+        "allOf", "anyOf", "oneOf", "$ref", "not", "if", "then", "else",
+    ];
+    if COMBINATORS.iter().any(|k| map.contains_key(*k)) {
+        return;
+    }
+    let open = [
+        "additionalProperties",
+        "patternProperties",
+        "unevaluatedProperties",
+    ]
+    .iter()
+    .all(|k| !map.contains_key(*k));
+    if open && map.contains_key("properties") {
+        map.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        props.values_mut().for_each(close_in_place);
+    }
+    match map.get_mut("items") {
+        Some(Value::Array(items)) => items.iter_mut().for_each(close_in_place),
+        Some(item) => close_in_place(item),
+        None => {}
+    }
+    if let Some(Value::Array(items)) = map.get_mut("prefixItems") {
+        items.iter_mut().for_each(close_in_place);
+    }
+    if let Some(extra @ Value::Object(_)) = map.get_mut("additionalProperties") {
+        close_in_place(extra);
+    }
+}
+
 /// Serializes a document the way the compact grammar prints it (`", "` and `": "`, no other whitespace).
 pub fn to_compact_string(value: &Value) -> String {
     let mut out = String::new();
@@ -344,6 +391,23 @@ fn json_kind(v: &Value) -> &'static str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn closing_objects_stops_at_combinators() {
+        let s = json!({"type": "object", "properties": {
+            "a": {"type": "object", "properties": {"x": {"type": "string"}}},
+            "b": {"anyOf": [{"properties": {"y": {}}}]},
+            "c": {"type": "array", "items": {"properties": {"z": {}}}},
+            "d": {"type": "object", "properties": {}, "patternProperties": {"^x": {}}}}});
+        let c = close_objects(&s);
+        assert_eq!(c["additionalProperties"], false);
+        assert_eq!(c["properties"]["a"]["additionalProperties"], false);
+        assert!(c["properties"]["b"]["anyOf"][0]
+            .get("additionalProperties")
+            .is_none());
+        assert_eq!(c["properties"]["c"]["items"]["additionalProperties"], false);
+        assert!(c["properties"]["d"].get("additionalProperties").is_none());
+    }
 
     #[test]
     fn compact_serialization_matches_template_json() {

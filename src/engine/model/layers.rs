@@ -284,7 +284,7 @@ impl Attention {
             .reshape((b, self.n_head, t, d))?
             .transpose(1, 2)?
             .reshape((b, t, self.n_head * d))?;
-        Ok(self.o.forward(&y)?)
+        self.o.forward(&y)
     }
 }
 
@@ -292,6 +292,6 @@ impl Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let gate = candle_nn::ops::silu(&self.gate.forward(x)?)?;
         let up = self.up.forward(x)?;
-        Ok(self.down.forward(&(gate * up)?)?)
+        self.down.forward(&(gate * up)?)
     }
 }

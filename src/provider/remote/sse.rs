@@ -1,7 +1,8 @@
 //! A server-sent-events parser (the WHATWG event-stream format) fed with arbitrary byte chunks: lines end in
 //! LF, CRLF or CR; `data:` lines of one event are joined with LF; a blank line dispatches the event; comments
-//! (`:` lines, vLLM's keep-alives) and `id:`/`retry:` are ignored. A line longer than [`MAX_LINE`] or not UTF-8
-//! is a protocol error, so a misbehaving server cannot grow memory without bound.
+//! (`:` lines, vLLM's keep-alives) and `id:`/`retry:` are ignored. A line or event longer than [`MAX_LINE`], a
+//! line that is not UTF-8, or any other field is a protocol error, so a misbehaving server cannot grow memory
+//! without bound.
 
 use super::super::ProviderError;
 
@@ -82,7 +83,15 @@ impl SseParser {
             None => (line, ""),
         };
         match field {
-            "data" => self.data.push(value.to_string()),
+            "data" => {
+                let held: usize = self.data.iter().map(String::len).sum();
+                if held + value.len() > MAX_LINE {
+                    return Err(ProviderError::Protocol(format!(
+                        "an event-stream event is longer than {MAX_LINE} bytes"
+                    )));
+                }
+                self.data.push(value.to_string())
+            }
             "event" => self.event = value.to_string(),
             "id" | "retry" => {}
             other => {
@@ -156,6 +165,18 @@ mod tests {
                 data: "oops".into()
             }]
         );
+    }
+
+    #[test]
+    fn oversized_lines_and_events_are_refused() {
+        let long = vec![b'a'; MAX_LINE + 1];
+        let err = SseParser::new().push(&long).unwrap_err();
+        assert!(err.to_string().contains("line is longer"), "{err}");
+        let mut p = SseParser::new();
+        let half = format!("data: {}\n", "a".repeat(MAX_LINE / 2 + 1));
+        p.push(half.as_bytes()).unwrap();
+        let err = p.push(half.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("event is longer"), "{err}");
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub(super) async fn count(
                     exact: true,
                 })
             }
+            // A wrong key is worth knowing about; anything else falls back to the next source.
+            Err(e @ ProviderError::Auth { .. }) => return Err(e),
             Err(e) => tracing::debug!(error = %e, "the server's /tokenize gave no count"),
         }
     }

@@ -140,6 +140,12 @@ async fn a_forced_tool_call_streams_its_arguments_as_they_are_generated() {
         .position(|e| matches!(e, ProviderEvent::ToolCallEnd { .. }))
         .unwrap();
     assert!(positions.len() >= 2, "{:?}", c.events);
+    eprintln!(
+        "local: forced call {} streamed in {} argument fragments, usage {:?}",
+        calls[0].arguments,
+        positions.len(),
+        c.usage
+    );
     assert!(positions.iter().all(|&i| i < end));
 
     // `required` over two tools: a valid call to one of them.
@@ -285,4 +291,68 @@ async fn keeps_the_provider_contract() {
     };
     contract::assert_tool_call_completion(&p, req).await;
     contract::assert_cancel_mid_stream(&p, story(400)).await;
+}
+
+#[tokio::test]
+async fn a_queued_request_aborts_without_waiting_for_the_engine() {
+    let p = provider();
+    // A occupies the engine; B waits behind it and is cancelled there.
+    let a_cancel = CancellationToken::new();
+    let mut a = p.stream(story(300), a_cancel.clone());
+    use futures::StreamExt;
+    while let Some(ev) = a.next().await {
+        if matches!(ev, ProviderEvent::TextDelta { .. }) {
+            break;
+        }
+    }
+    let b_cancel = CancellationToken::new();
+    let b = p.stream(story(8), b_cancel.clone());
+    let b_task = tokio::spawn(collect(b));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let cancelled = std::time::Instant::now();
+    b_cancel.cancel();
+    let c = b_task.await.unwrap();
+    let took = cancelled.elapsed();
+    assert_eq!(c.stop_reason, StopReason::Aborted, "{:?}", c.events);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    a_cancel.cancel();
+    let rest = collect(a).await;
+    assert_eq!(rest.stop_reason, StopReason::Aborted);
+}
+
+#[tokio::test]
+async fn dropping_the_stream_stops_generation() {
+    use futures::StreamExt;
+    let p = provider();
+    let mut s = p.stream(story(400), CancellationToken::new());
+    // Time 20 tokens to know this machine's decode speed.
+    let mut deltas = 0;
+    let mut started = None;
+    while let Some(ev) = s.next().await {
+        if matches!(ev, ProviderEvent::TextDelta { .. }) {
+            deltas += 1;
+            if deltas == 1 {
+                started = Some(std::time::Instant::now());
+            }
+            if deltas == 21 {
+                break;
+            }
+        }
+    }
+    let per_token = started.unwrap().elapsed() / 20;
+    eprintln!(
+        "local: {:.1} ms per streamed token",
+        per_token.as_secs_f64() * 1000.0
+    );
+    drop(s);
+    // Had the 400-token generation gone on, this request would wait for its ~380 remaining tokens.
+    let waited = std::time::Instant::now();
+    let c = collect(p.stream(story(2), CancellationToken::new())).await;
+    assert_eq!(c.error, None);
+    let remaining = per_token * 380;
+    assert!(
+        waited.elapsed() < remaining / 2,
+        "{:?} vs {remaining:?}",
+        waited.elapsed()
+    );
 }

@@ -135,17 +135,6 @@ async fn delays_and_hangs_end_on_cancel() {
     assert!(took < Duration::from_millis(100), "{took:?}");
 }
 
-#[tokio::test]
-async fn dropping_the_stream_stops_the_work() {
-    let p = ScriptedProvider::new([ScriptedReply::new().text("a").hang()]);
-    let mut s = p.stream(CompletionRequest::user("a"), CancellationToken::new());
-    use futures::StreamExt;
-    let first = s.next().await;
-    assert!(matches!(first, Some(ProviderEvent::Start { .. })));
-    drop(s); // the hang ends through the stream's drop guard; nothing to observe but no leak or panic
-    tokio::time::sleep(Duration::from_millis(20)).await;
-}
-
 /// The shared agent-facing assertions, against the script.
 #[tokio::test]
 async fn keeps_the_provider_contract() {

@@ -1,0 +1,195 @@
+//! KV prefix reuse across requests: the engine keeps the KV state of recent sequences, finds the one sharing
+//! the longest token prefix with a new request, and prefills only the rest.
+//!
+//! A request names its sequence with a cache key (an agent session id); plain API calls without one are
+//! matched by content: any kept sequence whose tokens share a long enough prefix with the prompt is reused.
+//! Entries are evicted least-recently-used first when their KV buffers exceed the memory budget.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::kv::SeqKv;
+
+/// Unkeyed requests reuse a kept sequence only when at least this many leading tokens match (below that
+/// the saving is not worth evicting the entry's owner).
+pub const MIN_CONTENT_MATCH: usize = 16;
+/// Default memory budget for kept KV state.
+pub const DEFAULT_BUDGET_BYTES: usize = 512 << 20;
+
+/// Counters exported as `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` (in tokens, like vLLM).
+#[derive(Debug, Default)]
+pub struct PrefixCacheStats {
+    /// Prompt tokens looked up.
+    pub queries: AtomicU64,
+    /// Prompt tokens whose KV state was reused.
+    pub hits: AtomicU64,
+    /// Entries evicted for the memory budget.
+    pub evictions: AtomicU64,
+}
+
+impl PrefixCacheStats {
+    pub fn snapshot(&self) -> (u64, u64, u64) {
+        (
+            self.queries.load(Ordering::Relaxed),
+            self.hits.load(Ordering::Relaxed),
+            self.evictions.load(Ordering::Relaxed),
+        )
+    }
+}
+
+struct Entry {
+    key: Option<String>,
+    kv: SeqKv,
+    last_used: u64,
+}
+
+/// Kept sequences, owned by the engine thread.
+pub struct PrefixCache {
+    entries: Vec<Entry>,
+    budget_bytes: usize,
+    clock: u64,
+    stats: Arc<PrefixCacheStats>,
+}
+
+impl PrefixCache {
+    pub fn new(budget_bytes: usize, stats: Arc<PrefixCacheStats>) -> Self {
+        Self {
+            entries: Vec::new(),
+            budget_bytes,
+            clock: 0,
+            stats,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Takes the best sequence for `prompt` out of the cache: the one with `key` if given and present, else the
+    /// one sharing the longest prefix (at least [`MIN_CONTENT_MATCH`] tokens). `None`: start a fresh sequence.
+    /// The caller reuses the common prefix and puts the sequence back with [`put`](Self::put).
+    pub fn take(&mut self, key: Option<&str>, prompt: &[u32]) -> Option<SeqKv> {
+        let by_key = key.and_then(|k| self.entries.iter().position(|e| e.key.as_deref() == Some(k)));
+        let index = by_key.or_else(|| {
+            self.entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (i, common_prefix(e.kv.tokens(), prompt)))
+                .filter(|&(_, n)| n >= MIN_CONTENT_MATCH)
+                .max_by_key(|&(_, n)| n)
+                .map(|(i, _)| i)
+        })?;
+        Some(self.entries.swap_remove(index).kv)
+    }
+
+    /// Records a lookup: `reused` of `prompt_tokens` came from the cache.
+    pub fn record(&self, prompt_tokens: usize, reused: usize) {
+        self.stats.queries.fetch_add(prompt_tokens as u64, Ordering::Relaxed);
+        self.stats.hits.fetch_add(reused as u64, Ordering::Relaxed);
+    }
+
+    /// Keeps `kv` under `key` (replacing an entry with the same key), then evicts least-recently-used entries
+    /// until the budget holds. A sequence larger than the whole budget is not kept.
+    pub fn put(&mut self, key: Option<String>, kv: SeqKv) {
+        if kv.is_empty() {
+            return;
+        }
+        if let Some(k) = &key {
+            self.entries.retain(|e| e.key.as_ref() != Some(k));
+        }
+        self.clock += 1;
+        self.entries.push(Entry {
+            key,
+            kv,
+            last_used: self.clock,
+        });
+        while self.memory_bytes() > self.budget_bytes && !self.entries.is_empty() {
+            if let Some((i, _)) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used) {
+                self.entries.swap_remove(i);
+                self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.kv.memory_bytes()).sum()
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+/// Number of leading tokens two sequences share.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device, Tensor};
+
+    fn seq(tokens: &[u32]) -> SeqKv {
+        let mut kv = SeqKv::new(1);
+        let t = Tensor::zeros((1, 1, tokens.len(), 4), DType::F32, &Device::Cpu).unwrap();
+        kv.layer_mut(0).append(&t, &t, 0).unwrap();
+        kv.extend(tokens);
+        kv
+    }
+
+    fn stats() -> Arc<PrefixCacheStats> {
+        Arc::new(PrefixCacheStats::default())
+    }
+
+    #[test]
+    fn key_wins_then_longest_content_match() {
+        let mut c = PrefixCache::new(usize::MAX, stats());
+        let a: Vec<u32> = (0..40).collect();
+        let mut b = a.clone();
+        b[30] = 999;
+        c.put(Some("a".into()), seq(&a));
+        c.put(None, seq(&b));
+        // By key, even though the content matches less.
+        let got = c.take(Some("a"), &b).unwrap();
+        assert_eq!(got.tokens(), &a[..]);
+        c.put(Some("a".into()), got);
+        // By content: `b` shares all 40 tokens with itself, `a` only 30.
+        let got = c.take(None, &b).unwrap();
+        assert_eq!(got.tokens(), &b[..]);
+        // Too short a match is no match.
+        assert!(c.take(None, &[0, 1, 2]).is_none());
+        assert!(c.take(Some("missing"), &[7; 20]).is_none());
+    }
+
+    #[test]
+    fn lru_eviction_keeps_the_budget() {
+        let one = seq(&(0..300).collect::<Vec<_>>()).memory_bytes();
+        let s = stats();
+        let mut c = PrefixCache::new(one * 2, s.clone());
+        c.put(Some("x".into()), seq(&(0..300).collect::<Vec<_>>()));
+        c.put(Some("y".into()), seq(&(1000..1300).collect::<Vec<_>>()));
+        // Touch x so y becomes the oldest.
+        let x = c.take(Some("x"), &[]).unwrap();
+        c.put(Some("x".into()), x);
+        c.put(Some("z".into()), seq(&(2000..2300).collect::<Vec<_>>()));
+        assert_eq!(c.len(), 2);
+        assert!(c.memory_bytes() <= one * 2);
+        assert!(c.take(Some("y"), &[]).is_none(), "y was least recently used");
+        assert!(c.take(Some("x"), &[]).is_some());
+        assert_eq!(s.snapshot().2, 1);
+    }
+
+    #[test]
+    fn same_key_replaces() {
+        let mut c = PrefixCache::new(usize::MAX, stats());
+        c.put(Some("k".into()), seq(&[1; 20]));
+        c.put(Some("k".into()), seq(&[2; 20]));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.take(Some("k"), &[]).unwrap().tokens(), &[2; 20]);
+    }
+}

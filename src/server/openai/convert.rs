@@ -1,0 +1,465 @@
+//! OpenAI requests → our [`CompletionRequest`], checked field by field so every bad input is a 400 that names
+//! the field (`param`) before any work is queued: `n` other than 1, unsupported content parts, malformed tools,
+//! a `tool_choice` naming no offered tool, an inadmissible `response_format` schema, out-of-range sampling.
+
+use serde_json::Value;
+
+use super::types::{ChatCompletionRequest, ChatMessage, Content, StopField};
+use crate::engine::constraint::{self, ConstraintSpec};
+use crate::provider::{
+    AssistantMessage, CompletionRequest, ContentBlock, InvalidToolCall, InvalidToolCallKind,
+    Message, ResponseFormat, Sampling, ToolCall, ToolChoice, ToolResultMessage, ToolSpec,
+    UserMessage,
+};
+use crate::server::error::ApiError;
+
+/// The most alternatives `top_logprobs` may ask for (OpenAI's and vLLM's default limit).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+
+/// How the answer is to be delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChatOptions {
+    pub stream: bool,
+    pub include_usage: bool,
+    /// `Some(k)`: return each token's log-probability and its `k` most likely alternatives.
+    pub logprobs: Option<usize>,
+}
+
+/// Checks `req` and converts it. `model` is the canonical model id the caller resolved.
+pub fn chat_request(
+    req: ChatCompletionRequest,
+    model: String,
+) -> Result<(CompletionRequest, ChatOptions), ApiError> {
+    if let Some(n) = req.n {
+        if n != 1 {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!("n = {n} is not supported: this server returns exactly one choice (n = 1)"),
+            ));
+        }
+    }
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "`messages` must hold at least one message",
+        ));
+    }
+    let stream = req.stream.unwrap_or(false);
+    if req.stream_options.is_some() && !stream {
+        return Err(ApiError::invalid_param(
+            "stream_options",
+            "`stream_options` is only allowed when `stream` is true",
+        ));
+    }
+    let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
+        (false, Some(k)) if k > 0 => {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                "`logprobs` must be true when `top_logprobs` is set",
+            ))
+        }
+        (_, Some(k)) if k > MAX_TOP_LOGPROBS => {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {k}"),
+            ))
+        }
+        (true, k) => Some(k.unwrap_or(0) as usize),
+        (false, _) => None,
+    };
+    let (system, messages) = messages(req.messages)?;
+    let tools = match req.tools {
+        None => Vec::new(),
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                ToolSpec::from_openai(t)
+                    .map_err(|e| ApiError::invalid_param(format!("tools[{i}]"), e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let tool_choice = match &req.tool_choice {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(v) => match constraint::ToolChoice::from_openai(v)
+            .map_err(|e| ApiError::invalid_param("tool_choice", e.to_string()))?
+        {
+            constraint::ToolChoice::None => ToolChoice::None,
+            constraint::ToolChoice::Auto => ToolChoice::Auto,
+            constraint::ToolChoice::Required => ToolChoice::Required,
+            constraint::ToolChoice::Named(name) => ToolChoice::Tool { name },
+        },
+    };
+    let response_format = match &req.response_format {
+        None | Some(Value::Null) => ResponseFormat::Text,
+        Some(v) => match constraint::ResponseFormat::from_openai(v)
+            .map_err(|e| ApiError::invalid_param("response_format", e.to_string()))?
+        {
+            constraint::ResponseFormat::Text => ResponseFormat::Text,
+            constraint::ResponseFormat::JsonObject => ResponseFormat::JsonObject,
+            constraint::ResponseFormat::JsonSchema {
+                name,
+                schema,
+                strict,
+            } => ResponseFormat::JsonSchema {
+                name,
+                schema,
+                strict,
+            },
+        },
+    };
+    let max_tokens = req.max_completion_tokens.or(req.max_tokens);
+    let field = if req.max_completion_tokens.is_some() {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    if max_tokens == Some(0) {
+        return Err(ApiError::invalid_param(field, format!("{field} must be at least 1")));
+    }
+    let sampling = sampling(
+        req.temperature,
+        req.top_p,
+        req.top_k,
+        req.min_p,
+        req.seed,
+        req.presence_penalty,
+        req.frequency_penalty,
+        req.repetition_penalty,
+    )?;
+    let request = CompletionRequest {
+        model,
+        system,
+        messages,
+        tools,
+        tool_choice,
+        parallel_tool_calls: req.parallel_tool_calls,
+        response_format,
+        sampling,
+        max_tokens,
+        stop: stop_list(req.stop)?,
+        cache_key: Some(format!("openai:{}", req.user.unwrap_or_default())),
+    };
+    check_constraint(&request)?;
+    Ok((
+        request,
+        ChatOptions {
+            stream,
+            include_usage: stream
+                && req
+                    .stream_options
+                    .as_ref()
+                    .is_some_and(|o| o.include_usage),
+            logprobs,
+        },
+    ))
+}
+
+/// Validates tools, `tool_choice` and `response_format` together, as the engine will (400 on failure).
+fn check_constraint(request: &CompletionRequest) -> Result<(), ApiError> {
+    let spec = ConstraintSpec {
+        tools: request.tools.clone(),
+        tool_choice: match &request.tool_choice {
+            ToolChoice::Auto => constraint::ToolChoice::Auto,
+            ToolChoice::None => constraint::ToolChoice::None,
+            ToolChoice::Required => constraint::ToolChoice::Required,
+            ToolChoice::Tool { name } => constraint::ToolChoice::Named(name.clone()),
+        },
+        parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
+        response_format: match &request.response_format {
+            ResponseFormat::Text => constraint::ResponseFormat::Text,
+            ResponseFormat::JsonObject => constraint::ResponseFormat::JsonObject,
+            ResponseFormat::JsonSchema {
+                name,
+                schema,
+                strict,
+            } => constraint::ResponseFormat::JsonSchema {
+                name: name.clone(),
+                schema: schema.clone(),
+                strict: *strict,
+            },
+        },
+        format: None,
+    };
+    spec.validate().map_err(|e| {
+        let param = match e {
+            crate::engine::EngineError::InvalidToolChoice(_) => "tool_choice",
+            crate::engine::EngineError::InvalidTool { .. }
+            | crate::engine::EngineError::DuplicateToolName(_) => "tools",
+            _ if request.response_format != ResponseFormat::Text => "response_format",
+            _ => "tools",
+        };
+        ApiError::invalid_param(param, e.to_string())
+    })
+}
+
+/// Sampling settings, checked against the engine's ranges (the error names the parameter).
+#[allow(clippy::too_many_arguments)]
+pub fn sampling(
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i64>,
+    min_p: Option<f32>,
+    seed: Option<u64>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    repetition_penalty: Option<f32>,
+) -> Result<Sampling, ApiError> {
+    let top_k = match top_k {
+        None | Some(-1) | Some(0) => None,
+        Some(k) if k > 0 => Some(u32::try_from(k).unwrap_or(u32::MAX)),
+        Some(k) => {
+            return Err(ApiError::invalid_param(
+                "top_k",
+                format!("top_k must be -1 (disabled) or positive, got {k}"),
+            ))
+        }
+    };
+    let s = Sampling {
+        temperature,
+        top_p,
+        top_k,
+        min_p,
+        presence_penalty,
+        frequency_penalty,
+        repetition_penalty,
+        seed,
+    };
+    s.to_engine().validate().map_err(|e| {
+        let message = e.to_string();
+        let param = message
+            .trim_start_matches("invalid sampling parameter: ")
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        ApiError::invalid_param(param, message)
+    })?;
+    Ok(s)
+}
+
+/// `stop` as a list; at most 16 non-empty strings.
+pub fn stop_list(stop: Option<StopField>) -> Result<Vec<String>, ApiError> {
+    let list = stop.map(StopField::into_vec).unwrap_or_default();
+    if list.len() > 16 {
+        return Err(ApiError::invalid_param(
+            "stop",
+            format!("at most 16 stop sequences, got {}", list.len()),
+        ));
+    }
+    if list.iter().any(String::is_empty) {
+        return Err(ApiError::invalid_param(
+            "stop",
+            "stop sequences must not be empty",
+        ));
+    }
+    Ok(list)
+}
+
+/// The text of a message's content (text parts only).
+fn text_of(content: Content, param: &str) -> Result<String, ApiError> {
+    match content {
+        Content::Text(s) => Ok(s),
+        Content::Parts(parts) => {
+            let mut text = String::new();
+            for (j, p) in parts.into_iter().enumerate() {
+                match (p.kind.as_str(), p.text) {
+                    ("text", Some(t)) => text.push_str(&t),
+                    (kind, _) => {
+                        return Err(ApiError::invalid_param(
+                            format!("{param}[{j}]"),
+                            format!(
+                                "content part type `{kind}` is not supported (only `text` parts with a `text`)"
+                            ),
+                        ))
+                    }
+                }
+            }
+            Ok(text)
+        }
+    }
+}
+
+/// The system prompt (all system and developer messages, joined) and the conversation.
+fn messages(list: Vec<ChatMessage>) -> Result<(Option<String>, Vec<Message>), ApiError> {
+    let mut system: Vec<String> = Vec::new();
+    let mut out: Vec<Message> = Vec::with_capacity(list.len());
+    for (i, m) in list.into_iter().enumerate() {
+        let param = format!("messages[{i}].content");
+        match m {
+            ChatMessage::System { content } | ChatMessage::Developer { content } => {
+                system.push(text_of(content, &param)?)
+            }
+            ChatMessage::User { content } => out.push(Message::User(UserMessage {
+                content: text_of(content, &param)?,
+            })),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => {
+                let mut blocks = Vec::new();
+                if let Some(c) = content {
+                    let text = text_of(c, &param)?;
+                    if !text.is_empty() {
+                        blocks.push(ContentBlock::Text { text });
+                    }
+                }
+                for (j, call) in tool_calls.unwrap_or_default().into_iter().enumerate() {
+                    if call.kind.as_deref().is_some_and(|k| k != "function") {
+                        return Err(ApiError::invalid_param(
+                            format!("messages[{i}].tool_calls[{j}].type"),
+                            "only `function` tool calls are supported",
+                        ));
+                    }
+                    blocks.push(ContentBlock::ToolCall(past_call(call.id, call.function.name, call.function.arguments)));
+                }
+                out.push(Message::Assistant(AssistantMessage { content: blocks }));
+            }
+            ChatMessage::Tool {
+                content,
+                tool_call_id,
+            } => {
+                let tool_name = out
+                    .iter()
+                    .rev()
+                    .find_map(|m| match m {
+                        Message::Assistant(a) => a
+                            .tool_calls()
+                            .into_iter()
+                            .find(|c| c.id == tool_call_id)
+                            .map(|c| c.name.clone()),
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                out.push(Message::ToolResult(ToolResultMessage {
+                    tool_call_id,
+                    tool_name,
+                    content: text_of(content, &param)?,
+                    is_error: false,
+                }));
+            }
+        }
+    }
+    let system = (!system.is_empty()).then(|| system.join("\n\n"));
+    Ok((system, out))
+}
+
+/// A call from the transcript. Arguments that are not JSON are kept as written (an invalid call), so the
+/// prompt shows the model exactly what it wrote before.
+fn past_call(id: String, name: String, arguments: Value) -> ToolCall {
+    match arguments {
+        Value::Null => ToolCall::new(id, name, Value::Object(Default::default())),
+        Value::String(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(v) => ToolCall::new(id, name, v),
+            Err(e) => ToolCall {
+                invalid: Some(InvalidToolCall {
+                    kind: InvalidToolCallKind::InvalidJson,
+                    message: format!("the arguments are not JSON: {e}"),
+                    raw_arguments: Some(text),
+                }),
+                ..ToolCall::new(id, name, Value::Null)
+            },
+        },
+        other => ToolCall::new(id, name, other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<(CompletionRequest, ChatOptions), ApiError> {
+        chat_request(serde_json::from_value(v).unwrap(), "m".into())
+    }
+
+    #[test]
+    fn converts_a_tool_round_trip() {
+        let (req, opts) = parse(json!({
+            "model": "m", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "read a"}]},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "hello"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "read", "parameters":
+                {"type": "object", "properties": {"path": {"type": "string"}}}}}],
+            "tool_choice": {"type": "function", "function": {"name": "read"}},
+            "max_completion_tokens": 7, "max_tokens": 9, "stop": "\n"
+        }))
+        .unwrap();
+        assert_eq!(
+            opts,
+            ChatOptions {
+                stream: true,
+                include_usage: true,
+                logprobs: None
+            }
+        );
+        assert_eq!(req.system.as_deref(), Some("Be brief."));
+        assert_eq!(req.max_tokens, Some(7));
+        assert_eq!(req.stop, vec!["\n".to_string()]);
+        assert_eq!(req.tool_choice, ToolChoice::Tool { name: "read".into() });
+        let call = ToolCall::new("call_1", "read", json!({"path": "a"}));
+        assert_eq!(
+            req.messages[1],
+            Message::Assistant(AssistantMessage {
+                content: vec![ContentBlock::ToolCall(call.clone())]
+            })
+        );
+        assert_eq!(req.messages[2], Message::tool_result(&call, "hello", false));
+    }
+
+    #[test]
+    fn rejects_bad_fields_naming_them() {
+        let base = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let with = |k: &str, v: Value| {
+            let mut b = base.clone();
+            b[k] = v;
+            b
+        };
+        let cases = [
+            (with("n", json!(2)), "n"),
+            (with("top_p", json!(3.0)), "top_p"),
+            (with("temperature", json!(-1.0)), "temperature"),
+            (with("top_k", json!(-5)), "top_k"),
+            (with("max_tokens", json!(0)), "max_tokens"),
+            (with("top_logprobs", json!(3)), "top_logprobs"),
+            (with("stream_options", json!({"include_usage": true})), "stream_options"),
+            (with("tool_choice", json!("required")), "tool_choice"),
+            (with("tool_choice", json!("sometimes")), "tool_choice"),
+            (with("response_format", json!({"type": "xml"})), "response_format"),
+            (
+                with("response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}})),
+                "response_format",
+            ),
+            (with("tools", json!([{"type": "function", "function": {"name": "bad name!"}}])), "tools[0]"),
+            (with("messages", json!([])), "messages"),
+            (
+                with("messages", json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])),
+                "messages[0].content[0]",
+            ),
+        ];
+        for (body, param) in cases {
+            let e = parse(body.clone()).err().unwrap_or_else(|| panic!("{body}"));
+            assert_eq!(e.status.as_u16(), 400, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn logprobs_and_unparseable_past_arguments() {
+        let (req, opts) = parse(json!({"model": "m", "logprobs": true, "top_logprobs": 2, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}
+        ]}))
+        .unwrap();
+        assert_eq!(opts.logprobs, Some(2));
+        match &req.messages[1] {
+            Message::Assistant(a) => assert_eq!(a.tool_calls()[0].arguments_text(), "{oops"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
