@@ -50,6 +50,8 @@ pub struct Config {
     pub engine: EngineConfig,
     /// Required when `provider = "remote"`.
     pub remote: Option<RemoteConfig>,
+    /// The response cache (`[cache] enabled, path`).
+    pub cache: crate::cache::CacheConfig,
 }
 
 /// The local engine's settings.

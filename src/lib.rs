@@ -3,7 +3,12 @@
 //! The library holds every boundary; the binary (`main.rs`, `cli/`) only parses flags and wires them.
 
 pub mod agent;
+pub mod bench;
+pub mod cache;
 pub mod config;
 pub mod engine;
+pub mod logging;
 pub mod provider;
+pub mod server;
+pub mod session;
 pub mod tools;

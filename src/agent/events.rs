@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::compaction::{CompactionDetails, CompactionReason};
 use super::messages::{AgentMessage, ToolResult};
 use crate::provider::ProviderEvent;
 
@@ -58,6 +59,16 @@ pub enum AgentEvent {
         message: AgentMessage,
         tool_results: Vec<ToolResult>,
     },
+    /// The context was compacted (after a `turn_end`, or before a retry after a context overflow): the messages
+    /// before index `first_kept` of the transcript were replaced by `message` (a `compaction_summary`).
+    Compaction {
+        message: AgentMessage,
+        first_kept: usize,
+        tokens_before: u64,
+        tokens_after: u64,
+        reason: CompactionReason,
+        details: CompactionDetails,
+    },
     AgentEnd {
         reason: AgentEndReason,
         /// The messages this run added to the transcript.
@@ -80,6 +91,7 @@ impl AgentEvent {
             AgentEvent::ToolExecutionUpdate { .. } => "tool_execution_update",
             AgentEvent::ToolExecutionEnd { .. } => "tool_execution_end",
             AgentEvent::TurnEnd { .. } => "turn_end",
+            AgentEvent::Compaction { .. } => "compaction",
             AgentEvent::AgentEnd { .. } => "agent_end",
         }
     }

@@ -302,6 +302,15 @@ impl Agent {
             AgentEvent::ToolExecutionEnd { tool_call_id, .. } => {
                 state.pending_tool_calls.remove(tool_call_id);
             }
+            AgentEvent::Compaction {
+                message,
+                first_kept,
+                ..
+            } => {
+                let at = (*first_kept).min(state.messages.len());
+                let kept = state.messages.split_off(at);
+                state.messages = std::iter::once(message.clone()).chain(kept).collect();
+            }
             AgentEvent::AgentEnd {
                 reason: r, error, ..
             } => {

@@ -69,6 +69,9 @@ pub struct AgentLoopConfig {
     pub follow_up: Option<MessageSource>,
     pub before_tool_call: Option<BeforeToolCallHook>,
     pub after_tool_call: Option<AfterToolCallHook>,
+    /// The context budget: checked when a run starts and at every `turn_end`, and asked to compact once after a
+    /// context-overflow error (see `agent::compaction::Compactor`). `None`: the transcript is sent as it is.
+    pub context_policy: Option<super::context::SharedContextPolicy>,
 }
 
 pub const DEFAULT_MAX_TURNS: usize = 50;
@@ -91,6 +94,7 @@ impl AgentLoopConfig {
             follow_up: None,
             before_tool_call: None,
             after_tool_call: None,
+            context_policy: None,
         }
     }
 }

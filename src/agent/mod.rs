@@ -1,12 +1,19 @@
 //! The agent runtime (Pi's pi-agent-core): the stateless loop (`agent_loop`), the stateful `Agent` around it
 //! (queues, abort, listeners), the transcript's message kinds and the events a run emits.
 
+pub mod compaction;
+pub mod context;
 pub mod events;
 pub mod handle;
 pub mod hooks;
 pub mod messages;
 pub mod run;
+pub mod summary;
 
+pub use compaction::{
+    Compaction, CompactionDetails, CompactionReason, CompactionSettings, Compactor,
+};
+pub use context::ContextPolicy;
 pub use events::{AgentEndReason, AgentEvent};
 pub use handle::{Agent, AgentError, AgentState, AgentStatus, Listener, QueueMode};
 pub use hooks::{

@@ -9,12 +9,12 @@ use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::compaction::Compaction;
+use super::context::prompt_request;
 use super::events::{AgentEndReason, AgentEvent};
 use super::hooks::{AgentContext, AgentLoopConfig, BeforeToolCall};
 use super::messages::{now_ms, AgentMessage, AssistantTurn, ToolResult};
-use crate::provider::{
-    CompletionRequest, ContentBlock, ProviderEvent, StopReason, ToolCall, ToolChoice,
-};
+use crate::provider::{ContentBlock, ErrorKind, ErrorReason, ProviderEvent, StopReason, ToolCall};
 use crate::tools::tool::{PolicyTag, Tool, ToolContext, ToolError};
 
 /// The result text of calls skipped because the user queued a steering message.
@@ -74,6 +74,9 @@ pub(crate) async fn run(
     let mut pending: Vec<AgentMessage> = config.steering.as_ref().map(|s| s()).unwrap_or_default();
     let mut first_turn = true;
     let mut turns = 0usize;
+    // Whether messages were added since the last budget check (the check runs at every turn_end and before a
+    // model call that would send unchecked messages).
+    let mut unchecked = true;
     loop {
         let mut more_tool_calls = true;
         while more_tool_calls || !pending.is_empty() {
@@ -85,8 +88,18 @@ pub(crate) async fn run(
                 em.message(&m).await;
                 context.messages.push(m.clone());
                 added.push(m);
+                unchecked = true;
             }
-            let turn = stream_assistant(&context, &config, &cancel, em).await;
+            if unchecked {
+                check_budget(&mut context, &config, &cancel, em).await;
+            }
+            let turn = match stream_assistant(&context, &config, &cancel, em, true).await {
+                Ok(turn) => turn,
+                // The prompt was too long for the window: compact and retry once.
+                Err(overflow) => {
+                    retry_after_overflow(&mut context, &config, &cancel, em, overflow).await
+                }
+            };
             let message = AgentMessage::Assistant(turn.clone());
             context.messages.push(message.clone());
             added.push(message.clone());
@@ -125,6 +138,10 @@ pub(crate) async fn run(
                 tool_results: results,
             })
             .await;
+            if !cancel.is_cancelled() {
+                check_budget(&mut context, &config, &cancel, em).await;
+            }
+            unchecked = false;
             turns += 1;
             if cancel.is_cancelled() {
                 return end(em, AgentEndReason::Aborted, added, None).await;
@@ -163,31 +180,112 @@ async fn end(
     .await;
 }
 
+/// Asks the context policy (if any) whether the transcript is over budget, and applies its compaction.
+async fn check_budget(
+    context: &mut AgentContext,
+    config: &AgentLoopConfig,
+    cancel: &CancellationToken,
+    em: &Emitter,
+) {
+    if let Some(policy) = &config.context_policy {
+        if let Some(c) = policy.check(context, config, cancel).await {
+            apply_compaction(context, c, em).await;
+        }
+    }
+}
+
+/// Replaces the compacted messages by the summary and announces it.
+async fn apply_compaction(context: &mut AgentContext, c: Compaction, em: &Emitter) {
+    let message = c.message();
+    let first_kept = c.first_kept.min(context.messages.len());
+    let kept = context.messages.split_off(first_kept);
+    context.messages = std::iter::once(message.clone()).chain(kept).collect();
+    em.emit(AgentEvent::Compaction {
+        message,
+        first_kept,
+        tokens_before: c.tokens_before,
+        tokens_after: c.tokens_after,
+        reason: c.reason,
+        details: c.details,
+    })
+    .await;
+}
+
+/// After a context-overflow error (not yet announced): compact and stream again, once. Without a compaction the
+/// error turn is announced as it is.
+async fn retry_after_overflow(
+    context: &mut AgentContext,
+    config: &AgentLoopConfig,
+    cancel: &CancellationToken,
+    em: &Emitter,
+    overflow: AssistantTurn,
+) -> AssistantTurn {
+    let compaction = match &config.context_policy {
+        Some(policy) => policy.on_overflow(context, config, cancel).await,
+        None => None,
+    };
+    match compaction {
+        Some(c) => {
+            apply_compaction(context, c, em).await;
+            match stream_assistant(context, config, cancel, em, false).await {
+                Ok(turn) | Err(turn) => turn,
+            }
+        }
+        None => {
+            let m = AgentMessage::Assistant(overflow.clone());
+            em.message(&m).await;
+            overflow
+        }
+    }
+}
+
 /// One model call, streamed into `message_start` / `message_update` / `message_end`.
+///
+/// With `defer_overflow` (and a context policy), a context-overflow error that arrives before any output is not
+/// announced: it comes back as `Err` so the caller can compact and retry.
 async fn stream_assistant(
     context: &AgentContext,
     config: &AgentLoopConfig,
     cancel: &CancellationToken,
     em: &Emitter,
-) -> AssistantTurn {
+    defer_overflow: bool,
+) -> Result<AssistantTurn, AssistantTurn> {
+    let defer_overflow = defer_overflow && config.context_policy.is_some();
     let messages = match &config.transform_context {
         Some(t) => t(context.messages.clone()).await,
         None => context.messages.clone(),
     };
-    let request = CompletionRequest {
-        model: config.model.clone(),
-        system: (!context.system_prompt.is_empty()).then(|| context.system_prompt.clone()),
-        messages: (config.convert_to_llm)(&messages),
-        tools: context.tools.iter().map(|t| t.spec().clone()).collect(),
-        tool_choice: if context.tools.is_empty() {
-            ToolChoice::None
-        } else {
-            ToolChoice::Auto
-        },
-        sampling: config.sampling.clone(),
-        max_tokens: config.max_tokens,
-        cache_key: config.cache_key.clone(),
-        ..CompletionRequest::default()
+    let request = prompt_request(context, &messages, config);
+    let session_id = config.cache_key.clone().unwrap_or_default();
+    let model = if request.model.is_empty() {
+        config
+            .provider
+            .models()
+            .first()
+            .map(|m| m.id.clone())
+            .unwrap_or_default()
+    } else {
+        request.model.clone()
+    };
+    tracing::info!(
+        name: "llm.request_start",
+        session_id = %session_id,
+        model = %model,
+        messages = request.messages.len(),
+        tools = request.tools.len(),
+    );
+    let started_at = std::time::Instant::now();
+    let log_end = |turn: &AssistantTurn| {
+        tracing::info!(
+            name: "llm.request_end",
+            session_id = %session_id,
+            model = %model,
+            tokens.prompt = turn.usage.input,
+            tokens.completion = turn.usage.output,
+            tokens.cached = turn.usage.cached_input,
+            latency_ms = started_at.elapsed().as_millis() as u64,
+            stop_reason = ?turn.stop_reason,
+        );
     };
     let mut turn = AssistantTurn {
         content: Vec::new(),
@@ -251,14 +349,31 @@ async fn stream_assistant(
             } => {
                 turn.content = partial.content.clone();
                 turn.stop_reason = match reason {
-                    crate::provider::ErrorReason::Aborted => StopReason::Aborted,
-                    crate::provider::ErrorReason::Error => StopReason::Error,
+                    ErrorReason::Aborted => StopReason::Aborted,
+                    ErrorReason::Error => StopReason::Error,
                 };
                 turn.usage = *usage;
                 turn.error_message = Some(message.clone());
             }
         }
         if !started {
+            if defer_overflow {
+                // Hold `message_start` until something other than `start` arrives.
+                if matches!(ev, ProviderEvent::Start { .. }) {
+                    continue;
+                }
+                if matches!(
+                    ev,
+                    ProviderEvent::Error {
+                        kind: ErrorKind::ContextOverflow,
+                        reason: ErrorReason::Error,
+                        ..
+                    }
+                ) {
+                    log_end(&turn);
+                    return Err(turn);
+                }
+            }
             started = true;
             em.emit(AgentEvent::MessageStart {
                 message: AgentMessage::Assistant(turn.clone()),
@@ -270,7 +385,8 @@ async fn stream_assistant(
                 message: AgentMessage::Assistant(turn.clone()),
             })
             .await;
-            return turn;
+            log_end(&turn);
+            return Ok(turn);
         }
         if !matches!(ev, ProviderEvent::Start { .. }) {
             em.emit(AgentEvent::MessageUpdate {
@@ -293,7 +409,8 @@ async fn stream_assistant(
         message: AgentMessage::Assistant(turn.clone()),
     })
     .await;
-    turn
+    log_end(&turn);
+    Ok(turn)
 }
 
 fn error_result(call: &ToolCall, text: impl Into<String>) -> ToolResult {
@@ -483,17 +600,33 @@ async fn run_batch(
                 .with_updates(updates_tx.clone())
                 .with_call_id(call.id.clone());
             ctx.workspace = config.workspace.clone();
+            let session_id = config.cache_key.clone().unwrap_or_default();
             async move {
                 let prep = match prep {
                     Ok(p) => p,
                     Err(text) => return error_result(call, text),
                 };
+                tracing::info!(
+                    name: "tool.before_invoke",
+                    session_id = %session_id,
+                    tool = %call.name,
+                    call_id = %call.id,
+                );
+                let started_at = std::time::Instant::now();
                 let outcome = prep.tool.call(prep.args, &ctx).await;
                 let (content, details, is_error) = match outcome {
                     Ok(out) => (out.content, out.details, false),
                     Err(ToolError::RespondToModel(text)) => (text, serde_json::Value::Null, true),
                     Err(e @ ToolError::Fatal(_)) => (e.to_string(), serde_json::Value::Null, true),
                 };
+                tracing::info!(
+                    name: "tool.after_invoke",
+                    session_id = %session_id,
+                    tool = %call.name,
+                    call_id = %call.id,
+                    duration_ms = started_at.elapsed().as_millis() as u64,
+                    is_error,
+                );
                 ToolResult {
                     tool_call_id: call.id.clone(),
                     tool_name: call.name.clone(),

@@ -1,10 +1,14 @@
 //! Command-line interface: clap definitions and one file per subcommand. The only place (with `main.rs`)
 //! that uses `anyhow`.
 
+pub mod agent_setup;
 pub mod bench;
+pub mod chat;
 pub mod engine_args;
 pub mod generate;
 pub mod model;
+pub mod run;
+pub mod serve;
 pub mod tokenize;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +29,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the OpenAI-compatible HTTP API and agent sessions (the main job).
+    Serve(serve::ServeArgs),
     /// Stream a completion of PROMPT to stdout.
     Generate(generate::GenerateArgs),
     /// Print the token ids of TEXT as a JSON array.
@@ -35,13 +41,20 @@ pub enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The interactive coding assistant (terminal UI).
+    Chat(chat::ChatArgs),
+    /// The coding agent without a UI: print the answer (-p), stream events (--mode json) or speak RPC.
+    Run(run::RunArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Model(cmd) => model::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Chat(args) => chat::run(args),
+        Command::Run(args) => run::run(args),
     }
 }

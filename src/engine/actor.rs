@@ -208,11 +208,12 @@ impl Engine {
         let Some(spec) = &req.constraint else {
             return Ok(None);
         };
-        // Validate first: bad input is reported even if the grammar would not be needed.
-        spec.validate()?;
         if grammar_free(spec) {
+            // Nothing to compile, but bad input is still reported.
+            spec.validate()?;
             return Ok(None);
         }
+        // `compile` validates the spec first.
         let factory = self.grammar_factory()?;
         Ok(factory
             .compile(spec, self.tool_call_format())?

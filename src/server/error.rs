@@ -57,11 +57,7 @@ impl ApiError {
 
     /// 400: the request is malformed or asks for something invalid. Fix the request.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            message,
-        )
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
     }
 
     /// 400 naming the field at fault.
@@ -71,11 +67,7 @@ impl ApiError {
 
     /// 401: no API key, or the wrong one.
     pub fn unauthorized(message: impl Into<String>) -> Self {
-        let mut e = Self::new(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            message,
-        );
+        let mut e = Self::new(StatusCode::UNAUTHORIZED, "authentication_error", message);
         e.code = Some("invalid_api_key");
         e
     }

@@ -18,8 +18,8 @@ use axum::response::IntoResponse;
 use super::AppState;
 
 const TTFT_BUCKETS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-    40.0, 80.0, 160.0, 640.0, 2560.0,
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 ];
 const ITL_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -176,6 +176,7 @@ impl Metrics {
             metrics: self.clone(),
             arrived: Instant::now(),
             last_output: None,
+            admitted: false,
             recorded: false,
         }
     }
@@ -244,17 +245,20 @@ fn escape_label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// One request's timings. Record with [`finish`](Self::finish); a timer dropped unfinished records an abort.
+/// One request's timings. Record with [`finish`](Self::finish); a timer dropped unfinished after it was admitted
+/// records an abort (a request refused before admission — bad input, a full queue — is not counted).
 pub struct RequestTimer {
     metrics: Arc<Metrics>,
     arrived: Instant,
     last_output: Option<Instant>,
+    admitted: bool,
     recorded: bool,
 }
 
 impl RequestTimer {
     /// The request got its slot after waiting `queued`.
-    pub fn admitted(&self, queued: Duration) {
+    pub fn admitted(&mut self, queued: Duration) {
+        self.admitted = true;
         self.metrics.queue.observe(queued.as_secs_f64());
     }
 
@@ -291,7 +295,7 @@ impl RequestTimer {
 
 impl Drop for RequestTimer {
     fn drop(&mut self) {
-        if !self.recorded {
+        if self.admitted && !self.recorded {
             self.finish(Finished::Abort, 0, 0);
         }
     }
@@ -333,10 +337,15 @@ mod tests {
         ));
         assert!(text.contains("vllm:time_to_first_token_seconds_count{model_name=\"m\\\"1\"} 1"));
         assert!(text.contains("vllm:inter_token_latency_seconds_count{model_name=\"m\\\"1\"} 1"));
-        assert!(text.contains("vllm:request_queue_time_seconds_bucket{model_name=\"m\\\"1\",le=\"0.3\"} 1"));
-        assert!(text.contains("vllm:e2e_request_latency_seconds_bucket{model_name=\"m\\\"1\",le=\"+Inf\"} 1"));
-        // A timer dropped unfinished counts as an abort, once.
+        assert!(text.contains(
+            "vllm:request_queue_time_seconds_bucket{model_name=\"m\\\"1\",le=\"0.3\"} 1"
+        ));
+        assert!(text.contains(
+            "vllm:e2e_request_latency_seconds_bucket{model_name=\"m\\\"1\",le=\"+Inf\"} 1"
+        ));
+        // A timer dropped unfinished counts as an abort, once, if it was admitted.
         drop(m.timer());
+        m.timer().admitted(Duration::ZERO);
         assert!(m.render(0, 0).contains("finished_reason=\"abort\"} 1"));
     }
 }

@@ -7,6 +7,7 @@ pub mod grep;
 pub mod ls;
 pub mod policy;
 pub mod read;
+pub mod recall;
 pub mod registry;
 pub mod spec;
 pub mod tool;

@@ -31,8 +31,11 @@ pub struct ToolSpec {
     pub parameters: Value,
     /// The compiled validator for `parameters` (rebuilt if `parameters` changes).
     #[serde(skip)]
-    compiled: Arc<Mutex<Option<(Value, Arc<jsonschema::Validator>)>>>,
+    compiled: ValidatorCache,
 }
+
+/// The last `parameters` compiled and its validator, shared by clones.
+type ValidatorCache = Arc<Mutex<Option<(Value, Arc<jsonschema::Validator>)>>>;
 
 fn empty_object_schema() -> Value {
     serde_json::json!({"type": "object", "properties": {}})

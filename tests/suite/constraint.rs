@@ -494,3 +494,89 @@ fn assembler_edge_cases() {
         Err(EngineError::Internal(_))
     ));
 }
+
+#[test]
+fn call_arguments_get_no_undeclared_keys() {
+    // `get_weather` does not forbid other keys, so such arguments validate; the grammar still never writes them.
+    let extra = r#"{"name": "get_weather", "arguments": {"city": "Oslo", "note": "x"}}"#;
+    let args = json!({"city": "Oslo", "note": "x"});
+    assert!(three_tools()[0].validate_arguments(&args).is_ok());
+    assert!(!accepts(
+        smol(),
+        &spec(ToolChoice::Auto),
+        ToolCallFormat::Hermes,
+        &hermes(extra)
+    ));
+    // A response_format schema is enforced as written: undeclared keys stay allowed there.
+    let open = ConstraintSpec {
+        response_format: ResponseFormat::JsonSchema {
+            name: "open".into(),
+            schema: json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+            strict: false,
+        },
+        ..ConstraintSpec::default()
+    };
+    assert!(accepts(
+        smol(),
+        &open,
+        ToolCallFormat::Hermes,
+        r#"{"a": 1, "b": [true]}"#
+    ));
+}
+
+#[test]
+fn openai_request_fields_parse() {
+    assert_eq!(
+        ToolChoice::from_openai(&json!("required")).unwrap(),
+        ToolChoice::Required
+    );
+    assert_eq!(
+        ToolChoice::from_openai(&json!({"type": "function", "function": {"name": "add"}})).unwrap(),
+        ToolChoice::Named("add".into())
+    );
+    assert_eq!(
+        ResponseFormat::from_openai(&json!({"type": "json_schema",
+            "json_schema": {"name": "p", "schema": {"type": "object"}, "strict": true}}))
+        .unwrap(),
+        ResponseFormat::JsonSchema {
+            name: "p".into(),
+            schema: json!({"type": "object"}),
+            strict: true
+        }
+    );
+    let tools = ToolSpec::list_from_openai(&json!([
+        {"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "b"}}
+    ]))
+    .unwrap();
+    assert_eq!(
+        tools[1].parameters,
+        json!({"type": "object", "properties": {}})
+    );
+}
+
+#[test]
+fn llama3_json_reply_or_call() {
+    let spec = ConstraintSpec {
+        tools: three_tools(),
+        response_format: ResponseFormat::JsonObject,
+        format: Some(ToolCallFormat::Llama3Json),
+        ..ConstraintSpec::default()
+    };
+    let run = |text: &str| {
+        let mut a = spec.assembler(ToolCallFormat::Hermes);
+        let mut out = a.push(text).unwrap();
+        out.extend(a.finish(FinishReason::Eos).unwrap());
+        summarize(&out)
+    };
+    let (content, calls, _) = run(r#"{"answer": 42}"#);
+    assert_eq!((content.as_str(), calls.len()), (r#"{"answer": 42}"#, 0));
+    let (content, calls, _) = run(r#"{"name": "add", "parameters": {"a": 1, "b": 2}}"#);
+    assert_eq!((content.as_str(), calls.len()), ("", 1));
+    assert!(accepts(
+        smol(),
+        &spec,
+        ToolCallFormat::Hermes,
+        r#"{"answer": 42}"#
+    ));
+}

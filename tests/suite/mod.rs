@@ -1,10 +1,15 @@
 mod agent;
+mod bench_tool_calls;
+mod cli_chat;
+mod cli_run;
 mod common;
 mod constraint;
 mod fetch;
 mod generate;
 mod provider;
 mod schemas;
+mod server;
+mod session;
 mod template;
 mod tokenizer;
 mod tool_calls;

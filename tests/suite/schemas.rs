@@ -65,7 +65,12 @@ fn constrained_generations_validate() {
     for case in compiled.iter().step_by(every) {
         reports.push(CaseReport {
             name: case.name.clone(),
-            generation: Some(suite::generate_one(engine, case, 256)),
+            generation: Some(suite::generate_one(
+                engine,
+                case,
+                &suite::suite_sampling(),
+                256,
+            )),
             ..CaseReport::default()
         });
     }

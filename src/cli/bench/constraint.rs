@@ -46,6 +46,9 @@ struct ConstraintFigures {
     step_us_p50: f64,
     step_us_p99: f64,
     step_us_max: f64,
+    /// Full-mask computations (rejected tokens only), microseconds.
+    mask_us_p50: f64,
+    mask_us_p99: f64,
     /// Constraint time as a share of decode time, percent.
     overhead_pct: f64,
     sampled: usize,
@@ -121,6 +124,7 @@ fn measure(
 ) -> anyhow::Result<Scenario> {
     let mut speeds = Vec::new();
     let mut steps: Vec<f64> = Vec::new();
+    let mut masks: Vec<f64> = Vec::new();
     let mut last: Option<ConstraintStats> = None;
     let mut tokens = 0;
     let mut constraint_secs = 0.0;
@@ -141,15 +145,19 @@ fn measure(
         decode_secs += s.decode_secs;
         if let Some(c) = s.constraint {
             steps.extend(&c.step_secs);
+            masks.extend(&c.mask_secs);
             constraint_secs += c.step_secs.iter().sum::<f64>();
             last = Some(c);
         }
     }
     steps.sort_by(|a, b| a.total_cmp(b));
+    masks.sort_by(|a, b| a.total_cmp(b));
     let figures = last.map(|c| ConstraintFigures {
         step_us_p50: percentile(&steps, 0.5) * 1e6,
         step_us_p99: percentile(&steps, 0.99) * 1e6,
         step_us_max: steps.last().copied().unwrap_or(f64::NAN) * 1e6,
+        mask_us_p50: percentile(&masks, 0.5) * 1e6,
+        mask_us_p99: percentile(&masks, 0.99) * 1e6,
         overhead_pct: 100.0 * constraint_secs / decode_secs.max(1e-9),
         sampled: c.sampled_tokens,
         masked: c.masked_tokens,
@@ -267,24 +275,34 @@ pub fn run(args: ConstraintBenchArgs) -> anyhow::Result<()> {
         report.parser_factory_build_secs * 1e3
     );
     println!(
-        "  {:<42} {:>6} {:>10} {:>9} {:>9} {:>9} {:>17}",
-        "scenario", "tokens", "decode/s", "p50 µs", "p99 µs", "overhead", "sampled/masked/ff"
+        "  {:<42} {:>6} {:>10} {:>9} {:>9} {:>9} {:>17} {:>9} {:>9}",
+        "scenario",
+        "tokens",
+        "decode/s",
+        "p50 µs",
+        "p99 µs",
+        "overhead",
+        "sampled/masked/ff",
+        "mask p50",
+        "mask p99"
     );
     for s in &report.scenarios {
         match &s.constraint {
             Some(c) => println!(
-                "  {:<42} {:>6} {:>10.1} {:>9.0} {:>9.0} {:>8.2}% {:>17}",
+                "  {:<42} {:>6} {:>10.1} {:>9.0} {:>9.0} {:>8.2}% {:>17} {:>9.0} {:>9.0}",
                 s.name,
                 s.tokens,
                 s.decode_tok_s.median,
                 c.step_us_p50,
                 c.step_us_p99,
                 c.overhead_pct,
-                format!("{}/{}/{}", c.sampled, c.masked, c.forced)
+                format!("{}/{}/{}", c.sampled, c.masked, c.forced),
+                c.mask_us_p50,
+                c.mask_us_p99
             ),
             None => println!(
-                "  {:<42} {:>6} {:>10.1} {:>9} {:>9} {:>9} {:>17}",
-                s.name, s.tokens, s.decode_tok_s.median, "-", "-", "-", "-"
+                "  {:<42} {:>6} {:>10.1} {:>9} {:>9} {:>9} {:>17} {:>9} {:>9}",
+                s.name, s.tokens, s.decode_tok_s.median, "-", "-", "-", "-", "-", "-"
             ),
         }
     }

@@ -2,8 +2,10 @@
 
 mod constraint;
 mod engine;
+mod load;
 mod schemas;
 pub mod stats;
+mod tool_calls;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
@@ -13,6 +15,11 @@ pub enum BenchCommand {
     Constraint(constraint::ConstraintBenchArgs),
     /// The JSON Schema validity suite: admission, grammar vs. test documents, constrained generations.
     Schemas(schemas::SchemasBenchArgs),
+    /// Tool-call latency of any OpenAI-compatible endpoint (agentd --local, vLLM, llama.cpp): TTFT, time to the
+    /// call's name and to the complete call, ITL, tok/s, valid share; --compare runs two endpoints A B A B.
+    ToolCalls(tool_calls::ToolCallsBenchArgs),
+    /// Concurrent streaming clients against `agentd serve` (some hanging up early): throughput, TTFT p50/p99.
+    Load(load::LoadBenchArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -20,5 +27,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Engine(args) => engine::run(args),
         BenchCommand::Constraint(args) => constraint::run(args),
         BenchCommand::Schemas(args) => schemas::run(args),
+        BenchCommand::ToolCalls(args) => tool_calls::run(args),
+        BenchCommand::Load(args) => load::run(args),
     }
 }

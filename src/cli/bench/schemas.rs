@@ -25,6 +25,9 @@ pub struct SchemasBenchArgs {
     pub limit: Option<usize>,
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
+    /// Repetition penalty of the (otherwise greedy) generations (default: the test suite's).
+    #[arg(long)]
+    pub repeat_penalty: Option<f32>,
     /// Only admission and test documents (no model generation).
     #[arg(long)]
     pub no_generate: bool,
@@ -57,13 +60,23 @@ pub fn run(args: SchemasBenchArgs) -> anyhow::Result<()> {
     let engine = args.engine.load()?;
     let factory = engine.grammar_factory()?;
     let every = args.every.max(1);
+    let mut sampling = suite::suite_sampling();
+    if let Some(p) = args.repeat_penalty {
+        sampling.repetition_penalty = p;
+    }
+    sampling.validate()?;
     let mut reports = Vec::with_capacity(cases.len());
     let mut compiled_seen = 0usize;
     for case in &cases {
         let mut report = suite::check_documents(&factory, engine.tokenizer(), case);
         if report.rejected.is_none() {
-            if !args.no_generate && compiled_seen % every == 0 {
-                report.generation = Some(suite::generate_one(&engine, case, args.max_tokens));
+            if !args.no_generate && compiled_seen.is_multiple_of(every) {
+                report.generation = Some(suite::generate_one(
+                    &engine,
+                    case,
+                    &sampling,
+                    args.max_tokens,
+                ));
             }
             compiled_seen += 1;
         }

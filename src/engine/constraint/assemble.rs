@@ -322,6 +322,9 @@ enum State {
 pub struct OutputAssembler {
     format: ToolCallFormat,
     parse_calls: bool,
+    /// The reply may be a JSON document instead of calls (llama3_json with a `response_format`): a top-level
+    /// object that is not call-shaped is content, not an error.
+    json_reply: bool,
     state: State,
     held: String,
     content: String,
@@ -339,11 +342,20 @@ impl OutputAssembler {
         Self {
             format,
             parse_calls,
+            json_reply: false,
             state,
             held: String::new(),
             content: String::new(),
             calls: Vec::new(),
         }
+    }
+
+    /// Allows a JSON reply where a llama3_json call could start (see [`ConstraintSpec::assembler`]).
+    ///
+    /// [`ConstraintSpec::assembler`]: super::ConstraintSpec::assembler
+    pub fn with_json_reply(mut self, json_reply: bool) -> Self {
+        self.json_reply = json_reply;
+        self
     }
 
     /// All content emitted so far.
@@ -388,7 +400,7 @@ impl OutputAssembler {
             State::Content | State::Undecided | State::TextOnly => {
                 let held = std::mem::take(&mut self.held);
                 // Whitespace after the last call is layout, not reply text.
-                if !(held.trim().is_empty() && !self.calls.is_empty()) {
+                if !held.trim().is_empty() || self.calls.is_empty() {
                     self.emit_content(held, &mut out);
                 }
             }
@@ -467,8 +479,15 @@ impl OutputAssembler {
                     else {
                         return Err(EngineError::Internal("assembler state changed".into()));
                     };
-                    let finished = call.finish(out)?;
-                    self.calls.push(finished);
+                    let reply = (self.json_reply && call.head.is_none()).then(|| call.text.clone());
+                    match (call.finish(out), reply) {
+                        (Ok(finished), _) => self.calls.push(finished),
+                        (Err(_), Some(reply)) => {
+                            self.state = State::TextOnly;
+                            self.emit_content(reply, out);
+                        }
+                        (Err(e), None) => return Err(e),
+                    }
                 }
                 Ok(&text[used..])
             }

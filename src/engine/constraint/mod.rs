@@ -208,7 +208,11 @@ impl ConstraintSpec {
 
     /// The assembler for this request's output, in `model_format` unless the spec overrides it.
     pub fn assembler(&self, model_format: ToolCallFormat) -> OutputAssembler {
-        OutputAssembler::new(self.format.unwrap_or(model_format), self.calls_possible())
+        let format = self.format.unwrap_or(model_format);
+        // llama3_json calls and a JSON reply both start with `{`: an object that is not a call is the reply.
+        let json_reply =
+            format == ToolCallFormat::Llama3Json && self.response_format != ResponseFormat::Text;
+        OutputAssembler::new(format, self.calls_possible()).with_json_reply(json_reply)
     }
 }
 
@@ -345,6 +349,8 @@ pub struct ConstraintStats {
     pub forced_tokens: usize,
     /// Constraint time per sampled token (check, mask if needed, commit, forced tokens), seconds.
     pub step_secs: Vec<f64>,
+    /// Time of each full mask computation (only for rejected tokens), seconds.
+    pub mask_secs: Vec<f64>,
 }
 
 /// One request's grammar state.
@@ -384,10 +390,14 @@ impl Constraint {
             return Ok(first);
         }
         self.stats.masked_tokens += 1;
+        let mask_started = Instant::now();
         let mask = self
             .matcher
             .compute_mask()
             .map_err(|e| self.grammar_error(e))?;
+        self.stats
+            .mask_secs
+            .push(mask_started.elapsed().as_secs_f64());
         let n = logits.len();
         mask.iter_unset_entries(|i| {
             if i < n {

@@ -258,7 +258,8 @@ fn find_unsupported(schema: &Value, at: &str) -> Result<()> {
                 location: here,
             });
         }
-        if key == "format" {
+        // A format only constrains strings: on a number (schemars writes `uint32`, `double`) it is an annotation.
+        if key == "format" && may_be_string(map) {
             if let Some(name) = value.as_str() {
                 if !SUPPORTED_FORMATS.contains(&name) {
                     return Err(EngineError::UnsupportedSchemaKeyword {
@@ -288,6 +289,16 @@ fn find_unsupported(schema: &Value, at: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether a schema object's `type` allows strings (no `type` allows everything).
+fn may_be_string(map: &Map<String, Value>) -> bool {
+    match map.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+        Some(_) => true,
+    }
 }
 
 /// Compiles the schema with llguidance alone (no tokenizer), with the options the request will use.

@@ -172,8 +172,21 @@ short strings, few array items, no optional fields unless needed.";
 /// Schema text shown to the model, cut to keep prefill cheap (the grammar, not the prompt, enforces it).
 const SCHEMA_PROMPT_BYTES: usize = 600;
 
-/// (b): one greedy generation under the schema; `Invalid` is a bug.
-pub fn generate_one(engine: &Engine, case: &SchemaCase, max_tokens: usize) -> Generation {
+/// The sampling (b) uses: greedy, with a mild repetition penalty so the small model loops less often.
+pub fn suite_sampling() -> SamplingParams {
+    SamplingParams {
+        repetition_penalty: 1.1,
+        ..SamplingParams::greedy()
+    }
+}
+
+/// (b): one generation under the schema; `Invalid` is a bug.
+pub fn generate_one(
+    engine: &Engine,
+    case: &SchemaCase,
+    sampling: &SamplingParams,
+    max_tokens: usize,
+) -> Generation {
     let mut shown = to_compact_string(&case.schema);
     if shown.len() > SCHEMA_PROMPT_BYTES {
         let mut cut = SCHEMA_PROMPT_BYTES;
@@ -198,7 +211,7 @@ pub fn generate_one(engine: &Engine, case: &SchemaCase, max_tokens: usize) -> Ge
         )?;
         let req = GenerateRequest {
             prompt: engine.tokenizer().encode(&text, true)?,
-            sampling: SamplingParams::greedy(),
+            sampling: sampling.clone(),
             max_tokens: Some(max_tokens),
             constraint: Some(spec_for(case)),
             ..GenerateRequest::default()

@@ -115,7 +115,10 @@ pub fn chat_request(
         "max_tokens"
     };
     if max_tokens == Some(0) {
-        return Err(ApiError::invalid_param(field, format!("{field} must be at least 1")));
+        return Err(ApiError::invalid_param(
+            field,
+            format!("{field} must be at least 1"),
+        ));
     }
     let sampling = sampling(
         req.temperature,
@@ -138,18 +141,14 @@ pub fn chat_request(
         sampling,
         max_tokens,
         stop: stop_list(req.stop)?,
-        cache_key: Some(format!("openai:{}", req.user.unwrap_or_default())),
+        cache_key: req.user.map(|u| format!("openai-user:{u}")),
     };
     check_constraint(&request)?;
     Ok((
         request,
         ChatOptions {
             stream,
-            include_usage: stream
-                && req
-                    .stream_options
-                    .as_ref()
-                    .is_some_and(|o| o.include_usage),
+            include_usage: stream && req.stream_options.as_ref().is_some_and(|o| o.include_usage),
             logprobs,
         },
     ))
@@ -311,7 +310,11 @@ fn messages(list: Vec<ChatMessage>) -> Result<(Option<String>, Vec<Message>), Ap
                             "only `function` tool calls are supported",
                         ));
                     }
-                    blocks.push(ContentBlock::ToolCall(past_call(call.id, call.function.name, call.function.arguments)));
+                    blocks.push(ContentBlock::ToolCall(past_call(
+                        call.id,
+                        call.function.name,
+                        call.function.arguments,
+                    )));
                 }
                 out.push(Message::Assistant(AssistantMessage { content: blocks }));
             }
@@ -401,7 +404,12 @@ mod tests {
         assert_eq!(req.system.as_deref(), Some("Be brief."));
         assert_eq!(req.max_tokens, Some(7));
         assert_eq!(req.stop, vec!["\n".to_string()]);
-        assert_eq!(req.tool_choice, ToolChoice::Tool { name: "read".into() });
+        assert_eq!(
+            req.tool_choice,
+            ToolChoice::Tool {
+                name: "read".into()
+            }
+        );
         let call = ToolCall::new("call_1", "read", json!({"path": "a"}));
         assert_eq!(
             req.messages[1],
@@ -427,23 +435,43 @@ mod tests {
             (with("top_k", json!(-5)), "top_k"),
             (with("max_tokens", json!(0)), "max_tokens"),
             (with("top_logprobs", json!(3)), "top_logprobs"),
-            (with("stream_options", json!({"include_usage": true})), "stream_options"),
+            (
+                with("stream_options", json!({"include_usage": true})),
+                "stream_options",
+            ),
             (with("tool_choice", json!("required")), "tool_choice"),
             (with("tool_choice", json!("sometimes")), "tool_choice"),
-            (with("response_format", json!({"type": "xml"})), "response_format"),
             (
-                with("response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}})),
+                with("response_format", json!({"type": "xml"})),
                 "response_format",
             ),
-            (with("tools", json!([{"type": "function", "function": {"name": "bad name!"}}])), "tools[0]"),
+            (
+                with(
+                    "response_format",
+                    json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}),
+                ),
+                "response_format",
+            ),
+            (
+                with(
+                    "tools",
+                    json!([{"type": "function", "function": {"name": "bad name!"}}]),
+                ),
+                "tools[0]",
+            ),
             (with("messages", json!([])), "messages"),
             (
-                with("messages", json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])),
+                with(
+                    "messages",
+                    json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+                ),
                 "messages[0].content[0]",
             ),
         ];
         for (body, param) in cases {
-            let e = parse(body.clone()).err().unwrap_or_else(|| panic!("{body}"));
+            let e = parse(body.clone())
+                .err()
+                .unwrap_or_else(|| panic!("{body}"));
             assert_eq!(e.status.as_u16(), 400, "{body}");
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
         }

@@ -1,7 +1,7 @@
 //! The provider boundary: the shared contract (`contract`) run against every provider, the fake vLLM server
 //! (`fake_openai`), and each provider's own tests.
 
-mod contract;
+pub mod contract;
 mod fake_openai;
 mod local;
 mod remote;

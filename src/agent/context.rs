@@ -1,0 +1,100 @@
+//! The context budget: the request a turn sends ([`prompt_request`], shared with the loop so the count is of the
+//! very prompt the model gets), its exact size ([`context_tokens`]: the provider's count of the rendered system
+//! prompt, tools block and messages), and [`ContextPolicy`], the hook the loop calls at every `turn_end` and after
+//! a context-overflow error. [`super::compaction::Compactor`] is the policy that compacts.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use super::compaction::Compaction;
+use super::hooks::{AgentContext, AgentLoopConfig};
+use super::messages::AgentMessage;
+use crate::provider::{
+    estimate_tokens, CompletionRequest, ModelDescriptor, TokenCount, ToolChoice,
+};
+
+/// Decides when the transcript must shrink. Like `transform_context`, it never fails: trouble is logged and
+/// answered with `None` (the loop then carries on, and a real overflow ends the turn with the provider's error).
+#[async_trait]
+pub trait ContextPolicy: Send + Sync {
+    /// Called when a run starts and at every `turn_end` (not after an error or abort), with the transcript as it
+    /// stands (before `transform_context`). Returns the compaction to apply when the context is over budget.
+    async fn check(
+        &self,
+        context: &AgentContext,
+        config: &AgentLoopConfig,
+        cancel: &CancellationToken,
+    ) -> Option<Compaction>;
+
+    /// Called once when the provider rejected a request as too long for the context window; a compaction
+    /// returned here is applied and the request retried once.
+    async fn on_overflow(
+        &self,
+        context: &AgentContext,
+        config: &AgentLoopConfig,
+        cancel: &CancellationToken,
+    ) -> Option<Compaction>;
+}
+
+/// A shared policy, as [`AgentLoopConfig::context_policy`] holds it.
+pub type SharedContextPolicy = Arc<dyn ContextPolicy>;
+
+/// The request one turn sends for `messages` (after `transform_context`): system prompt, tools, the messages
+/// mapped by `convert_to_llm`, the loop's sampling settings.
+pub fn prompt_request(
+    context: &AgentContext,
+    messages: &[AgentMessage],
+    config: &AgentLoopConfig,
+) -> CompletionRequest {
+    CompletionRequest {
+        model: config.model.clone(),
+        system: (!context.system_prompt.is_empty()).then(|| context.system_prompt.clone()),
+        messages: (config.convert_to_llm)(messages),
+        tools: context.tools.iter().map(|t| t.spec().clone()).collect(),
+        tool_choice: if context.tools.is_empty() {
+            ToolChoice::None
+        } else {
+            ToolChoice::Auto
+        },
+        sampling: config.sampling.clone(),
+        max_tokens: config.max_tokens,
+        cache_key: config.cache_key.clone(),
+        ..CompletionRequest::default()
+    }
+}
+
+/// The size of `request`'s prompt by the provider's count (exact on the local engine: the rendered, tokenized
+/// prompt). If the provider cannot count, the character estimate, marked inexact.
+pub async fn count(config: &AgentLoopConfig, request: &CompletionRequest) -> TokenCount {
+    match config.provider.count_tokens(request).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "the provider could not count tokens; using an estimate");
+            TokenCount {
+                tokens: estimate_tokens(request),
+                exact: false,
+            }
+        }
+    }
+}
+
+/// `context_tokens`: the size of the prompt the next turn would send for `messages`.
+pub async fn context_tokens(
+    context: &AgentContext,
+    messages: &[AgentMessage],
+    config: &AgentLoopConfig,
+) -> TokenCount {
+    count(config, &prompt_request(context, messages, config)).await
+}
+
+/// The descriptor of the model `config` names (the provider's first when it names none or an unknown one).
+pub fn model_descriptor(config: &AgentLoopConfig) -> Option<ModelDescriptor> {
+    let models = config.provider.models();
+    models
+        .iter()
+        .find(|m| m.id == config.model)
+        .or_else(|| models.first())
+        .cloned()
+}

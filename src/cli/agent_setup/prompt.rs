@@ -1,0 +1,228 @@
+//! The system prompt: a deliberately small default (small local models have small windows, and every token of
+//! it is paid on every turn), the `AGENTS.md` context files, the skills list, `--system-prompt` and
+//! `--append-system-prompt`.
+//!
+//! Order (Pi's): base prompt (default or `--system-prompt`), appended text, `# Project context` with each
+//! context file, the skills list (only when the `read` tool is offered), then the working directory and date.
+//! Context files: `AGENTS.md` (else `CLAUDE.md`) from the user config dir, then from `/` down to the working
+//! directory (outermost first, so the nearest file has the last word).
+
+use std::path::{Path, PathBuf};
+
+use super::skills::{self, Skill};
+
+/// The names a context file may have, in order of preference (one per directory).
+pub const CONTEXT_FILE_NAMES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
+
+/// The default base prompt. Tool names and schemas reach the model through the chat template, so they are not
+/// repeated here; only guidance for the tools that are offered is added.
+pub const DEFAULT_BASE: &str =
+    "You are agentd, a coding assistant. You help the user with their project by reading files, \
+running commands, and editing code with your tools. Be concise.";
+
+/// A loaded context file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextFile {
+    pub path: PathBuf,
+    pub content: String,
+}
+
+/// The user config directory: `$AGENTD_HOME` when set, else `~/.config/agentd`.
+pub fn config_dir() -> PathBuf {
+    if let Some(h) = std::env::var_os("AGENTD_HOME").filter(|h| !h.is_empty()) {
+        return PathBuf::from(h);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".config").join("agentd")
+}
+
+/// The skill directories: user, then project.
+pub fn skill_dirs(cwd: &Path) -> Vec<PathBuf> {
+    vec![
+        config_dir().join("skills"),
+        cwd.join(".agentd").join("skills"),
+    ]
+}
+
+/// The first of `CONTEXT_FILE_NAMES` in `dir` that exists and reads.
+fn context_file_in(dir: &Path) -> Option<ContextFile> {
+    CONTEXT_FILE_NAMES.iter().find_map(|name| {
+        let path = dir.join(name);
+        let content = std::fs::read_to_string(&path).ok()?;
+        Some(ContextFile { path, content })
+    })
+}
+
+/// The context files for `cwd`: the user's, then every ancestor's from the root down to `cwd`.
+pub fn context_files(cwd: &Path) -> Vec<ContextFile> {
+    let mut files: Vec<ContextFile> = Vec::new();
+    if let Some(f) = context_file_in(&config_dir()) {
+        files.push(f);
+    }
+    let mut ancestors: Vec<&Path> = cwd.ancestors().collect();
+    ancestors.reverse();
+    for dir in ancestors {
+        if let Some(f) = context_file_in(dir) {
+            let same = files.iter().any(|g| {
+                std::fs::canonicalize(&g.path).ok() == std::fs::canonicalize(&f.path).ok()
+            });
+            if !same {
+                files.push(f);
+            }
+        }
+    }
+    files
+}
+
+/// Everything the system prompt is built from.
+#[derive(Debug, Clone, Default)]
+pub struct PromptInputs {
+    /// `--system-prompt` (replaces the default base).
+    pub custom: Option<String>,
+    /// `--append-system-prompt`.
+    pub append: Option<String>,
+    /// The offered tools' names.
+    pub tools: Vec<String>,
+    pub context_files: Vec<ContextFile>,
+    pub skills: Vec<Skill>,
+    pub cwd: PathBuf,
+    /// `YYYY-MM-DD`.
+    pub date: String,
+}
+
+/// Tool guidance lines for the offered tools.
+fn guidelines(tools: &[String]) -> Vec<&'static str> {
+    let has = |t: &str| tools.iter().any(|n| n == t);
+    let mut lines = Vec::new();
+    if has("read") && has("edit") {
+        lines.push("Read a file before editing it.");
+    }
+    if has("edit") {
+        lines.push("edit needs old text that matches the file exactly.");
+    }
+    if has("write") {
+        lines.push("Use write only for new files or complete rewrites.");
+    }
+    if has("bash") && (has("grep") || has("find") || has("ls")) {
+        lines.push("Prefer grep, find and ls over bash for exploring files.");
+    }
+    lines
+}
+
+/// Builds the system prompt.
+pub fn build(inputs: &PromptInputs) -> String {
+    let mut prompt = match &inputs.custom {
+        Some(custom) => custom.trim_end().to_string(),
+        None => {
+            let mut base = DEFAULT_BASE.to_string();
+            for line in guidelines(&inputs.tools) {
+                base.push_str("\n- ");
+                base.push_str(line);
+            }
+            base
+        }
+    };
+    if let Some(append) = inputs.append.as_deref().filter(|a| !a.trim().is_empty()) {
+        prompt.push_str("\n\n");
+        prompt.push_str(append.trim_end());
+    }
+    if !inputs.context_files.is_empty() {
+        prompt.push_str("\n\n# Project context\n");
+        for f in &inputs.context_files {
+            prompt.push_str(&format!(
+                "\n## {}\n\n{}\n",
+                f.path.display(),
+                f.content.trim_end()
+            ));
+        }
+    }
+    if inputs.tools.iter().any(|t| t == "read") && !inputs.skills.is_empty() {
+        prompt.push_str("\n\n");
+        prompt.push_str(&skills::prompt_section(&inputs.skills));
+    }
+    prompt.push_str(&format!(
+        "\n\nWorking directory: {}\nDate: {}",
+        inputs.cwd.display(),
+        inputs.date
+    ));
+    prompt
+}
+
+/// Today's local date.
+pub fn today() -> String {
+    chrono::Local::now().format("%Y-%m-%d").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs() -> PromptInputs {
+        PromptInputs {
+            tools: ["read", "bash", "edit", "write"].map(String::from).to_vec(),
+            cwd: PathBuf::from("/p"),
+            date: "2026-01-02".into(),
+            ..PromptInputs::default()
+        }
+    }
+
+    #[test]
+    fn default_prompt_is_small_and_ends_with_cwd_and_date() {
+        let p = build(&inputs());
+        assert!(p.starts_with(DEFAULT_BASE));
+        assert!(p.ends_with("Working directory: /p\nDate: 2026-01-02"));
+        assert!(p.len() < 600, "{} bytes", p.len());
+    }
+
+    #[test]
+    fn custom_append_context_and_skills_in_order() {
+        let p = build(&PromptInputs {
+            custom: Some("BASE".into()),
+            append: Some("EXTRA".into()),
+            context_files: vec![ContextFile {
+                path: PathBuf::from("/p/AGENTS.md"),
+                content: "Use tabs.\n".into(),
+            }],
+            skills: vec![Skill {
+                name: "s".into(),
+                description: "d".into(),
+                path: PathBuf::from("/k/s/SKILL.md"),
+            }],
+            ..inputs()
+        });
+        let at = |needle: &str| p.find(needle).unwrap_or_else(|| panic!("{needle} in {p}"));
+        assert!(at("BASE") < at("EXTRA"));
+        assert!(at("EXTRA") < at("## /p/AGENTS.md\n\nUse tabs."));
+        assert!(at("Use tabs.") < at("<name>s</name>"));
+        assert!(!p.contains(DEFAULT_BASE));
+        let without_read = build(&PromptInputs {
+            tools: vec!["bash".into()],
+            skills: vec![Skill {
+                name: "s".into(),
+                description: "d".into(),
+                path: PathBuf::from("/k/s/SKILL.md"),
+            }],
+            ..inputs()
+        });
+        assert!(!without_read.contains("available_skills"));
+    }
+
+    #[test]
+    fn context_files_walk_from_the_root_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("a").join("b");
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::write(dir.path().join("AGENTS.md"), "outer").unwrap();
+        std::fs::write(dir.path().join("a").join("CLAUDE.md"), "middle").unwrap();
+        std::fs::write(inner.join("AGENTS.md"), "inner").unwrap();
+        std::fs::write(inner.join("CLAUDE.md"), "ignored").unwrap();
+        let found: Vec<String> = context_files(&inner)
+            .into_iter()
+            .filter(|f| f.path.starts_with(dir.path()))
+            .map(|f| f.content)
+            .collect();
+        assert_eq!(found, ["outer", "middle", "inner"]);
+    }
+}

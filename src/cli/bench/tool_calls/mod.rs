@@ -1,0 +1,261 @@
+//! `agentd bench tool-calls`: tool-call latency of any OpenAI-compatible endpoint (agentd in-process with
+//! `--local` or over HTTP, vLLM, the llama.cpp Python server, …): time to first token, to the tool call's name,
+//! to the complete call; inter-token latency, output tok/s, and the share of calls whose arguments validate, as
+//! p50/p90/p99 over repetitions after a warm-up. `--compare URL2` runs the two endpoints alternately (A B A B …)
+//! and reports pair-by-pair ratios, so a noisy machine does not decide the comparison.
+//!
+//! Files: `scenarios` (the workloads), `client` (the endpoints, `--local`), `metrics` (runs → report),
+//! `report` (table, JSON, plot). The measuring client and the arithmetic are the library's `agentd::bench`.
+
+mod client;
+mod metrics;
+mod report;
+mod scenarios;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use agentd::bench::{ab_schedule, ChatClient, Side};
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::engine_args::EngineArgs;
+use metrics::{EndpointInfo, RunInfo, UnitRun};
+use scenarios::{RequestSettings, Scenario, Target};
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["endpoint", "local"])))]
+pub struct ToolCallsBenchArgs {
+    /// The API root of an OpenAI-compatible server (usually ending in /v1), e.g. http://127.0.0.1:8093/v1.
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// Start agentd's own server in this process on a loopback port and bench it over HTTP.
+    #[arg(long)]
+    local: bool,
+    /// The model to ask for (default: the first one the server lists). With --local: the model to load (a known
+    /// name or a GGUF file; default: agentd's default model).
+    #[arg(long)]
+    model: Option<String>,
+    /// --local: the device (auto | cpu | cuda | cuda:N | metal).
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// forced: one named tool call on a short prompt; auto: tool_choice auto over the coding tools; agent: a
+    /// scripted 10-turn session whose transcript grows with real tool results.
+    #[arg(long, value_enum, default_value = "forced")]
+    scenario: Scenario,
+    /// Measured repetitions: requests, or sessions for `agent` [default: 20; 3 for agent].
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Repetitions run first and left out of the figures.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Repetitions in flight at once (on each endpoint in turn).
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Print the report (every request included) as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG plot of per-turn latency against transcript length (agent scenario).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// A second endpoint, run alternately with the first (A B A B …); ratios are A/B.
+    #[arg(long, value_name = "URL2")]
+    compare: Option<String>,
+    /// The model to ask the --compare endpoint for (default: the first one it lists).
+    #[arg(long)]
+    compare_model: Option<String>,
+    /// Sent to both endpoints as `Authorization: Bearer KEY`.
+    #[arg(long, value_name = "KEY")]
+    api_key: Option<String>,
+    /// Most tokens per reply.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: u32,
+    /// Send identical prompts (no random nonce at the start of the system message): shows what a server's
+    /// prompt-prefix cache gives. Without it every prompt is cold.
+    #[arg(long)]
+    warm: bool,
+    /// Seconds before one request counts as failed.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+/// The flags, checked.
+struct Config {
+    args: ToolCallsBenchArgs,
+    reps: usize,
+}
+
+impl Config {
+    fn from_args(args: ToolCallsBenchArgs) -> anyhow::Result<Self> {
+        let reps = args.reps.unwrap_or(match args.scenario {
+            Scenario::Agent => 3,
+            Scenario::Forced | Scenario::Auto => 20,
+        });
+        anyhow::ensure!(reps >= 1, "--reps must be at least 1");
+        anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+        anyhow::ensure!(args.max_tokens >= 1, "--max-tokens must be at least 1");
+        anyhow::ensure!(args.timeout >= 1, "--timeout must be at least 1 second");
+        anyhow::ensure!(
+            args.plot.is_none() || args.scenario == Scenario::Agent,
+            "--plot draws latency per turn: it needs --scenario agent"
+        );
+        Ok(Self { args, reps })
+    }
+
+    fn engine_args(&self) -> EngineArgs {
+        let (model, model_path) = match &self.args.model {
+            Some(m) if Path::new(m).is_file() => (String::new(), Some(PathBuf::from(m))),
+            Some(m) => (m.clone(), None),
+            None => (agentd::engine::manifest::DEFAULT_MODEL.to_string(), None),
+        };
+        EngineArgs {
+            model,
+            model_path,
+            device: self.args.device.clone(),
+            weights: Default::default(),
+            offline: false,
+        }
+    }
+}
+
+pub fn run(args: ToolCallsBenchArgs) -> anyhow::Result<()> {
+    let config = Config::from_args(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_config(config))
+}
+
+fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    Some(
+        text.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+fn progress(len: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} [{bar:40}] {pos}/{len} requests · {elapsed}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+async fn run_config(config: Config) -> anyhow::Result<()> {
+    let args = &config.args;
+    let timeout = Duration::from_secs(args.timeout);
+    let local = if args.local {
+        Some(client::start_local(config.engine_args()).await?)
+    } else {
+        None
+    };
+    let url_a = match (&local, &args.endpoint) {
+        (Some(server), _) => server.base_url.clone(),
+        (None, Some(url)) => url.clone(),
+        (None, None) => anyhow::bail!("give --endpoint URL or --local"),
+    };
+    let client_a = ChatClient::new(&url_a, args.api_key.clone())?.with_timeout(timeout);
+    let requested_a = if args.local {
+        None
+    } else {
+        args.model.as_deref()
+    };
+    let model_a = client::resolve_model(&client_a, requested_a).await?;
+    let mut endpoints = vec![EndpointInfo {
+        side: Side::A,
+        url: url_a,
+        model: model_a.clone(),
+        local: args.local,
+    }];
+    let b = match &args.compare {
+        Some(url) => {
+            let c = ChatClient::new(url, args.api_key.clone())?.with_timeout(timeout);
+            let m = client::resolve_model(&c, args.compare_model.as_deref()).await?;
+            endpoints.push(EndpointInfo {
+                side: Side::B,
+                url: url.clone(),
+                model: m.clone(),
+                local: false,
+            });
+            Some((c, m))
+        }
+        None => None,
+    };
+
+    let settings = RequestSettings {
+        max_tokens: args.max_tokens,
+        nonce: !args.warm,
+    };
+    let total_units = args.warmup + config.reps;
+    let batches = total_units.div_ceil(args.concurrency);
+    let sides = if b.is_some() { 2 } else { 1 };
+    let bar = progress((total_units * args.scenario.turns() * sides) as u64);
+    let tick = || bar.inc(1);
+    let schedule = if b.is_some() {
+        ab_schedule(batches)
+    } else {
+        vec![Side::A; batches]
+    };
+    let load_before = load_average();
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    for (i, side) in schedule.into_iter().enumerate() {
+        let batch = i / sides;
+        let units = batch * args.concurrency..((batch + 1) * args.concurrency).min(total_units);
+        let target = match (side, &b) {
+            (Side::B, Some((client, model))) => Target { client, model },
+            _ => Target {
+                client: &client_a,
+                model: &model_a,
+            },
+        };
+        let results = futures::future::join_all(
+            units
+                .clone()
+                .map(|u| scenarios::run_unit(args.scenario, &target, u, &settings, &tick)),
+        )
+        .await;
+        for (unit, turns) in units.zip(results) {
+            runs.push(UnitRun {
+                side,
+                unit,
+                warmup: unit < args.warmup,
+                turns: turns?,
+            });
+        }
+    }
+    bar.finish_and_clear();
+    let run = RunInfo {
+        scenario: args.scenario,
+        reps: config.reps,
+        warmup: args.warmup,
+        concurrency: args.concurrency,
+        max_tokens: args.max_tokens,
+        nonce: settings.nonce,
+        load_before,
+        load_after: load_average(),
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    let report = metrics::build(run, endpoints, runs, args.scenario);
+    if let Some(path) = &args.plot {
+        report::plot(&report, path)?;
+        eprintln!("plot written to {}", path.display());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report::table(&report));
+    }
+    drop(local);
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! `agentd run --mode rpc`: Pi's RPC protocol over stdin/stdout, strictly one JSON object per line.
+//!
+//! Commands (stdin), each `{"type": …, "id"?: …}`: `prompt {message, streaming_behavior?: steer|follow_up}`,
+//! `steer {message}`, `follow_up {message}`, `abort`, `get_state`, `get_messages`, `set_model {model}`,
+//! `compact {custom_instructions?}`, `new_session`, `fork {entry_id}`, `get_fork_messages`, `bash {command}`,
+//! `set_steering_mode {mode}`, `set_follow_up_mode {mode}` (`one_at_a_time` | `all`). Pi's camelCase field
+//! names are accepted too.
+//!
+//! Every command gets one response, `{"type":"response","command":…,"success":…,"id"?:…,"data"?:…,"error"?:…}`,
+//! written before any event it causes. `prompt` answers at once; the run's events (`AgentEvent`s, tagged by
+//! `type`) follow as it streams. A line that is not a JSON object with a string `type` gets
+//! `{"type":"response","command":"parse","success":false,"error":…}`, an unknown type or bad fields an error
+//! response under its own name; the process keeps running either way. At end of input it waits for the running
+//! prompt to finish, then exits 0.
+
+use std::sync::Arc;
+
+use agentd::agent::QueueMode;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::AsyncBufReadExt as _;
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::agent_setup::{exit, CodingSession};
+
+/// What a `prompt` sent while the agent runs should become.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Behavior {
+    Steer,
+    #[serde(alias = "followUp")]
+    FollowUp,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Command {
+    Prompt {
+        message: String,
+        #[serde(default, alias = "streamingBehavior")]
+        streaming_behavior: Option<Behavior>,
+    },
+    Steer {
+        message: String,
+    },
+    FollowUp {
+        message: String,
+    },
+    Abort,
+    GetState,
+    GetMessages,
+    SetModel {
+        #[serde(alias = "modelId", alias = "model_id")]
+        model: String,
+    },
+    Compact {
+        #[serde(default, alias = "customInstructions")]
+        custom_instructions: Option<String>,
+    },
+    NewSession,
+    Fork {
+        #[serde(alias = "entryId")]
+        entry_id: String,
+    },
+    GetForkMessages,
+    Bash {
+        command: String,
+    },
+    SetSteeringMode {
+        mode: QueueModeName,
+    },
+    SetFollowUpMode {
+        mode: QueueModeName,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+enum QueueModeName {
+    #[serde(rename = "one_at_a_time", alias = "one-at-a-time")]
+    OneAtATime,
+    #[serde(rename = "all")]
+    All,
+}
+
+impl From<QueueModeName> for QueueMode {
+    fn from(m: QueueModeName) -> Self {
+        match m {
+            QueueModeName::OneAtATime => QueueMode::OneAtATime,
+            QueueModeName::All => QueueMode::All,
+        }
+    }
+}
+
+const COMMANDS: [&str; 15] = [
+    "prompt",
+    "steer",
+    "follow_up",
+    "abort",
+    "get_state",
+    "get_messages",
+    "set_model",
+    "compact",
+    "new_session",
+    "fork",
+    "get_fork_messages",
+    "bash",
+    "set_steering_mode",
+    "set_follow_up_mode",
+    "parse",
+];
+
+/// The single writer of stdout: one line per value, flushed; `Null` stops it.
+type Out = mpsc::UnboundedSender<Value>;
+
+fn respond(out: &Out, id: &Option<Value>, command: &str, result: Result<Option<Value>, String>) {
+    let mut v = json!({"type": "response", "command": command});
+    if let Some(id) = id {
+        v["id"] = id.clone();
+    }
+    match result {
+        Ok(data) => {
+            v["success"] = json!(true);
+            if let Some(d) = data {
+                v["data"] = d;
+            }
+        }
+        Err(e) => {
+            v["success"] = json!(false);
+            v["error"] = json!(e);
+        }
+    }
+    let _ = out.send(v);
+}
+
+/// Runs the protocol until stdin closes.
+pub async fn serve(session: CodingSession) -> anyhow::Result<u8> {
+    let (out, mut lines_out) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(v) = lines_out.recv().await {
+            if v.is_null() {
+                break;
+            }
+            let mut line = v.to_string();
+            line.push('\n');
+            if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    {
+        let out = out.clone();
+        session.subscribe(Arc::new(move |ev| {
+            if let Ok(v) = serde_json::to_value(&ev) {
+                let _ = out.send(v);
+            }
+            Box::pin(async {})
+        }));
+    }
+    let mut running: Option<JoinHandle<()>> = None;
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        let line = match stdin.next_line().await {
+            Ok(Some(l)) => l,
+            Ok(None) => break,
+            Err(e) => {
+                respond(&out, &None, "parse", Err(format!("cannot read stdin: {e}")));
+                break;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        handle_line(&session, &out, &line, &mut running).await;
+    }
+    if let Some(task) = running.take() {
+        let _ = task.await;
+    }
+    // The session's listener holds a sender too, so the writer is told to stop (after what is queued).
+    let _ = out.send(Value::Null);
+    let _ = writer.await;
+    if let Some(e) = session.session_error() {
+        eprintln!("warning: {e}");
+    }
+    Ok(exit::OK)
+}
+
+async fn handle_line(
+    session: &CodingSession,
+    out: &Out,
+    line: &str,
+    running: &mut Option<JoinHandle<()>>,
+) {
+    let value: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => {
+            return respond(out, &None, "parse", Err(format!("not JSON: {e}")));
+        }
+    };
+    let id = value.get("id").cloned();
+    let Some(kind) = value
+        .get("type")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return respond(
+            out,
+            &id,
+            "parse",
+            Err("a command is a JSON object with a string `type`".into()),
+        );
+    };
+    if !COMMANDS.contains(&kind.as_str()) || kind == "parse" {
+        return respond(
+            out,
+            &id,
+            &kind,
+            Err(format!(
+                "unknown command `{kind}` (known: {})",
+                COMMANDS[..COMMANDS.len() - 1].join(", ")
+            )),
+        );
+    }
+    let command: Command = match serde_json::from_value(value) {
+        Ok(c) => c,
+        Err(e) => {
+            return respond(
+                out,
+                &id,
+                &kind,
+                Err(format!("invalid `{kind}` command: {e}")),
+            )
+        }
+    };
+    let busy = running.as_ref().is_some_and(|t| !t.is_finished()) || session.is_running();
+    let result = match command {
+        Command::Prompt {
+            message,
+            streaming_behavior,
+        } => match (busy, streaming_behavior) {
+            (false, _) => {
+                respond(out, &id, &kind, Ok(None));
+                let s = session.clone();
+                let task = tokio::spawn(async move {
+                    // Failures are data: the run's events and `get_state` report them.
+                    let _ = s.prompt(&message).await;
+                });
+                // The next command (an `abort`, say) must find the run started.
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+                while !session.is_running()
+                    && !task.is_finished()
+                    && tokio::time::Instant::now() < deadline
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                *running = Some(task);
+                return;
+            }
+            (true, Some(Behavior::Steer)) => {
+                session.steer(&message);
+                Ok(None)
+            }
+            (true, Some(Behavior::FollowUp)) => {
+                session.follow_up(&message);
+                Ok(None)
+            }
+            (true, None) => Err(
+                "the agent is running: send `steer` or `follow_up`, or set streaming_behavior"
+                    .into(),
+            ),
+        },
+        Command::Steer { message } => {
+            session.steer(&message);
+            Ok(None)
+        }
+        Command::FollowUp { message } => {
+            session.follow_up(&message);
+            Ok(None)
+        }
+        Command::Abort => {
+            session.abort();
+            Ok(None)
+        }
+        Command::GetState => {
+            let mut state = session.state_json();
+            let usage = session.context_usage().await;
+            state["context_tokens"] = json!(usage.tokens);
+            state["context_tokens_exact"] = json!(usage.exact);
+            Ok(Some(state))
+        }
+        Command::GetMessages => Ok(Some(json!({"messages": session.agent().state().messages}))),
+        Command::SetModel { model } => session
+            .set_model(&model)
+            .await
+            .map(|m| Some(json!({"model": m})))
+            .map_err(|e| format!("{e:#}")),
+        Command::Compact {
+            custom_instructions,
+        } => session
+            .compact(custom_instructions.as_deref())
+            .await
+            .map(Some)
+            .map_err(|e| format!("{e:#}")),
+        Command::NewSession => session
+            .new_session()
+            .map(|()| Some(json!({"cancelled": false})))
+            .map_err(|e| format!("{e:#}")),
+        Command::Fork { entry_id } => session
+            .fork(&entry_id)
+            .await
+            .map(|(text, path)| {
+                Some(json!({"text": text, "session_file": path, "cancelled": false}))
+            })
+            .map_err(|e| format!("{e:#}")),
+        Command::GetForkMessages => session
+            .fork_points()
+            .map(|points| {
+                let messages: Vec<Value> = points
+                    .into_iter()
+                    .map(|(entry_id, text)| json!({"entry_id": entry_id, "text": text}))
+                    .collect();
+                Some(json!({ "messages": messages }))
+            })
+            .map_err(|e| format!("{e:#}")),
+        Command::Bash { command } => session
+            .run_bash(&command, false, CancellationToken::new())
+            .await
+            .map(|m| serde_json::to_value(m).ok())
+            .map_err(|e| format!("{e:#}")),
+        Command::SetSteeringMode { mode } => {
+            session.agent().set_steering_mode(mode.into());
+            Ok(None)
+        }
+        Command::SetFollowUpMode { mode } => {
+            session.agent().set_follow_up_mode(mode.into());
+            Ok(None)
+        }
+    };
+    respond(out, &id, &kind, result);
+}

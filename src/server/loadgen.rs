@@ -1,0 +1,345 @@
+//! A loopback load generator for the server (the client side of `agentd bench load` and of the load test):
+//! many concurrent streaming chat clients, some of which hang up after their first token. Every finished
+//! response is checked for the stream's shape (role chunk first, one id, exactly one `finish_reason`, the usage
+//! chunk, `[DONE]` last); timings give throughput and time-to-first-token percentiles.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// What load to send.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The server root (`http://127.0.0.1:8080`).
+    pub root: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Requests each client sends, one after the other.
+    pub requests_per_client: usize,
+    pub max_tokens: u32,
+    /// Every n-th request (counting from 1) disconnects after its first content chunk; 0: none do.
+    pub disconnect_every: usize,
+    /// Give up on a request after this long.
+    pub timeout: Duration,
+}
+
+/// How one request went.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub client: usize,
+    /// Hung up on purpose after the first token.
+    pub disconnected: bool,
+    /// Seconds to the first content chunk.
+    pub ttft: Option<f64>,
+    pub e2e: f64,
+    pub completion_tokens: u64,
+    pub prompt_tokens: u64,
+    /// What was wrong with the response (status, malformed stream), if anything.
+    pub error: Option<String>,
+}
+
+/// The outcomes of a run and its wall time.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    pub outcomes: Vec<Outcome>,
+    pub wall_secs: f64,
+}
+
+/// Percentiles and rates of a report.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadSummary {
+    pub requests: usize,
+    pub completed: usize,
+    pub disconnected: usize,
+    pub failed: usize,
+    pub wall_secs: f64,
+    pub requests_per_sec: f64,
+    pub output_tokens_per_sec: f64,
+    pub ttft_p50: f64,
+    pub ttft_p99: f64,
+    pub e2e_p50: f64,
+    pub e2e_p99: f64,
+}
+
+/// The `p`-th percentile (0–100) by nearest rank; NaN for no values.
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+impl LoadReport {
+    pub fn failures(&self) -> Vec<&Outcome> {
+        self.outcomes.iter().filter(|o| o.error.is_some()).collect()
+    }
+
+    pub fn summary(&self) -> LoadSummary {
+        let done: Vec<&Outcome> = self
+            .outcomes
+            .iter()
+            .filter(|o| o.error.is_none() && !o.disconnected)
+            .collect();
+        let ttft: Vec<f64> = self.outcomes.iter().filter_map(|o| o.ttft).collect();
+        let e2e: Vec<f64> = done.iter().map(|o| o.e2e).collect();
+        let tokens: u64 = done.iter().map(|o| o.completion_tokens).sum();
+        LoadSummary {
+            requests: self.outcomes.len(),
+            completed: done.len(),
+            disconnected: self.outcomes.iter().filter(|o| o.disconnected).count(),
+            failed: self.failures().len(),
+            wall_secs: self.wall_secs,
+            requests_per_sec: done.len() as f64 / self.wall_secs.max(1e-9),
+            output_tokens_per_sec: tokens as f64 / self.wall_secs.max(1e-9),
+            ttft_p50: percentile(&ttft, 50.0),
+            ttft_p99: percentile(&ttft, 99.0),
+            e2e_p50: percentile(&e2e, 50.0),
+            e2e_p99: percentile(&e2e, 99.0),
+        }
+    }
+}
+
+/// Runs the load and waits for every client.
+pub async fn run(opts: LoadOptions) -> LoadReport {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(opts.clients)
+        .build()
+        .unwrap_or_default();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..opts.clients)
+        .map(|c| {
+            let client = client.clone();
+            let opts = opts.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                for r in 0..opts.requests_per_client {
+                    let n = c * opts.requests_per_client + r + 1;
+                    let disconnect =
+                        opts.disconnect_every > 0 && n.is_multiple_of(opts.disconnect_every);
+                    let fut = one(&client, &opts, c, n, disconnect);
+                    let outcome = match tokio::time::timeout(opts.timeout, fut).await {
+                        Ok(o) => o,
+                        Err(_) => Outcome {
+                            client: c,
+                            disconnected: false,
+                            ttft: None,
+                            e2e: opts.timeout.as_secs_f64(),
+                            completion_tokens: 0,
+                            prompt_tokens: 0,
+                            error: Some(format!("no complete answer within {:?}", opts.timeout)),
+                        },
+                    };
+                    out.push(outcome);
+                }
+                out
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(o) => outcomes.extend(o),
+            Err(e) => outcomes.push(Outcome {
+                client: usize::MAX,
+                disconnected: false,
+                ttft: None,
+                e2e: 0.0,
+                completion_tokens: 0,
+                prompt_tokens: 0,
+                error: Some(format!("client task failed: {e}")),
+            }),
+        }
+    }
+    LoadReport {
+        outcomes,
+        wall_secs: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// One streamed request.
+async fn one(
+    client: &reqwest::Client,
+    opts: &LoadOptions,
+    c: usize,
+    n: usize,
+    disconnect: bool,
+) -> Outcome {
+    let started = Instant::now();
+    let mut outcome = Outcome {
+        client: c,
+        disconnected: false,
+        ttft: None,
+        e2e: 0.0,
+        completion_tokens: 0,
+        prompt_tokens: 0,
+        error: None,
+    };
+    let body = json!({
+        "model": opts.model,
+        "messages": [{"role": "user", "content": format!("Request {n}: tell me something about the number {n}.")}],
+        "max_tokens": opts.max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let mut req = client
+        .post(format!("{}/v1/chat/completions", opts.root))
+        .json(&body);
+    if let Some(k) = &opts.api_key {
+        req = req.bearer_auth(k);
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            outcome.error = Some(format!("request failed: {e}"));
+            return outcome;
+        }
+    };
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        outcome.error = Some(format!("HTTP {status}: {text}"));
+        outcome.e2e = started.elapsed().as_secs_f64();
+        return outcome;
+    }
+    let mut body = resp.bytes_stream();
+    let mut buf = String::new();
+    let mut events: Vec<Value> = Vec::new();
+    'read: while let Some(chunk) = body.next().await {
+        let Ok(chunk) = chunk else {
+            outcome.error = Some("the stream broke off".into());
+            break;
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else {
+                continue;
+            };
+            let ev: Value = if data == "[DONE]" {
+                Value::String(data.into())
+            } else {
+                match serde_json::from_str(data) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        outcome.error = Some(format!("an event is not JSON ({e}): {data}"));
+                        break 'read;
+                    }
+                }
+            };
+            let content = ev["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty());
+            if content && outcome.ttft.is_none() {
+                outcome.ttft = Some(started.elapsed().as_secs_f64());
+                if disconnect {
+                    outcome.disconnected = true;
+                    break 'read;
+                }
+            }
+            events.push(ev);
+        }
+    }
+    drop(body);
+    outcome.e2e = started.elapsed().as_secs_f64();
+    if outcome.error.is_none() && !outcome.disconnected {
+        match check_stream(&events) {
+            Ok((prompt, completion)) => {
+                outcome.prompt_tokens = prompt;
+                outcome.completion_tokens = completion;
+            }
+            Err(e) => outcome.error = Some(e),
+        }
+    }
+    outcome
+}
+
+/// Checks a whole streamed chat answer; returns its usage (prompt, completion).
+pub fn check_stream(events: &[Value]) -> Result<(u64, u64), String> {
+    let fail = |m: &str| Err(format!("{m}: {}", Value::Array(events.to_vec())));
+    if events.last() != Some(&Value::String("[DONE]".into())) {
+        return fail("the stream does not end with [DONE]");
+    }
+    let chunks = &events[..events.len() - 1];
+    let Some(first) = chunks.first() else {
+        return fail("no chunks");
+    };
+    if first["choices"][0]["delta"]["role"] != "assistant" {
+        return fail("the first chunk has no assistant role");
+    }
+    if chunks.iter().any(|c| c.get("error").is_some()) {
+        return fail("an error event");
+    }
+    if chunks.iter().any(|c| c["id"] != first["id"]) {
+        return fail("chunk ids differ");
+    }
+    let finishes = chunks
+        .iter()
+        .filter(|c| {
+            c["choices"]
+                .get(0)
+                .is_some_and(|ch| !ch["finish_reason"].is_null())
+        })
+        .count();
+    if finishes != 1 {
+        return fail("not exactly one finish_reason");
+    }
+    let Some(last) = chunks.last() else {
+        return fail("no chunks");
+    };
+    if last["choices"] != json!([]) {
+        return fail("the last chunk is not the usage chunk");
+    }
+    let usage = &last["usage"];
+    let (p, c, t) = (
+        usage["prompt_tokens"].as_u64(),
+        usage["completion_tokens"].as_u64(),
+        usage["total_tokens"].as_u64(),
+    );
+    match (p, c, t) {
+        (Some(p), Some(c), Some(t)) if p + c == t && p > 0 => Ok((p, c)),
+        _ => fail("inconsistent usage"),
+    }
+}
+
+/// This process's resident memory in MiB (Linux `VmRSS`); `None` elsewhere.
+pub fn rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&[3.0], 99.0), 3.0);
+        assert!(percentile(&[], 50.0).is_nan());
+    }
+
+    #[test]
+    fn checks_the_stream_shape() {
+        let role = json!({"id": "a", "choices": [{"delta": {"role": "assistant", "content": ""}, "finish_reason": null}]});
+        let fin = json!({"id": "a", "choices": [{"delta": {}, "finish_reason": "stop"}]});
+        let usage = json!({"id": "a", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}});
+        let done = json!("[DONE]");
+        assert_eq!(
+            check_stream(&[role.clone(), fin.clone(), usage.clone(), done.clone()]),
+            Ok((3, 1))
+        );
+        assert!(check_stream(&[role.clone(), usage.clone(), done.clone()]).is_err());
+        assert!(check_stream(&[role, fin, usage]).is_err());
+    }
+}

@@ -1,0 +1,316 @@
+//! The HTTP server: an axum [`router`] over an [`AppState`] (tests build it around their own engine and bind
+//! port 0), and [`serve`], which runs it until a shutdown signal and then drains: new requests get 503, in-flight
+//! ones may finish for a grace period, and whatever is left is cancelled.
+//!
+//! Files: `openai/` (chat completions, completions, models, tokenize/detokenize, wire types), `sessions/` (agent
+//! sessions over HTTP), `admission` (the bounded queue in front of the model), `metrics` (Prometheus text under
+//! vLLM's names), `auth` (bearer key), `error` (`ApiError` in OpenAI's shape), `sse` (event-stream helpers).
+
+pub mod admission;
+pub mod auth;
+pub mod error;
+pub mod loadgen;
+pub mod metrics;
+pub mod openai;
+pub mod sessions;
+pub mod sse;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{middleware, Json, Router};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Engine;
+use crate::provider::{LocalProvider, Provider};
+use admission::{Admission, Permit};
+use error::ApiError;
+use metrics::Metrics;
+
+/// How the server behaves (the `agentd serve` flags).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Required as `Authorization: Bearer <key>` when set.
+    pub api_key: Option<String>,
+    /// Larger request bodies get 413.
+    pub max_body_bytes: usize,
+    /// Requests generating at once (`None`: 1 on the local engine, which runs one sequence at a time; 64 for a
+    /// remote provider).
+    pub max_running: Option<usize>,
+    /// Requests that may wait for a turn; beyond that, 503 with `Retry-After`.
+    pub max_queue: usize,
+    /// The `Retry-After` of a 503, in seconds.
+    pub retry_after_secs: u64,
+    /// After a shutdown signal, how long in-flight requests may still run before they are cancelled.
+    pub shutdown_grace: Duration,
+    /// Agent sessions: where their JSONL files go, and the default workspace of a session.
+    pub sessions: sessions::SessionOptions,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            api_key: None,
+            max_body_bytes: 32 * 1024 * 1024,
+            max_running: None,
+            max_queue: 256,
+            retry_after_secs: 1,
+            shutdown_grace: Duration::from_secs(10),
+            sessions: sessions::SessionOptions::default(),
+        }
+    }
+}
+
+/// Everything a handler needs. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// Answers chat completions and agent sessions.
+    pub provider: Arc<dyn Provider>,
+    /// The local engine, when the provider runs on it (completions, tokenize, logprobs need it).
+    pub engine: Option<Engine>,
+    pub admission: Arc<Admission>,
+    pub metrics: Arc<Metrics>,
+    pub options: Arc<ServerOptions>,
+    /// Cancelled when in-flight work must stop (the grace period is over).
+    pub shutdown: CancellationToken,
+    /// Cancelled when the server stops taking new requests.
+    pub draining: CancellationToken,
+    pub sessions: Arc<sessions::Sessions>,
+}
+
+impl AppState {
+    /// A server over `provider`; pass the engine too when the provider is the local one.
+    pub fn new(
+        provider: Arc<dyn Provider>,
+        engine: Option<Engine>,
+        options: ServerOptions,
+    ) -> Self {
+        let default_running = if engine.is_some() { 1 } else { 64 };
+        let admission = Admission::new(
+            options.max_running.unwrap_or(default_running),
+            options.max_queue,
+            options.retry_after_secs,
+        );
+        let model = provider
+            .models()
+            .first()
+            .map(|m| m.id.clone())
+            .unwrap_or_default();
+        let shutdown = CancellationToken::new();
+        let sessions = sessions::Sessions::new(options.sessions.clone(), shutdown.clone());
+        Self {
+            provider,
+            engine,
+            admission,
+            metrics: Metrics::new(model),
+            options: Arc::new(options),
+            shutdown,
+            draining: CancellationToken::new(),
+            sessions,
+        }
+    }
+
+    /// A server over the local engine (through `LocalProvider`).
+    pub fn local(engine: Engine, options: ServerOptions) -> Self {
+        Self::new(
+            Arc::new(LocalProvider::new(engine.clone())),
+            Some(engine),
+            options,
+        )
+    }
+
+    /// The ids of the served models.
+    pub fn model_ids(&self) -> Vec<String> {
+        self.provider.models().into_iter().map(|m| m.id).collect()
+    }
+
+    /// The canonical id of the model a request names (empty: the default), or 404.
+    pub fn resolve_model(&self, name: &str) -> Result<String, ApiError> {
+        let models = self.provider.models();
+        if name.is_empty() {
+            return models
+                .first()
+                .map(|m| m.id.clone())
+                .ok_or_else(|| ApiError::internal("the provider serves no model"));
+        }
+        if models.iter().any(|m| m.id == name) {
+            return Ok(name.to_string());
+        }
+        if let Some(engine) = &self.engine {
+            let info = engine.info();
+            if info.manifest.as_ref().is_some_and(|m| m.answers_to(name)) {
+                return Ok(info.name.clone());
+            }
+        }
+        Err(ApiError::unknown_model(name, &self.model_ids()))
+    }
+
+    /// Waits for a generation slot: 503 when the queue is full or the server is stopping.
+    pub async fn admit(&self) -> Result<Permit, ApiError> {
+        if self.draining.is_cancelled() {
+            return Err(ApiError::unavailable("the server is shutting down", 1));
+        }
+        self.admission.admit(&self.shutdown).await
+    }
+}
+
+/// The whole HTTP API.
+pub fn router(state: AppState) -> Router {
+    use openai::{chat, completions, models, tokenize};
+    Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{id}", get(models::get))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .route("/health", get(health))
+        .route("/version", get(version))
+        .route("/metrics", get(metrics::metrics))
+        .merge(sessions::routes())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ))
+        .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                ApiError::internal("internal error: the request handler panicked").into_response()
+            },
+        ))
+        .with_state(state)
+}
+
+/// `GET /health`: 200 while serving, 503 once shutting down.
+async fn health(State(state): State<AppState>) -> StatusCode {
+    if state.draining.is_cancelled() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
+}
+
+/// `GET /version`.
+async fn version() -> Json<serde_json::Value> {
+    Json(serde_json::json!({"version": env!("CARGO_PKG_VERSION")}))
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::not_found(format!("no route for {}", uri.path()))
+}
+
+async fn method_not_allowed(uri: Uri) -> ApiError {
+    ApiError::method_not_allowed(format!("{} does not accept this method", uri.path()))
+}
+
+/// The request body as `T`: 413 beyond the body limit, 400 for malformed JSON, and 400 naming the field
+/// (`param`) for a missing field or a value of the wrong type.
+pub fn parse_json<T: DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let bytes = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::payload_too_large(limit)
+        } else {
+            ApiError::bad_request(format!("cannot read the request body: {}", r.body_text()))
+        }
+    })?;
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(path_error)?;
+    de.end()
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
+    Ok(value)
+}
+
+/// A JSON value as `T`, with [`parse_json`]'s errors.
+pub fn parse_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(path_error)
+}
+
+fn path_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    if inner.is_syntax() || inner.is_eof() {
+        return ApiError::bad_request(format!("malformed JSON: {inner}"));
+    }
+    if path == "." || path.is_empty() {
+        ApiError::bad_request(format!("invalid request: {inner}"))
+    } else {
+        ApiError::invalid_param(path.clone(), format!("invalid `{path}`: {inner}"))
+    }
+}
+
+/// Serves `state` on `listener` until `signal` resolves, then drains (see the module doc).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let shutdown = state.shutdown.clone();
+    let draining = state.draining.clone();
+    let grace = state.options.shutdown_grace;
+    let sessions = state.sessions.clone();
+    let app = router(state);
+    let drain = async move {
+        signal.await;
+        draining.cancel();
+        tracing::info!(
+            grace_secs = grace.as_secs_f64(),
+            "shutting down: finishing in-flight requests"
+        );
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(grace) => {}
+                () = os_signal() => tracing::warn!("second signal: cancelling in-flight requests now"),
+            }
+            stop.cancel();
+        });
+        // Agent runs are not bounded by one HTTP response: abort them when the grace period ends.
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            sessions.abort_all();
+        });
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(drain)
+        .await
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn os_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+/// A response for `Result<Response, ApiError>` handlers.
+pub type ApiResult = Result<Response, ApiError>;

@@ -1,0 +1,450 @@
+//! The agent-session routes:
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/sessions` | create: `{model?, system_prompt?, tools?, policy?, workspace?, max_turns?, max_tokens?, temperature?, seed?}` → 201 |
+//! | `GET /v1/sessions` | the live sessions |
+//! | `GET /v1/sessions/{id}` | one session and its status |
+//! | `DELETE /v1/sessions/{id}` | abort it and forget it (its file stays) |
+//! | `POST /v1/sessions/{id}/prompt` | `{content}` → SSE of `AgentEvent`s (`{"type": "agent_start", …}`) until `agent_end`, then `[DONE]`; 409 while a prompt runs |
+//! | `POST /v1/sessions/{id}/steer` | `{content}`: delivered after the current tool batch → 202 |
+//! | `POST /v1/sessions/{id}/follow_up` | `{content}`: delivered when the agent would stop → 202 |
+//! | `POST /v1/sessions/{id}/abort` | cancel the running prompt → 202 |
+//! | `GET /v1/sessions/{id}/messages` | the transcript |
+//! | `GET /v1/sessions/{id}/entries` | the session tree's entries and the current leaf |
+//! | `POST /v1/sessions/{id}/branch` | `{entry_id}` (`null`: a new root): continue from that entry; the transcript becomes its path |
+//!
+//! A client that closes the prompt stream aborts the run (as closing a completion stream cancels it).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::{GatedProvider, Session, SessionInfo};
+use crate::agent::{Agent, AgentEvent, AgentLoopConfig, AgentMessage};
+use crate::server::error::ApiError;
+use crate::server::openai::types::now_unix;
+use crate::server::{parse_json, sse, AppState};
+use crate::session::{sessions_dir, EntryKind, JsonlStore, SessionStore, StoreOptions};
+use crate::tools::policy::Policy;
+use crate::tools::registry::{ToolRegistry, BUILTIN_TOOL_NAMES};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions", post(create).get(list))
+        .route("/v1/sessions/{id}", get(show).delete(remove))
+        .route("/v1/sessions/{id}/prompt", post(prompt))
+        .route("/v1/sessions/{id}/steer", post(steer))
+        .route("/v1/sessions/{id}/follow_up", post(follow_up))
+        .route("/v1/sessions/{id}/abort", post(abort))
+        .route("/v1/sessions/{id}/messages", get(messages))
+        .route("/v1/sessions/{id}/entries", get(entries))
+        .route("/v1/sessions/{id}/branch", post(branch))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSession {
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    system_prompt: Option<String>,
+    /// Built-in tool names (default: all of them).
+    #[serde(default)]
+    tools: Option<Vec<String>>,
+    /// `read_only`, `read_only,write`, `all`, `none`, … (default: `read_only`).
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    workspace: Option<PathBuf>,
+    #[serde(default)]
+    max_turns: Option<usize>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    temperature: Option<f32>,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Text {
+    content: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Branch {
+    entry_id: Option<String>,
+}
+
+fn session(state: &AppState, id: &str) -> Result<Arc<Session>, ApiError> {
+    state
+        .sessions
+        .get(id)
+        .ok_or_else(|| ApiError::not_found(format!("no session `{id}`")))
+}
+
+fn describe(s: &Session) -> Value {
+    let st = s.agent.state();
+    json!({
+        "id": s.info.id, "object": "agent.session", "model": s.info.model, "tools": s.info.tools,
+        "policy": s.info.policy, "workspace": s.info.workspace, "path": s.info.path,
+        "created": s.info.created, "status": st.status, "message_count": st.messages.len(),
+        "last_error": st.last_error,
+    })
+}
+
+fn default_system_prompt(workspace: &std::path::Path, tools: &[String]) -> String {
+    format!(
+        "You are a coding agent working in the directory {}. Use the tools ({}) to inspect and change files; \
+         paths are relative to that directory. Answer briefly when you are done.",
+        workspace.display(),
+        tools.join(", ")
+    )
+}
+
+async fn create(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: CreateSession = parse_json(body, state.options.max_body_bytes)?;
+    if state.sessions.shutting_down() || state.draining.is_cancelled() {
+        return Err(ApiError::unavailable("the server is shutting down", 1));
+    }
+    let model = state.resolve_model(&req.model)?;
+    let names = req
+        .tools
+        .unwrap_or_else(|| BUILTIN_TOOL_NAMES.iter().map(|s| s.to_string()).collect());
+    let registry = ToolRegistry::builtin(&names)
+        .map_err(|e| ApiError::invalid_param("tools", e.to_string()))?;
+    let policy: Policy = req
+        .policy
+        .as_deref()
+        .unwrap_or("read_only")
+        .parse()
+        .map_err(|e: crate::tools::policy::ParsePolicyError| {
+            ApiError::invalid_param("policy", e.to_string())
+        })?;
+    let workspace = match req
+        .workspace
+        .or_else(|| state.sessions.options.default_workspace.clone())
+    {
+        Some(w) => w,
+        None => std::env::current_dir()
+            .map_err(|e| ApiError::internal(format!("no working directory: {e}")))?,
+    };
+    let workspace = workspace.canonicalize().map_err(|e| {
+        ApiError::invalid_param(
+            "workspace",
+            format!("workspace {} is not usable: {e}", workspace.display()),
+        )
+    })?;
+    if !workspace.is_dir() {
+        return Err(ApiError::invalid_param(
+            "workspace",
+            format!("workspace {} is not a directory", workspace.display()),
+        ));
+    }
+    if req.max_turns == Some(0) {
+        return Err(ApiError::invalid_param(
+            "max_turns",
+            "max_turns must be at least 1",
+        ));
+    }
+    let sampling = crate::server::openai::convert::sampling(
+        req.temperature,
+        None,
+        None,
+        None,
+        req.seed,
+        None,
+        None,
+        None,
+    )?;
+    let dir = state
+        .sessions
+        .options
+        .dir
+        .clone()
+        .unwrap_or_else(|| sessions_dir(&workspace));
+    let store = {
+        let (dir, ws) = (dir.clone(), workspace.clone());
+        tokio::task::spawn_blocking(move || JsonlStore::create(&dir, &ws, StoreOptions::default()))
+            .await
+            .map_err(|e| ApiError::internal(format!("creating the session failed: {e}")))?
+            .map_err(|e| ApiError::internal(format!("cannot create the session file: {e}")))?
+    };
+    let store = Arc::new(store);
+    store
+        .append(EntryKind::ModelChange {
+            provider: if state.engine.is_some() {
+                "local"
+            } else {
+                "remote"
+            }
+            .into(),
+            model_id: model.clone(),
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot write the session file: {e}")))?;
+    let id = store.header().id.clone();
+    let provider = Arc::new(GatedProvider::new(
+        state.provider.clone(),
+        state.admission.clone(),
+        state.metrics.clone(),
+        state.shutdown.clone(),
+    ));
+    let mut config = AgentLoopConfig::new(provider);
+    config.model = model.clone();
+    config.sampling = sampling;
+    config.max_tokens = req.max_tokens;
+    if let Some(n) = req.max_turns {
+        config.max_turns = n;
+    }
+    config.cache_key = Some(format!("session:{id}"));
+    config.policy = policy.clone();
+    config.cwd = workspace.clone();
+    config.workspace = Some(workspace.clone());
+    let tool_names: Vec<String> = registry.names().into_iter().map(str::to_string).collect();
+    let system = req
+        .system_prompt
+        .unwrap_or_else(|| default_system_prompt(&workspace, &tool_names));
+    let agent = Agent::new(config, system, registry.iter().cloned().collect());
+    let info = SessionInfo {
+        id: id.clone(),
+        model,
+        tools: tool_names,
+        policy: policy.name(),
+        workspace,
+        path: store.path().to_path_buf(),
+        created: now_unix(),
+    };
+    let session = Session::new(agent, store, info);
+    state.sessions.insert(session.clone());
+    Ok((StatusCode::CREATED, Json(describe(&session))).into_response())
+}
+
+async fn list(State(state): State<AppState>) -> Json<Value> {
+    let data: Vec<Value> = state.sessions.list().iter().map(|s| describe(s)).collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let s = session(&state, &id)?;
+    Ok(Json(describe(&s)))
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let s = state
+        .sessions
+        .remove(&id)
+        .ok_or_else(|| ApiError::not_found(format!("no session `{id}`")))?;
+    s.agent.abort();
+    Ok(Json(
+        json!({"id": id, "object": "agent.session", "deleted": true}),
+    ))
+}
+
+/// Aborts the run when the prompt stream is dropped before the run ended.
+struct AbortOnDrop {
+    agent: Agent,
+    finished: bool,
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.agent.abort();
+        }
+    }
+}
+
+async fn prompt(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let s = session(&state, &id)?;
+    let req: Text = parse_json(body, state.options.max_body_bytes)?;
+    if state.draining.is_cancelled() {
+        return Err(ApiError::unavailable("the server is shutting down", 1));
+    }
+    let Ok(guard) = s.prompt_lock.clone().try_lock_owned() else {
+        return Err(ApiError::conflict(
+            "the session is already running a prompt; steer, follow up, abort, or wait for it",
+        ));
+    };
+    let (tx, rx) = mpsc::unbounded_channel::<AgentEvent>();
+    s.listen(tx.clone());
+    let agent = s.agent.clone();
+    let message = AgentMessage::user(req.content);
+    tokio::spawn(async move {
+        let outcome = agent.prompt(message).await;
+        if let Err(e) = outcome {
+            // Nothing ran: end the stream with the reason.
+            let _ = tx.send(AgentEvent::AgentEnd {
+                reason: crate::agent::AgentEndReason::Error,
+                messages: Vec::new(),
+                error: Some(e.to_string()),
+            });
+        }
+        drop(guard);
+    });
+    let watcher = AbortOnDrop {
+        agent: s.agent.clone(),
+        finished: false,
+    };
+    let events = futures::stream::unfold(
+        (rx, watcher, false),
+        |(mut rx, mut watcher, ended)| async move {
+            if ended {
+                return None;
+            }
+            match rx.recv().await {
+                Some(ev) => {
+                    let end = matches!(ev, AgentEvent::AgentEnd { .. });
+                    let mut out = vec![sse::json_event(&ev)];
+                    if end {
+                        watcher.finished = true;
+                        out.push(sse::done());
+                    }
+                    Some((futures::stream::iter(out), (rx, watcher, end)))
+                }
+                None => {
+                    watcher.finished = true;
+                    Some((
+                        futures::stream::iter(vec![sse::done()]),
+                        (rx, watcher, true),
+                    ))
+                }
+            }
+        },
+    )
+    .flatten();
+    Ok(sse::response(events))
+}
+
+async fn queue_message(
+    state: AppState,
+    id: String,
+    body: Result<Bytes, BytesRejection>,
+    steer: bool,
+) -> Result<Response, ApiError> {
+    let s = session(&state, &id)?;
+    let req: Text = parse_json(body, state.options.max_body_bytes)?;
+    let message = AgentMessage::user(req.content);
+    if steer {
+        s.agent.steer(message);
+    } else {
+        s.agent.follow_up(message);
+    }
+    let kind = if steer { "steer" } else { "follow_up" };
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": id, "queued": kind})),
+    )
+        .into_response())
+}
+
+async fn steer(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    queue_message(state, id, body, true).await
+}
+
+async fn follow_up(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    queue_message(state, id, body, false).await
+}
+
+async fn abort(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let s = session(&state, &id)?;
+    let running = s.agent.state().is_running();
+    s.agent.abort();
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": id, "aborted": running})),
+    )
+        .into_response())
+}
+
+async fn messages(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let s = session(&state, &id)?;
+    let st = s.agent.state();
+    Ok(Json(
+        json!({"id": id, "status": st.status, "messages": st.messages}),
+    ))
+}
+
+async fn entries(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let s = session(&state, &id)?;
+    Ok(Json(
+        json!({"id": id, "leaf": s.store.leaf(), "entries": s.store.entries()}),
+    ))
+}
+
+async fn branch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let s = session(&state, &id)?;
+    let req: Branch = parse_json(body, state.options.max_body_bytes)?;
+    // Hold the prompt lock so no run starts while the transcript is replaced.
+    let Ok(_guard) = s.prompt_lock.clone().try_lock_owned() else {
+        return Err(ApiError::conflict(
+            "the session is running; abort it or wait before branching",
+        ));
+    };
+    let from = req.entry_id.as_deref();
+    s.store.branch(from).map_err(|e| match e {
+        crate::session::SessionError::UnknownEntry(_) => {
+            ApiError::invalid_param("entry_id", e.to_string())
+        }
+        other => ApiError::internal(other.to_string()),
+    })?;
+    let messages = match from {
+        None => Vec::new(),
+        Some(leaf) => {
+            s.store
+                .build_context(Some(leaf))
+                .map_err(|e| ApiError::internal(e.to_string()))?
+                .messages
+        }
+    };
+    s.agent.set_messages(messages.clone());
+    Ok(Json(json!({"id": id, "leaf": from, "messages": messages})))
+}

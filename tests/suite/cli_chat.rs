@@ -1,0 +1,244 @@
+//! `agentd chat` under tmux: the real binary in a real terminal, driven with `send-keys` and read with
+//! `capture-pane`, on the scripted provider. Types a prompt (which makes a real `read` call), slash commands
+//! (one unknown), a `!cmd`, steers and aborts a run, and quits with Ctrl+C twice. Skipped, saying why, only
+//! when tmux is not installed (`.ci/run` installs it).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::cli_run::{Sandbox, BIN};
+
+/// A tmux server of our own (its own socket), killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    fn start(sb: &Sandbox, args: &str) -> Self {
+        let socket = format!("agentd-test-{}-{}", std::process::id(), rand_suffix());
+        let tmux = Tmux { socket };
+        let command = format!(
+            "env AGENTD_HOME={} AGENTD_SCRIPTED_PROVIDER={} AGENTD_SCRIPTED_REQUESTS={} AGENTD_LOG=error {BIN} chat {args}",
+            q(&sb.home),
+            q(&sb.script),
+            q(&sb.requests)
+        );
+        let out = tmux.cmd(&[
+            "new-session",
+            "-d",
+            "-s",
+            "main",
+            "-x",
+            "110",
+            "-y",
+            "40",
+            "-c",
+            sb.cwd.to_str().unwrap(),
+            &command,
+        ]);
+        assert!(
+            out.status.success(),
+            "tmux new-session: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tmux
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "main"];
+        args.extend_from_slice(keys);
+        let out = self.cmd(&args);
+        assert!(
+            out.status.success(),
+            "send-keys: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Types `text` literally, then Enter.
+    fn type_line(&self, text: &str) {
+        self.keys(&["-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "main"]).stdout)
+            .into_owned()
+    }
+
+    /// Waits until the screen shows `needle`; returns the screen.
+    fn wait_for(&self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if screen.contains(needle) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "timed out waiting for {needle:?}; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn alive(&self) -> bool {
+        self.cmd(&["has-session", "-t", "main"]).status.success()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]);
+    }
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64 % 1_000_000_007)
+}
+
+/// Shell-quotes a path.
+fn q(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
+}
+
+fn tmux_available() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
+    if !tmux_available() {
+        eprintln!("SKIPPED chat_under_tmux_…: tmux is not installed (`apt-get install -y tmux`; .ci/run does it)");
+        return;
+    }
+    let sb = Sandbox::new(json!({"chunk_delay_ms": 10, "replies": [
+        {"steps": [{"text": "Let me read it."}, {"tool_call": {"name": "read", "arguments": {"path": "notes.txt"}}}]},
+        "Your notes say: buy milk.",
+        {"steps": [{"text": "Working slowly."}, {"tool_call": {"name": "bash", "arguments": {"command": "sleep 2; echo slept"}}}]},
+        "Steered: switching to eggs.",
+        {"steps": [{"text": "Thinking forever"}, {"hang": true}]},
+    ]}));
+    std::fs::write(sb.cwd.join("notes.txt"), "buy milk\n").unwrap();
+    let tmux = Tmux::start(&sb, "");
+    let screen = tmux.wait_for("· ready");
+    assert!(screen.contains("agentd chat — scripted"), "{screen}");
+    assert!(
+        screen.contains("ctx "),
+        "the status line shows context usage: {screen}"
+    );
+
+    // A prompt: streamed answer, the tool call shown compactly with its output.
+    tmux.type_line("what do my notes say?");
+    let screen = tmux.wait_for("Your notes say: buy milk.");
+    assert!(screen.contains("> what do my notes say?"), "{screen}");
+    assert!(screen.contains("● read notes.txt"), "{screen}");
+    assert!(screen.contains("│ buy milk"), "{screen}");
+    let request = &sb.recorded()[1];
+    assert_eq!(request["messages"][2]["content"], "buy milk\n");
+
+    // Slash commands: an unknown one is an error message, /session shows the session.
+    tmux.type_line("/frobnicate");
+    tmux.wait_for("unknown command /frobnicate");
+    tmux.type_line("/session");
+    let screen = tmux.wait_for("messages: 4");
+    assert!(screen.contains("model: scripted"), "{screen}");
+
+    // !cmd runs a shell command; its output is in the transcript.
+    tmux.type_line("!echo tmux-$((6*7))");
+    tmux.wait_for("│ tmux-42");
+
+    // Enter while the agent works steers it: the message is delivered after the tool call.
+    tmux.type_line("do something slow");
+    tmux.wait_for("◌ bash sleep 2; echo slept");
+    tmux.type_line("use eggs instead");
+    tmux.wait_for("⏳ steer: use eggs instead");
+    let screen = tmux.wait_for("Steered: switching to eggs.");
+    assert!(screen.contains("> use eggs instead"), "{screen}");
+    let steered = sb.recorded().last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(steered["content"], "use eggs instead");
+
+    // Esc aborts a run.
+    tmux.type_line("hang");
+    tmux.wait_for("Thinking forever");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("aborted");
+    tmux.wait_for("· ready");
+
+    // The session was saved as it went.
+    assert_eq!(sb.session_files().len(), 1);
+
+    // Ctrl+C twice quits.
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("press Ctrl+C again to quit");
+    tmux.keys(&["C-c"]);
+    let start = Instant::now();
+    while tmux.alive() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "chat did not quit: {}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn chat_resumes_a_session_from_the_picker() {
+    if !tmux_available() {
+        eprintln!("SKIPPED chat_resumes_…: tmux is not installed");
+        return;
+    }
+    let sb = Sandbox::new(json!(["stored answer"]));
+    let out = super::cli_run::run(sb.cmd(&["run", "-p", "remember this question"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    sb.script(json!(["continued answer"]));
+    let tmux = Tmux::start(&sb, "-r");
+    let screen = tmux.wait_for("Resume a session");
+    assert!(screen.contains("remember this question"), "{screen}");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("stored answer");
+    tmux.type_line("and now?");
+    tmux.wait_for("continued answer");
+    let messages = sb.recorded().last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(messages, 3, "the resumed history went to the model");
+    tmux.type_line("/quit");
+    let start = Instant::now();
+    while tmux.alive() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "chat did not quit"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        sb.session_files().len(),
+        1,
+        "resuming must not create another file"
+    );
+}

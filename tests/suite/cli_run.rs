@@ -1,0 +1,815 @@
+//! `agentd run` end to end: the real binary in a temp directory with a temp `AGENTD_HOME`, the model replaced
+//! by the scripted provider (test-only `AGENTD_SCRIPTED_PROVIDER`, requests logged to
+//! `AGENTD_SCRIPTED_REQUESTS`), plus one run on the real default model and one against a fake remote server.
+//! Print, JSON and RPC modes; sessions; AGENTS.md and skills; exit codes on bad input.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub(super) const BIN: &str = env!("CARGO_BIN_EXE_agentd");
+
+/// A working directory and an `AGENTD_HOME`, both temporary, and the script for the scripted provider.
+pub(super) struct Sandbox {
+    pub root: tempfile::TempDir,
+    pub cwd: PathBuf,
+    pub home: PathBuf,
+    pub script: PathBuf,
+    pub requests: PathBuf,
+}
+
+impl Sandbox {
+    /// `replies` in the scripted provider's JSON format (an array, or `{"chunk_delay_ms", "replies"}`).
+    pub fn new(replies: Value) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let cwd = root.path().join("project");
+        let home = root.path().join("home");
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        let script = root.path().join("script.json");
+        std::fs::write(&script, replies.to_string()).unwrap();
+        let requests = root.path().join("requests.jsonl");
+        Self {
+            root,
+            cwd,
+            home,
+            script,
+            requests,
+        }
+    }
+
+    /// Replaces the script (for the next process).
+    pub fn script(&self, replies: Value) {
+        std::fs::write(&self.script, replies.to_string()).unwrap();
+    }
+
+    /// `agentd ARGS` in the sandbox, with the scripted provider.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = self.bare_cmd(args);
+        c.env("AGENTD_SCRIPTED_PROVIDER", &self.script)
+            .env("AGENTD_SCRIPTED_REQUESTS", &self.requests);
+        c
+    }
+
+    /// `agentd ARGS` in the sandbox with the real backends.
+    pub fn bare_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .current_dir(&self.cwd)
+            .env("AGENTD_HOME", &self.home)
+            .env_remove("AGENTD_MODEL")
+            .env_remove("AGENTD_SCRIPTED_PROVIDER")
+            .env_remove("AGENTD_SCRIPTED_REQUESTS")
+            .env("AGENTD_LOG", "error")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Every request the scripted provider received, in order.
+    pub fn recorded(&self) -> Vec<Value> {
+        match std::fs::read_to_string(&self.requests) {
+            Ok(text) => text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// The session files of the project directory.
+    pub fn session_files(&self) -> Vec<PathBuf> {
+        let dir = self.home.join("sessions");
+        let mut out = Vec::new();
+        for sub in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(sub.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if f.path().extension().is_some_and(|e| e == "jsonl") {
+                    out.push(f.path());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+pub(super) struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub(super) fn run(mut c: Command) -> Output {
+    let out = c.output().expect("run agentd");
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn read_then_answer() -> Value {
+    json!([
+        {"steps": [{"text": "Let me look."}, {"tool_call": {"name": "read", "arguments": {"path": "notes.txt"}}}]},
+        "The notes say: remember the milk."
+    ])
+}
+
+#[test]
+fn print_mode_prints_the_answer_after_a_real_read_call() {
+    let sb = Sandbox::new(read_then_answer());
+    std::fs::write(sb.cwd.join("notes.txt"), "remember the milk\n").unwrap();
+    let out = run(sb.cmd(&["run", "-p", "what do my notes say?"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "The notes say: remember the milk.\n");
+    let requests = sb.recorded();
+    assert_eq!(requests.len(), 2);
+    let tools: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["read", "bash", "edit", "write"]);
+    let last = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "tool_result");
+    assert_eq!(last["tool_name"], "read");
+    assert_eq!(last["is_error"], false);
+    assert_eq!(last["content"], "remember the milk\n");
+    // The conversation was saved.
+    assert_eq!(sb.session_files().len(), 1);
+}
+
+#[test]
+fn json_mode_streams_every_event_as_one_json_line() {
+    let sb = Sandbox::new(read_then_answer());
+    std::fs::write(sb.cwd.join("notes.txt"), "milk\n").unwrap();
+    let out = run(sb.cmd(&["run", "--mode", "json", "--no-session", "read my notes"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let events: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("not one JSON object per line: {l}: {e}"))
+        })
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"agent_start"));
+    assert_eq!(types.last(), Some(&"agent_end"));
+    for t in [
+        "turn_start",
+        "message_start",
+        "message_update",
+        "message_end",
+        "tool_execution_start",
+        "tool_execution_end",
+        "turn_end",
+    ] {
+        assert!(types.contains(&t), "{t} missing from {types:?}");
+    }
+    let end = events
+        .iter()
+        .find(|e| e["type"] == "tool_execution_end")
+        .unwrap();
+    assert_eq!(end["tool_name"], "read");
+    assert_eq!(end["is_error"], false);
+    assert_eq!(end["result"]["content"], "milk\n");
+    assert_eq!(events.last().unwrap()["reason"], "completed");
+    assert!(sb.session_files().is_empty(), "--no-session wrote a file");
+}
+
+#[test]
+fn failures_and_aborts_have_their_exit_codes() {
+    // A model error: exit 1 with the error on stderr.
+    let sb = Sandbox::new(
+        json!([{"steps": [{"fail": {"kind": "server", "message": "the GPU caught fire"}}]}]),
+    );
+    let out = run(sb.cmd(&["run", "-p", "hi"]));
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("the GPU caught fire"), "{}", out.stderr);
+    assert_eq!(out.stdout, "");
+
+    // Ctrl-C (SIGINT) during a run: exit 130.
+    sb.script(json!([{"steps": [{"text": "thinking"}, {"hang": true}]}]));
+    let mut child = sb
+        .cmd(&["run", "-p", "hang"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(|| sb.recorded().len() == 2, "the second process's request");
+    // SAFETY: signals the child we spawned, by its pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let status = wait_child(&mut child, Duration::from_secs(20));
+    assert_eq!(status, Some(130));
+}
+
+#[test]
+fn bad_input_gets_clear_messages_and_usage_exit_codes() {
+    let sb = Sandbox::new(json!(["unused"]));
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["run", "-p", "hi", "--tools", "read,frobnicate"],
+            "unknown tool 'frobnicate'",
+        ),
+        (
+            &["run", "-p", "hi", "--allow", "everything"],
+            "unknown policy tag 'everything'",
+        ),
+        (
+            &["run", "-p", "hi", "--session", "no-such-session"],
+            "no session `no-such-session`",
+        ),
+        (
+            &["run", "-p", "hi", "--workspace", "/no/such/dir"],
+            "--workspace /no/such/dir",
+        ),
+        (&["run"], "nothing to prompt"),
+        (
+            &["run", "-p", "hi", "--mode", "json"],
+            "cannot be used with",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = run(sb.cmd(args));
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+    }
+    assert!(
+        sb.recorded().is_empty(),
+        "no request may be sent on bad input"
+    );
+}
+
+#[test]
+fn unreachable_remote_is_exit_code_3_with_a_hint() {
+    // A port nothing listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let sb = Sandbox::new(json!([]));
+    let url = format!("http://127.0.0.1:{port}");
+    let out = run(sb.bare_cmd(&["run", "-p", "hi", "--remote", &url, "--no-session"]));
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(out.stderr.contains("cannot reach"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("is the server running?"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_backend_talks_to_an_openai_compatible_server() {
+    use axum::routing::{get, post};
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let recorder = seen.clone();
+    let sse = [
+        json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "fake-model",
+               "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hello from "}, "finish_reason": null}]}),
+        json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "fake-model",
+               "choices": [{"index": 0, "delta": {"content": "remote."}, "finish_reason": "stop"}]}),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect::<String>()
+        + "data: [DONE]\n\n";
+    let app = axum::Router::new()
+        .route(
+            "/v1/models",
+            get(|| async { axum::Json(json!({"object": "list", "data": [{"id": "fake-model", "max_model_len": 4096}]})) }),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(move |axum::Json(body): axum::Json<Value>| {
+                let sse = sse.clone();
+                recorder.lock().unwrap().push(body);
+                async move { ([("content-type", "text/event-stream")], sse) }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let sb = Sandbox::new(json!([]));
+    let url = format!("http://{addr}");
+    let cmd = sb.bare_cmd(&[
+        "run",
+        "-p",
+        "hi there",
+        "--remote",
+        &url,
+        "--no-tools",
+        "--no-session",
+    ]);
+    let out = tokio::task::spawn_blocking(move || run(cmd)).await.unwrap();
+    server.abort();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "Hello from remote.\n");
+    let bodies = seen.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 1);
+    assert_eq!(bodies[0]["model"], "fake-model");
+    assert_eq!(
+        bodies[0]["messages"].as_array().unwrap().last().unwrap()["content"],
+        "hi there"
+    );
+}
+
+#[test]
+fn sessions_continue_resume_and_stay_apart() {
+    let sb = Sandbox::new(json!(["first answer"]));
+    assert_eq!(run(sb.cmd(&["run", "-p", "first question"])).code, 0);
+    let files = sb.session_files();
+    assert_eq!(files.len(), 1);
+    let header: Value = serde_json::from_str(
+        std::fs::read_to_string(&files[0])
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header["type"], "session");
+    let id = header["id"].as_str().unwrap().to_string();
+
+    // -c continues the latest session: the model sees the earlier exchange.
+    sb.script(json!(["second answer"]));
+    let out = run(sb.cmd(&["run", "-c", "-p", "second question"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "second answer\n");
+    let messages = sb.recorded().last().unwrap()["messages"].clone();
+    let contents: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .unwrap_or_else(|| m["content"][0]["text"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        contents,
+        ["first question", "first answer", "second question"]
+    );
+    assert_eq!(sb.session_files().len(), 1, "-c must not start a new file");
+
+    // --session ID (a prefix is enough) resumes it too; a new run without flags starts a new file.
+    sb.script(json!(["third answer"]));
+    assert_eq!(
+        run(sb.cmd(&["run", "--session", &id[..8], "-p", "third"])).code,
+        0
+    );
+    assert_eq!(
+        sb.recorded().last().unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    sb.script(json!(["fresh"]));
+    assert_eq!(run(sb.cmd(&["run", "-p", "new one"])).code, 0);
+    assert_eq!(
+        sb.recorded().last().unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(sb.session_files().len(), 2);
+
+    // --session PATH opens that file.
+    sb.script(json!(["by path"]));
+    let path = files[0].display().to_string();
+    assert_eq!(
+        run(sb.cmd(&["run", "--session", &path, "-p", "fourth"])).code,
+        0
+    );
+    assert_eq!(
+        sb.recorded().last().unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .len(),
+        7
+    );
+
+    // -r without a terminal: a usage error naming the way out.
+    let out = run(sb.cmd(&["run", "-r", "-p", "x"]));
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("--session ID"), "{}", out.stderr);
+}
+
+#[test]
+fn agents_md_and_skills_reach_the_system_prompt() {
+    let sb = Sandbox::new(json!(["ok", "ok", "ok"]));
+    // User config dir ($AGENTD_HOME): AGENTS.md and a skill.
+    std::fs::write(sb.home.join("AGENTS.md"), "GLOBAL-RULE: be kind.").unwrap();
+    let user_skill = sb.home.join("skills").join("deploy");
+    std::fs::create_dir_all(&user_skill).unwrap();
+    std::fs::write(
+        user_skill.join("SKILL.md"),
+        "---\nname: deploy\ndescription: Ship the app to production.\n---\nSteps...",
+    )
+    .unwrap();
+    // The project: CLAUDE.md above the working directory (fallback), AGENTS.md in it, a project skill.
+    std::fs::write(sb.root.path().join("CLAUDE.md"), "PARENT-RULE: tabs.").unwrap();
+    std::fs::write(sb.cwd.join("AGENTS.md"), "PROJECT-RULE: run cargo fmt.").unwrap();
+    std::fs::write(
+        sb.cwd.join("CLAUDE.md"),
+        "IGNORED: AGENTS.md wins in this directory.",
+    )
+    .unwrap();
+    let project_skill = sb.cwd.join(".agentd").join("skills").join("db-migrate");
+    std::fs::create_dir_all(&project_skill).unwrap();
+    std::fs::write(
+        project_skill.join("SKILL.md"),
+        "---\nname: db-migrate\ndescription: \"Write a migration: safely.\"\n---\n",
+    )
+    .unwrap();
+    let append = sb.root.path().join("append.txt");
+    std::fs::write(&append, "APPENDED-FROM-FILE").unwrap();
+
+    let out = run(sb.cmd(&[
+        "run",
+        "--no-session",
+        "--append-system-prompt",
+        append.to_str().unwrap(),
+        "-p",
+        "hi",
+    ]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let system = sb.recorded()[0]["system"].as_str().unwrap().to_string();
+    let at = |needle: &str| {
+        system
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle} not in:\n{system}"))
+    };
+    assert!(system.starts_with("You are agentd"));
+    assert!(at("APPENDED-FROM-FILE") < at("GLOBAL-RULE"));
+    assert!(at("GLOBAL-RULE") < at("PARENT-RULE"));
+    assert!(at("PARENT-RULE") < at("PROJECT-RULE"));
+    assert!(!system.contains("IGNORED"));
+    assert!(system
+        .contains("<name>deploy</name><description>Ship the app to production.</description>"));
+    assert!(system
+        .contains("<name>db-migrate</name><description>Write a migration: safely.</description>"));
+    assert!(system.contains(&format!(
+        "<location>{}</location>",
+        project_skill.join("SKILL.md").display()
+    )));
+    assert!(system.contains(&format!("Working directory: {}", sb.cwd.display())));
+
+    // --system-prompt replaces the base; without the read tool skills are not listed.
+    let out = run(sb.cmd(&[
+        "run",
+        "--no-session",
+        "--system-prompt",
+        "CUSTOM-BASE",
+        "--tools",
+        "bash",
+        "-p",
+        "hi",
+    ]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let system = sb.recorded()[1]["system"].as_str().unwrap().to_string();
+    assert!(system.starts_with("CUSTOM-BASE"), "{system}");
+    assert!(system.contains("PROJECT-RULE"));
+    assert!(!system.contains("available_skills"));
+
+    // --no-tools, --no-context-files, --no-skills.
+    let out = run(sb.cmd(&[
+        "run",
+        "--no-session",
+        "--no-tools",
+        "--no-context-files",
+        "--no-skills",
+        "-p",
+        "hi",
+    ]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let request = &sb.recorded()[2];
+    assert_eq!(request["tools"], json!([]));
+    assert!(!request["system"].as_str().unwrap().contains("RULE"));
+}
+
+#[test]
+fn workspace_and_policy_confine_the_tools() {
+    let sb = Sandbox::new(json!([
+        {"steps": [{"tool_call": {"name": "read", "arguments": {"path": "../secret.txt"}}}]},
+        "done"
+    ]));
+    std::fs::write(sb.root.path().join("secret.txt"), "top secret").unwrap();
+    let ws = sb.cwd.display().to_string();
+    let out = run(sb.cmd(&[
+        "run",
+        "--no-session",
+        "--workspace",
+        &ws,
+        "--allow",
+        "read_only",
+        "-p",
+        "read it",
+    ]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let requests = sb.recorded();
+    let tools: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        ["read"],
+        "read_only leaves only read of the default tools"
+    );
+    let result = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(result["is_error"], true);
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("outside the workspace"),
+        "{result}"
+    );
+}
+
+/// An RPC client over the child's stdin/stdout.
+struct Rpc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Rpc {
+    fn start(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next line, parsed (every line must be one JSON object).
+    fn next(&self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("an RPC line");
+        let v: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+        assert!(v.is_object(), "{line}");
+        v
+    }
+
+    /// Lines until one matches, returning it and everything before it.
+    fn until(&self, pred: impl Fn(&Value) -> bool) -> (Value, Vec<Value>) {
+        let mut before = Vec::new();
+        loop {
+            let v = self.next();
+            if pred(&v) {
+                return (v, before);
+            }
+            before.push(v);
+        }
+    }
+
+    fn response(&self, command: &str) -> Value {
+        self.until(|v| v["type"] == "response" && v["command"] == command)
+            .0
+    }
+}
+
+fn is_agent_end(v: &Value) -> bool {
+    v["type"] == "agent_end"
+}
+
+#[test]
+fn rpc_mode_end_to_end() {
+    let sb = Sandbox::new(json!({"chunk_delay_ms": 5, "replies": [
+        {"steps": [{"text": "Looking."}, {"tool_call": {"name": "read", "arguments": {"path": "notes.txt"}}}]},
+        "Milk.",
+        {"steps": [{"text": "forever"}, {"hang": true}]},
+        "## Goal\nTest compaction.\n\n## Progress\nAsked about notes.",
+    ]}));
+    std::fs::write(sb.cwd.join("notes.txt"), "milk\n").unwrap();
+    let mut rpc = Rpc::start(sb.cmd(&["run", "--mode", "rpc"]));
+
+    // Malformed lines get error responses and the process keeps going.
+    rpc.send("this is not json");
+    let r = rpc.next();
+    assert_eq!(
+        (
+            r["type"].clone(),
+            r["command"].clone(),
+            r["success"].clone()
+        ),
+        (json!("response"), json!("parse"), json!(false))
+    );
+    rpc.send(r#"{"no_type": 1}"#);
+    assert_eq!(rpc.next()["command"], "parse");
+    rpc.send(r#"{"type": "frobnicate", "id": 7}"#);
+    let r = rpc.next();
+    assert_eq!(r["command"], "frobnicate");
+    assert_eq!(r["id"], 7);
+    assert!(r["error"].as_str().unwrap().contains("unknown command"));
+    rpc.send(r#"{"type": "prompt"}"#);
+    let r = rpc.next();
+    assert_eq!(
+        (r["command"].clone(), r["success"].clone()),
+        (json!("prompt"), json!(false))
+    );
+
+    // A prompt: the response first, then the events, a real read among them.
+    rpc.send(r#"{"type": "prompt", "message": "what do my notes say?", "id": "p1"}"#);
+    let r = rpc.next();
+    assert_eq!(
+        r,
+        json!({"type": "response", "command": "prompt", "id": "p1", "success": true})
+    );
+    let (end, events) = rpc.until(is_agent_end);
+    assert_eq!(end["reason"], "completed");
+    let read = events
+        .iter()
+        .find(|e| e["type"] == "tool_execution_end")
+        .expect("a tool execution");
+    assert_eq!(read["result"]["content"], "milk\n");
+
+    rpc.send(r#"{"type": "get_state"}"#);
+    let state = rpc.response("get_state");
+    assert_eq!(state["success"], true);
+    assert_eq!(state["data"]["model"], "scripted");
+    assert_eq!(state["data"]["is_streaming"], false);
+    assert_eq!(state["data"]["message_count"], 4);
+    assert!(state["data"]["context_tokens"].as_u64().unwrap() > 0);
+    assert!(state["data"]["session_file"]
+        .as_str()
+        .unwrap()
+        .ends_with(".jsonl"));
+
+    rpc.send(r#"{"type": "get_messages"}"#);
+    let messages = rpc.response("get_messages")["data"]["messages"].clone();
+    let roles: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool_result", "assistant"]);
+
+    rpc.send(r#"{"type": "set_model", "model": "no-such-model"}"#);
+    let r = rpc.response("set_model");
+    assert_eq!(r["success"], false);
+    assert!(r["error"].as_str().unwrap().contains("unknown model"));
+    rpc.send(r#"{"type": "set_model", "model": "scripted"}"#);
+    assert_eq!(rpc.response("set_model")["success"], true);
+
+    // Abort a hanging reply; steer and follow_up are accepted while it runs.
+    rpc.send(r#"{"type": "prompt", "message": "hang please"}"#);
+    assert_eq!(rpc.response("prompt")["success"], true);
+    rpc.send(r#"{"type": "prompt", "message": "while running"}"#);
+    let r = rpc.response("prompt");
+    assert_eq!(
+        r["success"], false,
+        "a plain prompt while running is refused: {r}"
+    );
+    rpc.send(r#"{"type": "abort"}"#);
+    assert_eq!(rpc.response("abort")["success"], true);
+    let (end, _) = rpc.until(is_agent_end);
+    assert_eq!(end["reason"], "aborted");
+
+    // Compaction summarises with the model (the 4th reply).
+    rpc.send(r#"{"type": "compact", "custom_instructions": "focus on the notes"}"#);
+    let r = rpc.response("compact");
+    assert_eq!(r["success"], true, "{r}");
+    assert!(r["data"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("Test compaction."));
+    assert!(r["data"]["tokens_before"].as_u64().unwrap() > 0);
+
+    // Fork from a user message: a new session file, the message's text returned.
+    rpc.send(r#"{"type": "get_fork_messages"}"#);
+    let points = rpc.response("get_fork_messages")["data"]["messages"].clone();
+    let last = points
+        .as_array()
+        .unwrap()
+        .last()
+        .expect("a fork point")
+        .clone();
+    rpc.send(&json!({"type": "fork", "entry_id": last["entry_id"]}).to_string());
+    let r = rpc.response("fork");
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(r["data"]["text"], last["text"]);
+    assert_eq!(r["data"]["text"], "hang please");
+
+    rpc.send(r#"{"type": "new_session"}"#);
+    assert_eq!(rpc.response("new_session")["success"], true);
+    rpc.send(r#"{"type": "get_messages"}"#);
+    assert_eq!(rpc.response("get_messages")["data"]["messages"], json!([]));
+
+    // End of input: the process exits 0.
+    rpc.stdin.take();
+    let status = wait_child(&mut rpc.child, Duration::from_secs(20));
+    assert_eq!(status, Some(0));
+    assert!(sb.session_files().len() >= 2, "the fork is a second file");
+}
+
+#[test]
+fn real_model_answers_in_print_mode() {
+    let model = super::common::smollm2_path();
+    let sb = Sandbox::new(json!([]));
+    let out = run(sb.bare_cmd(&[
+        "run",
+        "-p",
+        "Say hello.",
+        "--model-path",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--offline",
+        "--no-tools",
+        "--no-session",
+        "--max-tokens",
+        "8",
+        "--temperature",
+        "0",
+    ]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        !out.stdout.trim().is_empty(),
+        "no answer; stderr: {}",
+        out.stderr
+    );
+}
+
+fn wait_for(cond: impl Fn() -> bool, what: &str) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub(super) fn wait_child(child: &mut Child, limit: Duration) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,149 @@
+//! `agentd serve`'s router over real sockets (127.0.0.1, port 0): the OpenAI routes on the shared SmolLM2
+//! engine and on scripted providers, our RemoteProvider pointed at the server (the provider contract through the
+//! vLLM path), agent sessions, and a bounded load test.
+
+mod load;
+mod openai;
+mod remote;
+mod sessions;
+mod wire;
+
+use std::sync::Arc;
+
+use agentd::provider::Provider;
+use agentd::server::{self, AppState, ServerOptions};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::common;
+
+/// A server running on the current test's runtime.
+pub struct TestServer {
+    /// `http://127.0.0.1:PORT`
+    pub root: String,
+    pub state: AppState,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestServer {
+    pub async fn start(state: AppState) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let root = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server::serve(listener, state.clone(), async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            root,
+            state,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// On the shared real engine.
+    pub async fn local(options: ServerOptions) -> Self {
+        Self::start(AppState::local(common::engine().clone(), options)).await
+    }
+
+    /// On any provider (no engine: completions and tokenize answer 501).
+    pub async fn with_provider(provider: Arc<dyn Provider>, options: ServerOptions) -> Self {
+        Self::start(AppState::new(provider, None, options)).await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.root)
+    }
+
+    /// Sends the shutdown signal and waits for `serve` to return.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.task.take() {
+            Some(t) => t.await.expect("serve panicked"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.state.shutdown.cancel();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().build().unwrap()
+}
+
+/// POSTs JSON; returns the status and the body as JSON (or as a string when it is not JSON).
+pub async fn post(url: &str, body: &Value) -> (u16, Value) {
+    let r = client().post(url).json(body).send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+pub async fn get(url: &str) -> (u16, String) {
+    let r = client().get(url).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Reads a whole SSE response: the `data:` payloads in order (`[DONE]` included as a string).
+pub async fn sse(resp: reqwest::Response) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut reader = SseReader::new(resp);
+    while let Some(ev) = reader.next().await {
+        events.push(ev);
+    }
+    events
+}
+
+/// Incremental SSE reader over a response.
+pub struct SseReader {
+    body: futures::stream::BoxStream<'static, reqwest::Result<axum::body::Bytes>>,
+    buf: String,
+}
+
+impl SseReader {
+    pub fn new(resp: reqwest::Response) -> Self {
+        Self {
+            body: resp.bytes_stream().boxed(),
+            buf: String::new(),
+        }
+    }
+
+    /// The next `data:` payload: JSON, or `Value::String("[DONE]")`.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let data: Vec<&str> = block
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if data.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                let data = data.join("\n");
+                return Some(
+                    serde_json::from_str(&data).unwrap_or(Value::String(data.to_string())),
+                );
+            }
+            match self.body.next().await {
+                Some(Ok(bytes)) => self.buf.push_str(&String::from_utf8_lossy(&bytes)),
+                _ => return None,
+            }
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The vLLM path end to end: our own RemoteProvider pointed at `agentd serve` (on the real model) runs the
+//! provider suite — the shared contract, exact usage through `/tokenize`, streamed constrained tool calls and a
+//! tool-result round trip, JSON output, cancellation, and bad requests classified as on vLLM.
+
+use std::time::Duration;
+
+use agentd::provider::{
+    collect, CompletionRequest, ErrorKind, Message, Provider, ProviderEvent, RemoteConfig,
+    RemoteProvider, ResponseFormat, Sampling, StopReason, ToolChoice, ToolSpec,
+};
+use agentd::server::ServerOptions;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::TestServer;
+
+use super::super::provider::contract;
+
+/// The shared test engine's model id (the GGUF file stem: it is loaded by path).
+fn model() -> String {
+    super::super::common::engine().info().name.clone()
+}
+
+async fn provider(server: &TestServer) -> RemoteProvider {
+    let p = RemoteProvider::new(RemoteConfig {
+        api_key: Some("sk-remote".into()),
+        ..RemoteConfig::new(format!("{}/v1", server.root), model())
+    })
+    .unwrap();
+    let models = p.discover().await.unwrap();
+    assert_eq!(
+        models[0].context_window, 8192,
+        "max_model_len from /v1/models"
+    );
+    p
+}
+
+async fn server() -> TestServer {
+    TestServer::local(ServerOptions {
+        api_key: Some("sk-remote".into()),
+        ..ServerOptions::default()
+    })
+    .await
+}
+
+fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec::new(
+            "read",
+            "Read a file from the workspace",
+            json!({"type": "object", "properties": {"path": {"type": "string", "maxLength": 40}},
+                   "required": ["path"], "additionalProperties": false}),
+        )
+        .unwrap(),
+        ToolSpec::new(
+            "ls",
+            "List a directory",
+            json!({"type": "object", "properties": {"dir": {"type": "string", "maxLength": 40}},
+                   "required": ["dir"], "additionalProperties": false}),
+        )
+        .unwrap(),
+    ]
+}
+
+fn story(max_tokens: u32) -> CompletionRequest {
+    CompletionRequest {
+        system: Some("You are a helpful assistant.".into()),
+        sampling: Sampling::greedy(),
+        max_tokens: Some(max_tokens),
+        ..CompletionRequest::user("Write a long story about a dragon who learns to bake bread.")
+    }
+}
+
+#[tokio::test]
+async fn the_provider_contract_holds_through_the_server() {
+    let server = server().await;
+    let p = provider(&server).await;
+    // Exact: /tokenize counts what the chat route is given.
+    let count = p.count_tokens(&story(8)).await.unwrap();
+    assert!(count.exact);
+    let c = contract::assert_text_completion(&p, story(8)).await;
+    assert_eq!(c.usage.output, 8);
+    assert_eq!(c.usage.input, count.tokens);
+    assert_eq!(c.stop_reason, StopReason::Length);
+
+    let req = CompletionRequest {
+        tools: tools(),
+        tool_choice: ToolChoice::Tool {
+            name: "read".into(),
+        },
+        sampling: Sampling::greedy(),
+        max_tokens: Some(96),
+        ..CompletionRequest::user("Show me the file src/main.rs")
+    };
+    let count = p.count_tokens(&req).await.unwrap();
+    let c = contract::assert_tool_call_completion(&p, req).await;
+    assert_eq!(
+        c.usage.input, count.tokens,
+        "tools in the prompt are counted too"
+    );
+    let fragments = c
+        .events
+        .iter()
+        .filter(|e| matches!(e, ProviderEvent::ToolCallDelta { .. }))
+        .count();
+    assert!(
+        fragments >= 2,
+        "arguments stream in fragments: {:?}",
+        c.events
+    );
+
+    // `required`, one call, then the result goes back and the model answers in text.
+    let req = CompletionRequest {
+        tools: tools(),
+        tool_choice: ToolChoice::Required,
+        parallel_tool_calls: Some(false),
+        sampling: Sampling::greedy(),
+        max_tokens: Some(96),
+        ..CompletionRequest::user("List the directory src")
+    };
+    let c = contract::assert_tool_call_completion(&p, req).await;
+    assert_eq!(c.message.tool_calls().len(), 1);
+    let call = c.message.tool_calls()[0].clone();
+    let follow = CompletionRequest {
+        messages: vec![
+            Message::user("List the directory src"),
+            Message::Assistant(c.message.clone()),
+            Message::tool_result(&call, "main.rs\nlib.rs", false),
+        ],
+        // No tools offered: the answer is text. (With `tool_choice: none` the local engine hides the tools from
+        // the prompt, but RemoteProvider's `/tokenize` count does not send `tool_choice`, so it would count them.)
+        tools: Vec::new(),
+        sampling: Sampling::greedy(),
+        max_tokens: Some(16),
+        ..CompletionRequest::default()
+    };
+    let c = contract::assert_text_completion(&p, follow).await;
+    assert!(c.message.tool_calls().is_empty());
+}
+
+#[tokio::test]
+async fn json_cancellation_and_errors_through_the_server() {
+    let server = server().await;
+    let p = provider(&server).await;
+    let req = CompletionRequest {
+        response_format: ResponseFormat::JsonSchema {
+            name: "answer".into(),
+            schema: json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                           "required": ["city"], "additionalProperties": false}),
+            strict: true,
+        },
+        sampling: Sampling::greedy(),
+        max_tokens: Some(48),
+        ..CompletionRequest::user("What is the capital of France? Answer in JSON.")
+    };
+    let c = collect(p.stream(req, CancellationToken::new())).await;
+    contract::assert_well_formed(&c.events);
+    assert_eq!(c.stop_reason, StopReason::Stop, "{:?}", c.events.last());
+    let v: serde_json::Value = serde_json::from_str(&c.message.text()).unwrap();
+    assert!(v["city"].is_string());
+
+    // Cancelling the client's stream closes the connection; the server cancels the generation.
+    let took = contract::assert_cancel_mid_stream(&p, story(400)).await;
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    contract::assert_cancelled_before_start(&p, story(8)).await;
+    let mut waited = 0;
+    while server.state.admission.running() > 0 {
+        assert!(waited < 250, "the server still runs the cancelled request");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += 1;
+    }
+
+    let cases = [
+        (
+            CompletionRequest {
+                model: "gpt-4o".into(),
+                ..story(4)
+            },
+            ErrorKind::UnknownModel,
+            "gpt-4o",
+        ),
+        (
+            CompletionRequest {
+                tools: tools(),
+                tool_choice: ToolChoice::Tool { name: "rm".into() },
+                ..story(4)
+            },
+            ErrorKind::InvalidRequest,
+            "rm",
+        ),
+        (
+            CompletionRequest {
+                sampling: Sampling {
+                    top_p: Some(3.0),
+                    ..Sampling::default()
+                },
+                ..story(4)
+            },
+            ErrorKind::InvalidRequest,
+            "top_p",
+        ),
+        (
+            CompletionRequest::user("dragon ".repeat(9_000)),
+            ErrorKind::ContextOverflow,
+            "8192",
+        ),
+    ];
+    for (req, kind, needle) in cases {
+        let c = collect(p.stream(req, CancellationToken::new())).await;
+        let err = c.error.expect("an error");
+        assert_eq!(err.kind, kind, "{}", err.message);
+        assert!(err.message.contains(needle), "{needle}: {}", err.message);
+    }
+    // A wrong key is an auth error.
+    let bad = RemoteProvider::new(RemoteConfig {
+        api_key: Some("nope".into()),
+        ..RemoteConfig::new(format!("{}/v1", server.root), model())
+    })
+    .unwrap();
+    let c = collect(bad.stream(story(2), CancellationToken::new())).await;
+    assert_eq!(c.error.unwrap().kind, ErrorKind::Auth);
+}
