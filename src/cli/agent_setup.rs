@@ -31,6 +31,17 @@ use std::path::PathBuf;
 
 pub use coding_session::CodingSession;
 
+/// The `--help` epilogue of `chat` and `run`: exit codes and where things live.
+pub const AFTER_HELP: &str = "\
+Exit codes: 0 ok · 1 the run failed (model/provider error, turn limit) · 2 usage (bad flags, unknown tool or
+policy tag, missing session, nothing to prompt) · 3 backend unavailable (model cannot load, --remote unreachable
+or refusing) · 130 aborted (Ctrl-C).
+
+Context: AGENTS.md (else CLAUDE.md) from the config dir and from / down to the working directory. Skills:
+<config dir>/skills/*/SKILL.md and .agentd/skills/*/SKILL.md (front matter: name, description).
+Config dir: $AGENTD_HOME if set, else ~/.config/agentd. Sessions: $AGENTD_HOME/sessions/<directory slug>/
+($AGENTD_HOME defaults to ~/.cache/agentd).";
+
 /// The exit codes of `chat` and `run` (see the module docs).
 pub mod exit {
     pub const OK: u8 = 0;

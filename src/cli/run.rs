@@ -30,6 +30,7 @@ pub enum Mode {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = super::agent_setup::AFTER_HELP)]
 pub struct RunArgs {
     #[command(flatten)]
     pub agent: AgentArgs,

@@ -4,8 +4,8 @@
 //!
 //! - [`entry`]: the header and the entry types (the file format).
 //! - [`tree`]: the in-memory tree — validation, paths, `build_context`, rewind, the printed tree.
-//! - [`file`]: loading a file (a torn last line is skipped, a corrupt middle line is an error naming the line)
-//!   and the writer actor that owns the file (acknowledged appends, fsync policy).
+//! - [`file`](mod@file): loading a file (a torn last line is skipped, a corrupt middle line is an error naming
+//!   the line) and the writer actor that owns the file (acknowledged appends, fsync policy).
 //! - [`jsonl`]: [`JsonlStore`], the store over one file, plus listing, forking and where sessions live.
 //! - [`blobs`]: content-addressed tool results dropped by compaction (grounding; read back by the `recall` tool).
 //! - [`recorder`]: [`Recorder`], which keeps a store in step with an [`crate::agent::Agent`].

@@ -1,6 +1,7 @@
 //! `agentd chat` under tmux: the real binary in a real terminal, driven with `send-keys` and read with
 //! `capture-pane`, on the scripted provider. Types a prompt (which makes a real `read` call), slash commands
-//! (one unknown), a `!cmd`, steers and aborts a run, and quits with Ctrl+C twice. Skipped, saying why, only
+//! (one unknown), `!cmd` and `!!cmd`, steers, queues a follow-up and aborts a run, compacts, forks, starts a
+//! new session, and quits with Ctrl+C twice; resumes a session from the `-r` picker. Skipped, saying why, only
 //! when tmux is not installed (`.ci/run` installs it).
 
 use std::path::Path;
@@ -134,7 +135,9 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
         "Your notes say: buy milk.",
         {"steps": [{"text": "Working slowly."}, {"tool_call": {"name": "bash", "arguments": {"command": "sleep 2; echo slept"}}}]},
         "Steered: switching to eggs.",
+        "Follow-up handled: bread too.",
         {"steps": [{"text": "Thinking forever"}, {"hang": true}]},
+        "## Goal\nShopping list.\n\n## Progress\nMilk, eggs, bread.",
     ]}));
     std::fs::write(sb.cwd.join("notes.txt"), "buy milk\n").unwrap();
     let tmux = Tmux::start(&sb, "");
@@ -160,25 +163,36 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
     tmux.type_line("/session");
     let screen = tmux.wait_for("messages: 4");
     assert!(screen.contains("model: scripted"), "{screen}");
+    tmux.type_line("/tools");
+    tmux.wait_for("read   Read the contents");
+    tmux.type_line("/tree");
+    tmux.wait_for("user: \"what do my notes say?\"");
 
-    // !cmd runs a shell command; its output is in the transcript.
+    // !cmd runs a shell command; its output is in the transcript (!!cmd: not sent to the model).
     tmux.type_line("!echo tmux-$((6*7))");
     tmux.wait_for("│ tmux-42");
+    tmux.type_line("!!echo private");
+    tmux.wait_for("(not sent to the model)");
 
-    // Enter while the agent works steers it: the message is delivered after the tool call.
+    // Enter while the agent works steers it (delivered after the tool call); Alt+Enter queues a follow-up
+    // (delivered when it would stop).
     tmux.type_line("do something slow");
     tmux.wait_for("◌ bash sleep 2; echo slept");
     tmux.type_line("use eggs instead");
     tmux.wait_for("⏳ steer: use eggs instead");
-    let screen = tmux.wait_for("Steered: switching to eggs.");
+    tmux.keys(&["-l", "also bread"]);
+    tmux.keys(&["M-Enter"]);
+    tmux.wait_for("⏳ follow-up: also bread");
+    tmux.wait_for("Steered: switching to eggs.");
+    let screen = tmux.wait_for("Follow-up handled: bread too.");
     assert!(screen.contains("> use eggs instead"), "{screen}");
-    let steered = sb.recorded().last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(steered["content"], "use eggs instead");
+    assert!(screen.contains("> also bread"), "{screen}");
+    let requests = sb.recorded();
+    let last_user = |r: &serde_json::Value| {
+        r["messages"].as_array().unwrap().last().unwrap()["content"].clone()
+    };
+    assert_eq!(last_user(&requests[requests.len() - 2]), "use eggs instead");
+    assert_eq!(last_user(&requests[requests.len() - 1]), "also bread");
 
     // Esc aborts a run.
     tmux.type_line("hang");
@@ -189,6 +203,21 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
 
     // The session was saved as it went.
     assert_eq!(sb.session_files().len(), 1);
+
+    // /compact summarises with the model; /fork opens a picker and starts a new file with the message in the
+    // editor; /new empties the transcript.
+    tmux.type_line("/compact keep the list");
+    tmux.wait_for("Compacted:");
+    tmux.type_line("/fork");
+    tmux.wait_for("Fork from before which message?");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("Forked into");
+    assert_eq!(sb.session_files().len(), 2);
+    tmux.keys(&["C-u"]);
+    tmux.type_line("/new");
+    let screen = tmux.wait_for("New session.");
+    assert!(!screen.contains("Your notes say"), "{screen}");
+    tmux.wait_for("session new");
 
     // Ctrl+C twice quits.
     tmux.keys(&["C-c"]);

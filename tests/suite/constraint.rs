@@ -556,23 +556,21 @@ fn openai_request_fields_parse() {
 }
 
 #[test]
-fn llama3_json_reply_or_call() {
-    let spec = ConstraintSpec {
+fn llama3_json_refuses_auto_tools_with_a_json_reply() {
+    let mut spec = ConstraintSpec {
         tools: three_tools(),
         response_format: ResponseFormat::JsonObject,
         format: Some(ToolCallFormat::Llama3Json),
         ..ConstraintSpec::default()
     };
-    let run = |text: &str| {
-        let mut a = spec.assembler(ToolCallFormat::Hermes);
-        let mut out = a.push(text).unwrap();
-        out.extend(a.finish(FinishReason::Eos).unwrap());
-        summarize(&out)
-    };
-    let (content, calls, _) = run(r#"{"answer": 42}"#);
-    assert_eq!((content.as_str(), calls.len()), (r#"{"answer": 42}"#, 0));
-    let (content, calls, _) = run(r#"{"name": "add", "parameters": {"a": 1, "b": 2}}"#);
-    assert_eq!((content.as_str(), calls.len()), ("", 1));
+    assert!(matches!(
+        smol().factory.compile(&spec, ToolCallFormat::Hermes),
+        Err(EngineError::InvalidResponseFormat(_))
+    ));
+    spec.tool_choice = ToolChoice::Required;
+    let call = r#"{"name": "add", "parameters": {"a": 1, "b": 2}}"#;
+    assert!(accepts(smol(), &spec, ToolCallFormat::Hermes, call));
+    spec.tool_choice = ToolChoice::None;
     assert!(accepts(
         smol(),
         &spec,

@@ -449,3 +449,40 @@ fn cli_tools_and_json_schema() {
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(stderr.contains("nope"), "{stderr}");
 }
+
+#[test]
+fn llama3_json_format_end_to_end() {
+    use agentd::engine::constraint::format::ToolCallFormat;
+    let engine = common::engine();
+    let spec = ConstraintSpec {
+        format: Some(ToolCallFormat::Llama3Json),
+        ..tools_spec(ToolChoice::Required)
+    };
+    let messages = [json!({"role": "user", "content": "What is 7 plus 5?"})];
+    let text = render_chat(
+        engine.template(),
+        &messages,
+        &spec.tools,
+        &spec.tool_choice,
+        ToolCallFormat::Llama3Json,
+    )
+    .unwrap();
+    assert!(
+        text.contains("\"parameters\": dictionary of argument name"),
+        "{text}"
+    );
+    let req = GenerateRequest {
+        prompt: engine.tokenizer().encode(&text, true).unwrap(),
+        sampling: SamplingParams::greedy(),
+        max_tokens: Some(96),
+        constraint: Some(spec),
+        ..Default::default()
+    };
+    let (done, deltas) = complete(engine, req);
+    assert!(!done.tool_calls.is_empty(), "{done:?}");
+    assert!(done.content.is_empty(), "{done:?}");
+    assert_calls_valid(&done);
+    assert!(deltas
+        .iter()
+        .any(|d| matches!(d, OutputDelta::ToolCallArguments { .. })));
+}

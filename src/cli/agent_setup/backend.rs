@@ -63,7 +63,8 @@ impl Backend {
         }
     }
 
-    /// Switches to `name`: a model the provider already serves, or (local engine) another model loaded now.
+    /// Switches to `name`: a model the provider already serves, or (local engine) another known model or a GGUF
+    /// file, loaded now.
     pub async fn switch_model(&mut self, name: &str) -> anyhow::Result<()> {
         let name = name.trim();
         let served = self.provider.models();
@@ -76,8 +77,18 @@ impl Backend {
             anyhow::bail!("unknown model `{name}`; available: {}", ids.join(", "));
         };
         let mut args = args;
-        args.model = name.to_string();
-        args.model_path = None;
+        if std::path::Path::new(name).is_file() {
+            args.model_path = Some(name.into());
+        } else {
+            // Only known models are loaded by name (an unknown one is not looked for on the network).
+            let manifest =
+                agentd::engine::manifest::find(name).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if manifest.name == self.model {
+                return Ok(());
+            }
+            args.model = manifest.name;
+            args.model_path = None;
+        }
         let engine = tokio::task::spawn_blocking(move || args.load())
             .await
             .context("the model-loading task failed")?

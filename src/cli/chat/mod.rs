@@ -12,6 +12,7 @@
 //! While the UI is up, this process's stderr goes to `$AGENTD_HOME/chat.log` so log lines cannot scribble on
 //! the screen.
 
+mod actions;
 mod app;
 mod commands;
 mod editor;
@@ -36,6 +37,7 @@ use super::agent_setup::{exit, finish, AgentArgs, CodingSession, Failure};
 use app::{App, UiEvent};
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = super::agent_setup::AFTER_HELP)]
 pub struct ChatArgs {
     #[command(flatten)]
     pub agent: AgentArgs,

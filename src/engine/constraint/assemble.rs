@@ -322,9 +322,6 @@ enum State {
 pub struct OutputAssembler {
     format: ToolCallFormat,
     parse_calls: bool,
-    /// The reply may be a JSON document instead of calls (llama3_json with a `response_format`): a top-level
-    /// object that is not call-shaped is content, not an error.
-    json_reply: bool,
     state: State,
     held: String,
     content: String,
@@ -342,20 +339,11 @@ impl OutputAssembler {
         Self {
             format,
             parse_calls,
-            json_reply: false,
             state,
             held: String::new(),
             content: String::new(),
             calls: Vec::new(),
         }
-    }
-
-    /// Allows a JSON reply where a llama3_json call could start (see [`ConstraintSpec::assembler`]).
-    ///
-    /// [`ConstraintSpec::assembler`]: super::ConstraintSpec::assembler
-    pub fn with_json_reply(mut self, json_reply: bool) -> Self {
-        self.json_reply = json_reply;
-        self
     }
 
     /// All content emitted so far.
@@ -479,15 +467,8 @@ impl OutputAssembler {
                     else {
                         return Err(EngineError::Internal("assembler state changed".into()));
                     };
-                    let reply = (self.json_reply && call.head.is_none()).then(|| call.text.clone());
-                    match (call.finish(out), reply) {
-                        (Ok(finished), _) => self.calls.push(finished),
-                        (Err(_), Some(reply)) => {
-                            self.state = State::TextOnly;
-                            self.emit_content(reply, out);
-                        }
-                        (Err(e), None) => return Err(e),
-                    }
+                    let finished = call.finish(out)?;
+                    self.calls.push(finished);
                 }
                 Ok(&text[used..])
             }

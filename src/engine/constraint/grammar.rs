@@ -9,7 +9,8 @@
 //! | `required` | one or more calls, nothing else |
 //! | named | exactly one call of that tool |
 //! | `parallel_tool_calls: false` | at most one call |
-//! | `json_object` / `json_schema` | that document only (with `auto` tools: the document or calls) |
+//! | `json_object` / `json_schema` | that document only (with `auto` tools: the document or calls; refused for
+//! llama3_json, where the two look alike) |
 //!
 //! Every call is `{"name": "<one of the tools>", "arguments": <that tool's schema>}` — including a call after
 //! free text: the text rule cannot contain the opener, so once the opener is written the rest is a call.
@@ -134,7 +135,8 @@ pub fn plan(
                     g.push('\n');
                     format!("TEXT | call{more}")
                 }
-                (ToolChoice::Auto, true) => format!("doc | call{more}"),
+                // Refused by `ConstraintSpec::validate_for`: the two alternatives look alike.
+                (ToolChoice::Auto, true) => "doc".to_string(),
                 _ => format!("call{more}"),
             };
             g.insert_str(0, &format!("start: {start}\n"));

@@ -201,6 +201,25 @@ impl ConstraintSpec {
         Ok(())
     }
 
+    /// Checks what depends on the model's tool-call format: a llama3_json call and a JSON reply both start with
+    /// `{`, so `auto` tools cannot be combined with a JSON `response_format` there.
+    pub fn validate_for(&self, model_format: ToolCallFormat) -> Result<()> {
+        self.validate()?;
+        let format = self.format.unwrap_or(model_format);
+        if format == ToolCallFormat::Llama3Json
+            && self.response_format != ResponseFormat::Text
+            && self.tool_choice == ToolChoice::Auto
+            && !self.tools.is_empty()
+        {
+            return Err(EngineError::InvalidResponseFormat(
+                "with the llama3_json tool-call format a JSON reply and a tool call look alike; use \
+                 tool_choice `none`, `required` or a named tool together with a JSON response_format"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether the output may hold tool calls.
     pub fn calls_possible(&self) -> bool {
         !self.tools.is_empty() && self.tool_choice != ToolChoice::None
@@ -208,11 +227,7 @@ impl ConstraintSpec {
 
     /// The assembler for this request's output, in `model_format` unless the spec overrides it.
     pub fn assembler(&self, model_format: ToolCallFormat) -> OutputAssembler {
-        let format = self.format.unwrap_or(model_format);
-        // llama3_json calls and a JSON reply both start with `{`: an object that is not a call is the reply.
-        let json_reply =
-            format == ToolCallFormat::Llama3Json && self.response_format != ResponseFormat::Text;
-        OutputAssembler::new(format, self.calls_possible()).with_json_reply(json_reply)
+        OutputAssembler::new(self.format.unwrap_or(model_format), self.calls_possible())
     }
 }
 
@@ -289,7 +304,7 @@ impl GrammarFactory {
         spec: &ConstraintSpec,
         model_format: ToolCallFormat,
     ) -> Result<Option<Constraint>> {
-        spec.validate()?;
+        spec.validate_for(model_format)?;
         let format = spec.format.unwrap_or(model_format);
         let Some(source) = grammar::plan(spec, format, self.special_delimiters(format)) else {
             return Ok(None);

@@ -243,6 +243,13 @@ mod tests {
         let want = x
             .broadcast_matmul(&q.dequantize(&Device::Cpu).unwrap().t().unwrap())
             .unwrap();
+        let scale = want
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         let diff = (got.clone() - want)
             .unwrap()
             .abs()
@@ -251,7 +258,8 @@ mod tests {
             .unwrap()
             .to_scalar::<f32>()
             .unwrap();
-        assert!(diff < 0.1, "max diff {diff}");
+        // Activations are quantized to 8 bits (and the offset sum kept in f16): allow 1% of the largest output.
+        assert!(diff < 0.01 * scale, "max diff {diff} (largest output {scale})");
         let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
         let y: Vec<BlockQ8_1> = xs[..cols].chunks_exact(QK).map(quantize_q8_1).collect();
         for r in 0..rows {

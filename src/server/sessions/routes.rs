@@ -2,7 +2,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /v1/sessions` | create: `{model?, system_prompt?, tools?, policy?, workspace?, max_turns?, max_tokens?, temperature?, seed?}` → 201 |
+//! | `POST /v1/sessions` | create: `{model?, system_prompt?, tools?, policy?, workspace?, max_turns?, max_tokens?, temperature?, seed?, resume?}` → 201 (`resume`: the id of a saved session to continue) |
 //! | `GET /v1/sessions` | the live sessions |
 //! | `GET /v1/sessions/{id}` | one session and its status |
 //! | `DELETE /v1/sessions/{id}` | abort it and forget it (its file stays) |
@@ -12,7 +12,8 @@
 //! | `POST /v1/sessions/{id}/abort` | cancel the running prompt → 202 |
 //! | `GET /v1/sessions/{id}/messages` | the transcript |
 //! | `GET /v1/sessions/{id}/entries` | the session tree's entries and the current leaf |
-//! | `POST /v1/sessions/{id}/branch` | `{entry_id}` (`null`: a new root): continue from that entry; the transcript becomes its path |
+//! | `POST /v1/sessions/{id}/branch` | `{entry_id, summary?}` (`null`: a new root): continue from that entry; the transcript becomes its path |
+//! | `POST /v1/sessions/{id}/rewind` | `{n}`: drop the last `n` messages from the current path (the next prompt branches there) |
 //!
 //! A client that closes the prompt stream aborts the run (as closing a completion stream cancels it).
 
@@ -36,7 +37,9 @@ use crate::agent::{Agent, AgentEvent, AgentLoopConfig, AgentMessage};
 use crate::server::error::ApiError;
 use crate::server::openai::types::now_unix;
 use crate::server::{parse_json, sse, AppState};
-use crate::session::{sessions_dir, EntryKind, JsonlStore, SessionStore, StoreOptions};
+use crate::session::{
+    sessions_dir, JsonlStore, Recorder, SessionError, SessionStore, StoreOptions,
+};
 use crate::tools::policy::Policy;
 use crate::tools::registry::{ToolRegistry, BUILTIN_TOOL_NAMES};
 
@@ -51,6 +54,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{id}/messages", get(messages))
         .route("/v1/sessions/{id}/entries", get(entries))
         .route("/v1/sessions/{id}/branch", post(branch))
+        .route("/v1/sessions/{id}/rewind", post(rewind))
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,6 +80,9 @@ struct CreateSession {
     temperature: Option<f32>,
     #[serde(default)]
     seed: Option<u64>,
+    /// The id of a saved session (in the sessions directory) to continue instead of starting a new one.
+    #[serde(default)]
+    resume: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +95,26 @@ struct Text {
 #[serde(deny_unknown_fields)]
 struct Branch {
     entry_id: Option<String>,
+    /// A summary of the branch being left, recorded as a `branch_summary` entry.
+    #[serde(default)]
+    summary: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rewind {
+    n: usize,
+}
+
+/// A session-store error on a tree operation, as an HTTP error.
+fn tree_error(e: SessionError, param: &str) -> ApiError {
+    match e {
+        SessionError::UnknownEntry(_)
+        | SessionError::NotALeaf(_)
+        | SessionError::RewindTooFar { .. } => ApiError::invalid_param(param, e.to_string()),
+        SessionError::AgentRunning => ApiError::conflict(e.to_string()),
+        other => ApiError::internal(other.to_string()),
+    }
 }
 
 fn session(state: &AppState, id: &str) -> Result<Arc<Session>, ApiError> {
@@ -181,25 +208,27 @@ async fn create(
         .clone()
         .unwrap_or_else(|| sessions_dir(&workspace));
     let store = {
-        let (dir, ws) = (dir.clone(), workspace.clone());
-        tokio::task::spawn_blocking(move || JsonlStore::create(&dir, &ws, StoreOptions::default()))
-            .await
-            .map_err(|e| ApiError::internal(format!("creating the session failed: {e}")))?
-            .map_err(|e| ApiError::internal(format!("cannot create the session file: {e}")))?
-    };
-    let store = Arc::new(store);
-    store
-        .append(EntryKind::ModelChange {
-            provider: if state.engine.is_some() {
-                "local"
-            } else {
-                "remote"
+        let (dir, ws, resume) = (dir.clone(), workspace.clone(), req.resume.clone());
+        tokio::task::spawn_blocking(move || match resume {
+            None => JsonlStore::create(&dir, &ws, StoreOptions::default())
+                .map_err(|e| ApiError::internal(format!("cannot create the session file: {e}"))),
+            Some(id) => {
+                let saved = JsonlStore::list(&dir)
+                    .map_err(|e| ApiError::internal(e.to_string()))?
+                    .into_iter()
+                    .find(|s| s.id == id)
+                    .ok_or_else(|| {
+                        ApiError::not_found(format!("no saved session `{id}` in {}", dir.display()))
+                            .with_param("resume")
+                    })?;
+                JsonlStore::open(&saved.path, StoreOptions::default())
+                    .map_err(|e| ApiError::internal(format!("cannot open the session: {e}")))
             }
-            .into(),
-            model_id: model.clone(),
         })
         .await
-        .map_err(|e| ApiError::internal(format!("cannot write the session file: {e}")))?;
+        .map_err(|e| ApiError::internal(format!("opening the session failed: {e}")))??
+    };
+    let store = Arc::new(store);
     let id = store.header().id.clone();
     let provider = Arc::new(GatedProvider::new(
         state.provider.clone(),
@@ -223,6 +252,23 @@ async fn create(
         .system_prompt
         .unwrap_or_else(|| default_system_prompt(&workspace, &tool_names));
     let agent = Agent::new(config, system, registry.iter().cloned().collect());
+    let shared: Arc<dyn SessionStore> = store.clone();
+    let recorder = Recorder::attach(&agent, shared)
+        .map_err(|e| ApiError::internal(format!("cannot load the session: {e}")))?;
+    // A new session records its model; a resumed one keeps its own when this server serves it.
+    let recorded = agent.state().model;
+    if req.resume.is_none() || !req.model.is_empty() || state.resolve_model(&recorded).is_err() {
+        let provider = if state.engine.is_some() {
+            "local"
+        } else {
+            "remote"
+        };
+        recorder
+            .set_model(&agent, provider, &model)
+            .await
+            .map_err(|e| ApiError::internal(format!("cannot write the session file: {e}")))?;
+    }
+    let model = agent.state().model;
     let info = SessionInfo {
         id: id.clone(),
         model,
@@ -232,7 +278,7 @@ async fn create(
         path: store.path().to_path_buf(),
         created: now_unix(),
     };
-    let session = Session::new(agent, store, info);
+    let session = Session::new(agent, store, recorder, info);
     state.sessions.insert(session.clone());
     Ok((StatusCode::CREATED, Json(describe(&session))).into_response())
 }
@@ -430,21 +476,31 @@ async fn branch(
         ));
     };
     let from = req.entry_id.as_deref();
-    s.store.branch(from).map_err(|e| match e {
-        crate::session::SessionError::UnknownEntry(_) => {
-            ApiError::invalid_param("entry_id", e.to_string())
-        }
-        other => ApiError::internal(other.to_string()),
-    })?;
-    let messages = match from {
-        None => Vec::new(),
-        Some(leaf) => {
-            s.store
-                .build_context(Some(leaf))
-                .map_err(|e| ApiError::internal(e.to_string()))?
-                .messages
-        }
-    };
-    s.agent.set_messages(messages.clone());
+    s.recorder
+        .branch(&s.agent, from, req.summary)
+        .await
+        .map_err(|e| tree_error(e, "entry_id"))?;
+    let messages = s.agent.state().messages;
     Ok(Json(json!({"id": id, "leaf": from, "messages": messages})))
+}
+
+async fn rewind(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let s = session(&state, &id)?;
+    let req: Rewind = parse_json(body, state.options.max_body_bytes)?;
+    let Ok(_guard) = s.prompt_lock.clone().try_lock_owned() else {
+        return Err(ApiError::conflict(
+            "the session is running; abort it or wait before rewinding",
+        ));
+    };
+    let leaf = s
+        .recorder
+        .rewind(&s.agent, req.n)
+        .map_err(|e| tree_error(e, "n"))?;
+    Ok(Json(
+        json!({"id": id, "leaf": leaf, "messages": s.agent.state().messages}),
+    ))
 }

@@ -195,6 +195,48 @@ async fn a_session_runs_tools_persists_and_branches() {
     let (status, list) = get(&s.server.url("/v1/sessions")).await;
     assert_eq!(status, 200);
     assert!(list.contains(&id));
+
+    // Rewind one message; then forget the live session and resume it from its file by id.
+    let (status, r) = post(
+        &s.server.url(&format!("/v1/sessions/{id}/rewind")),
+        &json!({"n": 1}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["messages"].as_array().unwrap().len(), 2);
+    let (status, r) = post(
+        &s.server.url(&format!("/v1/sessions/{id}/rewind")),
+        &json!({"n": 99}),
+    )
+    .await;
+    assert_eq!((status, r["error"]["param"].clone()), (400, json!("n")));
+    let resp = client()
+        .delete(s.server.url(&format!("/v1/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resumed = create(&s, json!({"resume": id})).await;
+    assert_eq!(resumed["id"], id);
+    assert_eq!(resumed["path"], created["path"]);
+    let (_, body) = get(&s.server.url(&format!("/v1/sessions/{id}/messages"))).await;
+    let messages: Value = serde_json::from_str(&body).unwrap();
+    let messages = messages["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.len(),
+        3,
+        "a reopened session continues from its last entry"
+    );
+    assert_eq!(messages[2]["content"][0]["text"], "Starting over.");
+    let (status, v) = post(
+        &s.server.url("/v1/sessions"),
+        &json!({"workspace": s.workspace.path(), "resume": "nope"}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"]["param"].clone()),
+        (404, json!("resume"))
+    );
 }
 
 #[tokio::test]

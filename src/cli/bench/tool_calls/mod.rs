@@ -53,9 +53,10 @@ pub struct ToolCallsBenchArgs {
     /// Repetitions in flight at once (on each endpoint in turn).
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
-    /// Print the report (every request included) as JSON instead of the table.
-    #[arg(long)]
-    json: bool,
+    /// Print the report (every request included) as JSON instead of the table; `--json=FILE` writes it to FILE
+    /// and still prints the table.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "-")]
+    json: Option<PathBuf>,
     /// Write an SVG plot of per-turn latency against transcript length (agent scenario).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
@@ -251,10 +252,14 @@ async fn run_config(config: Config) -> anyhow::Result<()> {
         report::plot(&report, path)?;
         eprintln!("plot written to {}", path.display());
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report::table(&report));
+    let json = serde_json::to_string_pretty(&report)?;
+    match args.json.as_deref() {
+        Some(path) if path == Path::new("-") => println!("{json}"),
+        Some(path) => {
+            std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+            print!("{}", report::table(&report));
+        }
+        None => print!("{}", report::table(&report)),
     }
     drop(local);
     Ok(())
