@@ -153,6 +153,7 @@ impl Config {
                 offline: e.offline,
                 ..FetchOptions::default()
             },
+            ..EngineOptions::default()
         })
     }
 

@@ -47,6 +47,7 @@ impl EngineArgs {
                 offline: self.offline,
                 ..FetchOptions::default()
             },
+            ..EngineOptions::default()
         })
     }
 

@@ -1,8 +1,8 @@
 //! The engine actor: the model lives on its own OS thread; each request carries its own reply channel and a
-//! cancellation token checked every token. One sequence runs at a time; KV state is kept per sequence (keyed by
-//! the request's `cache_key`) so that a later request with the same key only prefills what is new.
+//! cancellation token checked every token. One sequence runs at a time; the KV state of recent sequences is kept
+//! in a [`PrefixCache`] (keyed by the request's `cache_key`, or matched by content) so that a later request that
+//! shares a prefix only prefills what is new.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Instant;
@@ -19,14 +19,11 @@ use super::error::{EngineError, Result};
 use super::fetch::{self, FetchOptions, ModelSelector};
 use super::generate::{self, GenerateEvent, GenerateRequest, GenerateSummary, TokenEvent};
 use super::gguf::GgufFile;
-use super::kv::SeqKv;
 use super::manifest::ModelManifest;
 use super::model::{Model, WeightFormat};
+use super::prefix_cache::{PrefixCache, PrefixCacheStats};
 use super::template::ChatTemplate;
 use super::tokenizer::Tokenizer;
-
-/// How many keyed sequences keep their KV state between requests (least recently used is dropped first).
-const KEPT_SEQUENCES: usize = 4;
 
 /// Everything needed to start an engine.
 pub struct EngineOptions {
@@ -34,6 +31,8 @@ pub struct EngineOptions {
     pub device: DeviceSpec,
     pub weight_format: WeightFormat,
     pub fetch: FetchOptions,
+    /// Memory budget for the KV state of recent sequences (prefix reuse).
+    pub prefix_cache_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -43,6 +42,7 @@ impl Default for EngineOptions {
             device: DeviceSpec::Auto,
             weight_format: WeightFormat::Auto,
             fetch: FetchOptions::default(),
+            prefix_cache_bytes: super::prefix_cache::DEFAULT_BUDGET_BYTES,
         }
     }
 }
@@ -67,6 +67,7 @@ pub struct ModelInfo {
 }
 
 struct Shared {
+    prefix_stats: Arc<PrefixCacheStats>,
     tokenizer: Tokenizer,
     template: ChatTemplate,
     info: ModelInfo,
@@ -113,6 +114,9 @@ impl Engine {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(usize, usize, usize, String)>>();
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let thread_tokenizer = tokenizer.clone();
+        let prefix_stats = Arc::new(PrefixCacheStats::default());
+        let thread_stats = prefix_stats.clone();
+        let prefix_budget = opts.prefix_cache_bytes;
         let format = opts.weight_format;
         std::thread::Builder::new()
             .name("agentd-engine".into())
@@ -130,7 +134,8 @@ impl Engine {
                     model.weight_bytes,
                     model.config.arch.name().to_string(),
                 )));
-                serve(model, thread_tokenizer, jobs_rx);
+                let cache = PrefixCache::new(prefix_budget, thread_stats);
+                serve(model, thread_tokenizer, jobs_rx, cache);
             })
             .map_err(|e| EngineError::io("cannot start the engine thread", e))?;
         let (context_length, vocab_size, weight_bytes, architecture) =
@@ -164,6 +169,7 @@ impl Engine {
         };
         Ok(Self {
             shared: Arc::new(Shared {
+                prefix_stats,
                 tokenizer,
                 template,
                 info,
@@ -179,6 +185,11 @@ impl Engine {
 
     pub fn template(&self) -> &ChatTemplate {
         &self.shared.template
+    }
+
+    /// Prefix-cache counters (tokens queried, tokens reused, evictions).
+    pub fn prefix_cache_stats(&self) -> &PrefixCacheStats {
+        &self.shared.prefix_stats
     }
 
     pub fn info(&self) -> &ModelInfo {
@@ -336,22 +347,14 @@ fn grammar_free(spec: &super::constraint::ConstraintSpec) -> bool {
 }
 
 /// The engine thread's loop: one job at a time until every handle is dropped.
-fn serve(model: Model, tokenizer: Tokenizer, jobs: mpsc::Receiver<Job>) {
-    let mut kept: VecDeque<(String, SeqKv)> = VecDeque::new();
+fn serve(model: Model, tokenizer: Tokenizer, jobs: mpsc::Receiver<Job>, mut cache: PrefixCache) {
     while let Ok(mut job) = jobs.recv() {
         if job.cancel.is_cancelled() || job.reply.is_closed() {
             continue;
         }
-        let mut kv = match &job.cache_key {
-            Some(key) => match kept.iter().position(|(k, _)| k == key) {
-                Some(i) => kept
-                    .remove(i)
-                    .map(|(_, kv)| kv)
-                    .unwrap_or_else(|| model.new_sequence()),
-                None => model.new_sequence(),
-            },
-            None => model.new_sequence(),
-        };
+        let mut kv = cache
+            .take(job.cache_key.as_deref(), &job.req.prompt)
+            .unwrap_or_else(|| model.new_sequence());
         let reply = job.reply.clone();
         let mut emit = |ev: GenerateEvent| reply.send(ev).is_ok();
         // A panic inside a tensor op must not take the engine down with it: report it as an error.
@@ -379,12 +382,10 @@ fn serve(model: Model, tokenizer: Tokenizer, jobs: mpsc::Receiver<Job>) {
                 ))
             }
         };
-        let _ = job.reply.send(event);
-        if let Some(key) = job.cache_key {
-            kept.push_back((key, kv));
-            while kept.len() > KEPT_SEQUENCES {
-                kept.pop_front();
-            }
+        if let GenerateEvent::Done(summary) = &event {
+            cache.record(summary.prompt_tokens, summary.cached_tokens);
         }
+        let _ = job.reply.send(event);
+        cache.put(job.cache_key, kv);
     }
 }

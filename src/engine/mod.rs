@@ -15,6 +15,7 @@ pub mod kv;
 pub mod manifest;
 pub mod model;
 mod pip_wheel;
+pub mod prefix_cache;
 pub mod prompt;
 pub mod sampler;
 pub mod template;

@@ -73,7 +73,11 @@ impl PrefixCache {
     /// one sharing the longest prefix (at least [`MIN_CONTENT_MATCH`] tokens). `None`: start a fresh sequence.
     /// The caller reuses the common prefix and puts the sequence back with [`put`](Self::put).
     pub fn take(&mut self, key: Option<&str>, prompt: &[u32]) -> Option<SeqKv> {
-        let by_key = key.and_then(|k| self.entries.iter().position(|e| e.key.as_deref() == Some(k)));
+        let by_key = key.and_then(|k| {
+            self.entries
+                .iter()
+                .position(|e| e.key.as_deref() == Some(k))
+        });
         let index = by_key.or_else(|| {
             self.entries
                 .iter()
@@ -88,7 +92,9 @@ impl PrefixCache {
 
     /// Records a lookup: `reused` of `prompt_tokens` came from the cache.
     pub fn record(&self, prompt_tokens: usize, reused: usize) {
-        self.stats.queries.fetch_add(prompt_tokens as u64, Ordering::Relaxed);
+        self.stats
+            .queries
+            .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
         self.stats.hits.fetch_add(reused as u64, Ordering::Relaxed);
     }
 
@@ -108,7 +114,12 @@ impl PrefixCache {
             last_used: self.clock,
         });
         while self.memory_bytes() > self.budget_bytes && !self.entries.is_empty() {
-            if let Some((i, _)) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used) {
+            if let Some((i, _)) = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.last_used)
+            {
                 self.entries.swap_remove(i);
                 self.stats.evictions.fetch_add(1, Ordering::Relaxed);
             }
@@ -179,7 +190,10 @@ mod tests {
         c.put(Some("z".into()), seq(&(2000..2300).collect::<Vec<_>>()));
         assert_eq!(c.len(), 2);
         assert!(c.memory_bytes() <= one * 2);
-        assert!(c.take(Some("y"), &[]).is_none(), "y was least recently used");
+        assert!(
+            c.take(Some("y"), &[]).is_none(),
+            "y was least recently used"
+        );
         assert!(c.take(Some("x"), &[]).is_some());
         assert_eq!(s.snapshot().2, 1);
     }

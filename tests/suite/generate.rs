@@ -414,3 +414,68 @@ fn qwen_greedy_reply_matches_llama_cpp() {
     assert_eq!(summary.finish, FinishReason::Eos);
     assert_eq!(text, want);
 }
+
+/// Runs a keyed request to completion; returns the generated ids and the summary.
+fn run_keyed(
+    engine: &agentd::engine::Engine,
+    req: GenerateRequest,
+    key: Option<&str>,
+) -> (Vec<u32>, agentd::engine::generate::GenerateSummary) {
+    let mut rx = engine.generate(req, key.map(String::from), CancellationToken::new());
+    let mut ids = Vec::new();
+    while let Some(ev) = rx.blocking_recv() {
+        match ev {
+            agentd::engine::generate::GenerateEvent::Token(t) => ids.push(t.id),
+            agentd::engine::generate::GenerateEvent::Done(s) => return (ids, s),
+            agentd::engine::generate::GenerateEvent::Error(e) => panic!("{e}"),
+        }
+    }
+    panic!("no final event")
+}
+
+/// KV prefix reuse: a second turn that extends the first prefills only its new tokens, and greedy output is
+/// identical to a run without any reuse.
+#[test]
+fn prefix_reuse_gives_identical_greedy_output() {
+    let engine = common::engine();
+    let render = |msgs: &[serde_json::Value]| {
+        let text = engine.template().render(msgs, None, true).unwrap();
+        engine.tokenizer().encode(&text, true).unwrap()
+    };
+    let mut msgs = vec![
+        serde_json::json!({"role": "system", "content": "You are a careful assistant who answers in one sentence."}),
+        serde_json::json!({"role": "user", "content": "Name a primary colour."}),
+    ];
+    let key = "prefix-reuse-test";
+    let (first, s1) = run_keyed(engine, greedy(render(&msgs), 12), Some(key));
+    assert_eq!(s1.cached_tokens, 0);
+    let reply = engine.tokenizer().decode(&first, true).unwrap();
+    msgs.push(serde_json::json!({"role": "assistant", "content": reply}));
+    msgs.push(serde_json::json!({"role": "user", "content": "And another one?"}));
+    let second_prompt = render(&msgs);
+    let before = engine.prefix_cache_stats().snapshot();
+    let (reused_ids, s2) = run_keyed(engine, greedy(second_prompt.clone(), 16), Some(key));
+    assert!(
+        s2.cached_tokens > 20,
+        "only {} tokens reused",
+        s2.cached_tokens
+    );
+    assert!(s2.cached_tokens < second_prompt.len());
+    let after = engine.prefix_cache_stats().snapshot();
+    assert!(after.1 >= before.1 + s2.cached_tokens as u64);
+
+    // The same prompt on an engine that keeps nothing.
+    let cold = agentd::engine::Engine::load(EngineOptions {
+        model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
+        device: agentd::engine::device::DeviceSpec::Cpu,
+        prefix_cache_bytes: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    let (cold_ids, s3) = run_keyed(&cold, greedy(second_prompt.clone(), 16), Some(key));
+    assert_eq!(s3.cached_tokens, 0);
+    assert_eq!(reused_ids, cold_ids);
+    // Nothing is kept with a zero budget, so a repeat is cold again.
+    let (_, s4) = run_keyed(&cold, greedy(second_prompt, 4), Some(key));
+    assert_eq!(s4.cached_tokens, 0);
+}

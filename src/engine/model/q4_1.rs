@@ -259,7 +259,10 @@ mod tests {
             .to_scalar::<f32>()
             .unwrap();
         // Activations are quantized to 8 bits (and the offset sum kept in f16): allow 1% of the largest output.
-        assert!(diff < 0.01 * scale, "max diff {diff} (largest output {scale})");
+        assert!(
+            diff < 0.01 * scale,
+            "max diff {diff} (largest output {scale})"
+        );
         let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
         let y: Vec<BlockQ8_1> = xs[..cols].chunks_exact(QK).map(quantize_q8_1).collect();
         for r in 0..rows {
