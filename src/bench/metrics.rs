@@ -8,9 +8,11 @@
 //!   JSON object (the arguments are closed), else the finish chunk, else the end of the stream;
 //! - **total**: the end of the stream (`[DONE]` or the end of the body);
 //! - **inter-token latency** (`itl`): the gaps between consecutive output chunks, pooled over all requests;
-//! - **output tok/s**: `(output_tokens − 1) / (total − ttft)` per request, i.e. `1 / TPOT` as vLLM's
-//!   benchmark defines it; `output_tokens` is the server's `usage.completion_tokens` when it sends one, else the
-//!   number of output chunks;
+//! - **time per output token** (`tpot`): `(total − ttft) / (output_tokens − 1)` per request, as vLLM's benchmark
+//!   defines it (a server that sends a whole call in one burst shows a tiny TPOT: read it with the ITL);
+//! - **output tok/s**: `output_tokens / total` per request, the end-to-end rate (prefill included) that vLLM's
+//!   benchmark reports as output throughput; `output_tokens` is the server's `usage.completion_tokens` when it
+//!   sends one, else the number of output chunks;
 //! - **valid share**: valid calls / (calls made + requests that had to call and made none).
 //!
 //! Percentiles interpolate linearly between closest ranks (numpy's default), so p50 of `[1, 2, 3, 4]` is 2.5.
@@ -127,9 +129,10 @@ impl RequestSample {
         Some((self.total_ms - ttft) / (self.output_tokens - 1) as f64)
     }
 
-    /// Decode speed: `1000 / tpot`.
+    /// End-to-end output rate: `output_tokens / total`.
     pub fn output_tok_s(&self) -> Option<f64> {
-        self.tpot_ms().map(|t| 1000.0 / t)
+        (self.output_tokens > 0 && self.total_ms > 0.0)
+            .then(|| self.output_tokens as f64 * 1000.0 / self.total_ms)
     }
 
     pub fn is_error(&self) -> bool {
@@ -149,6 +152,7 @@ pub struct Summary {
     pub total_ms: Option<Distribution>,
     /// Pooled over every gap of every request.
     pub itl_ms: Option<Distribution>,
+    pub tpot_ms: Option<Distribution>,
     pub output_tok_s: Option<Distribution>,
     pub output_tokens: Option<Distribution>,
     /// Every answered request's `output_tokens` is the server's count (else some are chunk counts).
@@ -193,6 +197,7 @@ impl Summary {
             call_complete_ms: dist(&|s| s.call_complete_ms),
             total_ms: dist(&|s| Some(s.total_ms)),
             itl_ms: Distribution::of(&itl),
+            tpot_ms: dist(&|s| s.tpot_ms()),
             output_tok_s: dist(&|s| s.output_tok_s()),
             output_tokens: dist(&|s| Some(s.output_tokens as f64)),
             output_tokens_exact: ok.iter().all(|s| s.output_tokens_exact),

@@ -250,8 +250,12 @@ fn summary_leaves_out_failures_and_counts_missing_calls() {
         (itl.n, itl.p50, itl.min, itl.max, itl.mean),
         (5, 10.0, 4.0, 16.0, 10.0)
     );
-    // tok/s = (n − 1) / (total − ttft): 2/40 ms, 2/40 ms, 1/20 ms → 50 tok/s each.
-    assert_eq!(s.output_tok_s.unwrap().p50, 50.0);
+    // TPOT = (total − ttft) / (n − 1): 40/2, 40/2, 20/1 → 20 ms each.
+    let tpot = s.tpot_ms.unwrap();
+    assert_eq!((tpot.n, tpot.min, tpot.max), (3, 20.0, 20.0));
+    // tok/s = n / total: 3/50 ms, 3/70 ms, 2/25 ms → 60, 42.9, 80.
+    let tok_s = s.output_tok_s.unwrap();
+    assert_eq!((tok_s.p50, tok_s.max), (60.0, 80.0));
     assert_eq!(s.tool_name_ms.unwrap().n, 2);
 
     // With `auto` a reply without a call is not held against the share.

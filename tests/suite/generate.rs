@@ -150,21 +150,22 @@ fn streamed_text_equals_decoded_ids() {
 #[test]
 fn stop_string_ends_generation_and_is_not_emitted() {
     let engine = common::engine();
-    // "The capital of France is" continues greedily with " Paris.\n\nThe United States …".
+    // "The capital of France is" continues greedily with " Paris.\n\nThe …"; every one of those steps has a
+    // top1-top2 margin above 0.9 in llama.cpp's reference, so the continuation is not a coin toss.
     let prompt = engine
         .tokenizer()
         .encode("The capital of France is", true)
         .unwrap();
     let mut req = greedy(prompt, 40);
-    req.stop = vec!["United".into()];
+    // Spans three tokens ("\n", "\n", "The"): the text before it must be held back until it is decided.
+    req.stop = vec!["\n\nThe".into()];
     let mut text = String::new();
     let summary = engine
         .generate_blocking(req, CancellationToken::new(), |t| text.push_str(&t.text))
         .unwrap();
     assert_eq!(summary.finish, FinishReason::StopString, "{text:?}");
-    assert!(text.starts_with(" Paris."), "{text:?}");
-    assert!(!text.contains("United"), "{text:?}");
-    assert!(text.ends_with("The "), "{text:?}");
+    assert_eq!(text, " Paris.");
+    assert_eq!(summary.trailing_text, "");
 }
 
 #[test]

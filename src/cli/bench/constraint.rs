@@ -266,10 +266,9 @@ pub fn run(args: ConstraintBenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{} on {} ({} threads) — greedy, max {} tokens, {} reps; parser factory built in {:.0} ms",
+        "{} on {} — greedy, max {} tokens, {} reps; parser factory built in {:.0} ms",
         report.model,
         report.device,
-        report.threads,
         report.max_tokens,
         report.reps,
         report.parser_factory_build_secs * 1e3

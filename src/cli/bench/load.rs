@@ -128,9 +128,13 @@ pub fn run(args: LoadBenchArgs) -> anyhow::Result<()> {
         } else {
             let s = &out.summary;
             println!("target          {} ({})", out.target, out.model);
+            let hangups = match out.disconnect_every {
+                0 => "none hang up".to_string(),
+                n => format!("every {n}th hangs up after its first token"),
+            };
             println!(
-                "load            {} clients x {} requests, max_tokens {}, every {}th hangs up",
-                out.clients, out.requests_per_client, out.max_tokens, out.disconnect_every
+                "load            {} clients x {} requests, max_tokens {}, {hangups}",
+                out.clients, out.requests_per_client, out.max_tokens
             );
             println!(
                 "requests        {} sent, {} complete, {} hung up, {} failed",

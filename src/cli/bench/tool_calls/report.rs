@@ -21,17 +21,17 @@ fn row(out: &mut String, label: &str, d: Option<Distribution>) {
     let _ = match d {
         Some(d) => writeln!(
             out,
-            "  {label:<24}{:>5}{:>10.1}{:>10.1}{:>10.1}{:>10.1}",
+            "  {label:<27}{:>5}{:>10.1}{:>10.1}{:>10.1}{:>10.1}",
             d.n, d.p50, d.p90, d.p99, d.mean
         ),
-        None => writeln!(out, "  {label:<24}{:>5}{:>10}", 0, "-"),
+        None => writeln!(out, "  {label:<27}{:>5}{:>10}", 0, "-"),
     };
 }
 
 fn summary_rows(out: &mut String, s: &Summary) {
     let _ = writeln!(
         out,
-        "  {:<24}{:>5}{:>10}{:>10}{:>10}{:>10}",
+        "  {:<27}{:>5}{:>10}{:>10}{:>10}{:>10}",
         "metric (ms)", "n", "p50", "p90", "p99", "mean"
     );
     row(out, "time to first token", s.ttft_ms);
@@ -39,7 +39,8 @@ fn summary_rows(out: &mut String, s: &Summary) {
     row(out, "time to complete call", s.call_complete_ms);
     row(out, "total", s.total_ms);
     row(out, "inter-token latency", s.itl_ms);
-    row(out, "output tok/s", s.output_tok_s);
+    row(out, "time per output token", s.tpot_ms);
+    row(out, "output tok/s (end to end)", s.output_tok_s);
     let tokens = if s.output_tokens_exact {
         "output tokens (server)"
     } else {
