@@ -53,10 +53,10 @@ pub fn prompt_request(
         system: (!context.system_prompt.is_empty()).then(|| context.system_prompt.clone()),
         messages: (config.convert_to_llm)(messages),
         tools: context.tools.iter().map(|t| t.spec().clone()).collect(),
-        tool_choice: if context.tools.is_empty() {
-            ToolChoice::None
-        } else {
-            ToolChoice::Auto
+        tool_choice: match &config.choose_tools {
+            _ if context.tools.is_empty() => ToolChoice::None,
+            Some(choose) => choose(messages),
+            None => ToolChoice::Auto,
         },
         sampling: config.sampling.clone(),
         max_tokens: config.max_tokens,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::messages::{AgentMessage, ToolResult};
-use crate::provider::{Message, Provider, Sampling, ToolCall};
+use crate::provider::{Message, Provider, Sampling, ToolCall, ToolChoice};
 use crate::tools::policy::Policy;
 use crate::tools::tool::Tool;
 
@@ -21,6 +21,10 @@ pub type ConvertToLlm = Arc<dyn Fn(&[AgentMessage]) -> Vec<Message> + Send + Syn
 
 /// Messages queued by the user while the agent runs (steering, follow-ups).
 pub type MessageSource = Arc<dyn Fn() -> Vec<AgentMessage> + Send + Sync>;
+
+/// Picks the `tool_choice` of the next model call from the transcript so far (e.g. force a tool on the first
+/// turn). Without it every call is `auto` (or `none` when the agent has no tools).
+pub type ChooseTools = Arc<dyn Fn(&[AgentMessage]) -> ToolChoice + Send + Sync>;
 
 /// What `before_tool_call` decides.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +71,7 @@ pub struct AgentLoopConfig {
     pub convert_to_llm: ConvertToLlm,
     pub steering: Option<MessageSource>,
     pub follow_up: Option<MessageSource>,
+    pub choose_tools: Option<ChooseTools>,
     pub before_tool_call: Option<BeforeToolCallHook>,
     pub after_tool_call: Option<AfterToolCallHook>,
     /// The context budget: checked when a run starts and at every `turn_end`, and asked to compact once after a
@@ -92,6 +97,7 @@ impl AgentLoopConfig {
             convert_to_llm: Arc::new(super::messages::convert_to_llm),
             steering: None,
             follow_up: None,
+            choose_tools: None,
             before_tool_call: None,
             after_tool_call: None,
             context_policy: None,

@@ -658,3 +658,65 @@ async fn abort_during_bash_kills_the_whole_process_tree() {
         .unwrap();
     assert!(result.is_error);
 }
+
+/// End to end with the real local model: a forced tool call runs the real `read` tool, and its result is in the
+/// transcript the model sees on the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_model_forced_read_reaches_the_next_turn() {
+    use agentd::provider::{LocalProvider, ToolChoice};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("notes.txt"),
+        "The secret word is PINEAPPLE.\n",
+    )
+    .unwrap();
+    let provider = Arc::new(LocalProvider::new(super::common::engine().clone()));
+    let mut cfg = AgentLoopConfig::new(provider);
+    cfg.cwd = dir.path().to_path_buf();
+    cfg.workspace = Some(dir.path().to_path_buf());
+    cfg.sampling = agentd::provider::Sampling::greedy();
+    cfg.max_tokens = Some(48);
+    // Force `read` until a tool result exists, then let the model answer in text.
+    cfg.choose_tools = Some(Arc::new(|messages: &[AgentMessage]| {
+        if messages
+            .iter()
+            .any(|m| matches!(m, AgentMessage::ToolResult(_)))
+        {
+            ToolChoice::None
+        } else {
+            ToolChoice::Tool {
+                name: "read".into(),
+            }
+        }
+    }));
+    let seen: Arc<Mutex<Vec<Vec<AgentMessage>>>> = Arc::default();
+    let s = seen.clone();
+    cfg.transform_context = Some(Arc::new(move |messages: Vec<AgentMessage>| {
+        s.lock().unwrap().push(messages.clone());
+        Box::pin(async move { messages })
+    }));
+    let read: Arc<dyn Tool> = Arc::new(agentd::tools::read::ReadTool::new());
+    let ctx = AgentContext {
+        system_prompt: "You are a helpful assistant.".into(),
+        messages: vec![],
+        tools: vec![read],
+    };
+    let file = dir.path().join("notes.txt");
+    let prompt = format!(
+        "Read the file {} and tell me the secret word.",
+        file.display()
+    );
+    let events = run_loop(&prompt, ctx, cfg).await;
+    assert_eq!(end_reason(&events), AgentEndReason::Completed);
+    let results = tool_results(&events);
+    assert_eq!(results.len(), 1, "{results:?}");
+    let (_, content, is_error) = &results[0];
+    assert!(!is_error, "{content}");
+    assert!(content.contains("PINEAPPLE"), "{content}");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "two model calls");
+    let second_turn_saw_result = seen[1]
+        .iter()
+        .any(|m| matches!(m, AgentMessage::ToolResult(r) if r.content.contains("PINEAPPLE")));
+    assert!(second_turn_saw_result);
+}
