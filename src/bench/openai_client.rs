@@ -21,8 +21,21 @@ use crate::provider::{check_tool_call, CompletionRequest, ToolSpec};
 
 /// The streaming `/chat/completions` body for `request` on `model`. `session` goes into OpenAI's `user` field,
 /// which agentd's server uses as the KV-prefix cache key (`openai:{user}`) and other servers accept and ignore.
+///
+/// One change to the provider's wire format: an assistant message that only calls tools carries `content: ""`
+/// instead of `null`, because llama-cpp-python's server rejects `null` (HTTP 500), while OpenAI, vLLM and
+/// agentd read both alike.
 pub fn request_body(request: &CompletionRequest, model: &str, session: Option<&str>) -> Value {
     let mut body = wire::chat_body(request, model, &Compat::default());
+    if let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) {
+        for m in messages {
+            if m.get("role").and_then(Value::as_str) == Some("assistant")
+                && m.get("content").is_some_and(Value::is_null)
+            {
+                m["content"] = Value::String(String::new());
+            }
+        }
+    }
     if let (Some(session), Value::Object(map)) = (session, &mut body) {
         map.insert("user".into(), session.into());
     }

@@ -517,6 +517,11 @@ async fn agent_scenario_grows_the_transcript_with_real_tool_results() {
         names,
         ["ls", "read", "find", "read", "grep", "read", "grep", "read", "ls", "read"]
     );
+    // The scripted call of turn 1, with `content: ""` (llama-cpp-python rejects `null`).
+    let call = &bodies[1]["messages"][2];
+    assert_eq!(call["role"], "assistant");
+    assert_eq!(call["content"], "");
+    assert_eq!(call["tool_calls"][0]["function"]["name"], "ls");
     // Turn 3 sees the real README read at turn 2.
     let readme = &bodies[2]["messages"][5];
     assert_eq!(readme["role"], "tool");

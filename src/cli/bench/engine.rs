@@ -47,7 +47,10 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
     if args.reps == 0 || args.gen_tokens < 2 || args.prompt_tokens == 0 {
         bail!("--reps must be >= 1, --gen-tokens >= 2 and --prompt-tokens >= 1");
     }
-    let engine = args.engine.load()?;
+    // Every repetition sends the same prompt: with prefix reuse on, all but the first would prefill nothing.
+    let mut options = args.engine.options()?;
+    options.prefix_cache_bytes = 0;
+    let engine = agentd::engine::Engine::load(options).context("loading the model")?;
     let ctx = engine.info().context_length;
     if args.prompt_tokens + args.gen_tokens > ctx {
         bail!(
