@@ -263,8 +263,9 @@ fn apply(deltas: Vec<OutputDelta>, calls: &mut CallMap, out: &mut Assembler) {
     }
 }
 
-/// The engine's constraint for `request` (`None`: plain text, nothing to constrain).
-fn constraint_spec(request: &CompletionRequest) -> Option<ConstraintSpec> {
+/// The engine's constraint for `request` (`None`: plain text, nothing to constrain). The server uses it too, to
+/// validate a request (400) before it is queued.
+pub fn constraint_spec(request: &CompletionRequest) -> Option<ConstraintSpec> {
     if request.tools.is_empty()
         && request.response_format == ResponseFormat::Text
         && request.tool_choice == ToolChoice::Auto

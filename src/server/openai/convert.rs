@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::types::{ChatCompletionRequest, ChatMessage, Content, StopField};
-use crate::engine::constraint::{self, ConstraintSpec};
+use crate::engine::constraint;
 use crate::provider::{
     AssistantMessage, CompletionRequest, ContentBlock, InvalidToolCall, InvalidToolCallKind,
     Message, ResponseFormat, Sampling, ToolCall, ToolChoice, ToolResultMessage, ToolSpec,
@@ -156,29 +156,8 @@ pub fn chat_request(
 
 /// Validates tools, `tool_choice` and `response_format` together, as the engine will (400 on failure).
 fn check_constraint(request: &CompletionRequest) -> Result<(), ApiError> {
-    let spec = ConstraintSpec {
-        tools: request.tools.clone(),
-        tool_choice: match &request.tool_choice {
-            ToolChoice::Auto => constraint::ToolChoice::Auto,
-            ToolChoice::None => constraint::ToolChoice::None,
-            ToolChoice::Required => constraint::ToolChoice::Required,
-            ToolChoice::Tool { name } => constraint::ToolChoice::Named(name.clone()),
-        },
-        parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
-        response_format: match &request.response_format {
-            ResponseFormat::Text => constraint::ResponseFormat::Text,
-            ResponseFormat::JsonObject => constraint::ResponseFormat::JsonObject,
-            ResponseFormat::JsonSchema {
-                name,
-                schema,
-                strict,
-            } => constraint::ResponseFormat::JsonSchema {
-                name: name.clone(),
-                schema: schema.clone(),
-                strict: *strict,
-            },
-        },
-        format: None,
+    let Some(spec) = crate::provider::local::constraint_spec(request) else {
+        return Ok(());
     };
     spec.validate().map_err(|e| {
         let param = match e {

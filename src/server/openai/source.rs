@@ -12,14 +12,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::types::{TokenLogprobOut, TopLogprobOut, UsageInfo};
 use crate::engine::constraint::assemble::OutputDelta;
-use crate::engine::constraint::{self, ConstraintSpec};
+use crate::engine::constraint::ConstraintSpec;
 use crate::engine::generate::{FinishReason, GenerateEvent, GenerateRequest, TokenLogprob};
 use crate::engine::tokenizer::Tokenizer;
 use crate::engine::Engine;
 use crate::provider::local::render_prompt;
 use crate::provider::{
-    CompletionRequest, ErrorKind, ErrorReason, Provider, ProviderEvent, ResponseFormat, StopReason,
-    ToolChoice,
+    CompletionRequest, ErrorKind, ErrorReason, Provider, ProviderEvent, StopReason,
 };
 use crate::server::error::ApiError;
 
@@ -129,36 +128,7 @@ fn piece_of(ev: ProviderEvent) -> Option<Piece> {
 
 /// The engine's constraint for `request` (`None`: plain text), as `LocalProvider` builds it.
 pub fn constraint_spec(request: &CompletionRequest) -> Option<ConstraintSpec> {
-    if request.tools.is_empty()
-        && request.response_format == ResponseFormat::Text
-        && request.tool_choice == ToolChoice::Auto
-    {
-        return None;
-    }
-    Some(ConstraintSpec {
-        tools: request.tools.clone(),
-        tool_choice: match &request.tool_choice {
-            ToolChoice::Auto => constraint::ToolChoice::Auto,
-            ToolChoice::None => constraint::ToolChoice::None,
-            ToolChoice::Required => constraint::ToolChoice::Required,
-            ToolChoice::Tool { name } => constraint::ToolChoice::Named(name.clone()),
-        },
-        parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
-        response_format: match &request.response_format {
-            ResponseFormat::Text => constraint::ResponseFormat::Text,
-            ResponseFormat::JsonObject => constraint::ResponseFormat::JsonObject,
-            ResponseFormat::JsonSchema {
-                name,
-                schema,
-                strict,
-            } => constraint::ResponseFormat::JsonSchema {
-                name: name.clone(),
-                schema: schema.clone(),
-                strict: *strict,
-            },
-        },
-        format: None,
-    })
+    crate::provider::local::constraint_spec(request)
 }
 
 /// The log-probability entry of one token.
