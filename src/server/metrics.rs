@@ -130,7 +130,7 @@ impl Finished {
 
 /// The server's metrics registry.
 pub struct Metrics {
-    model: String,
+    pub(crate) model: String,
     ttft: Histogram,
     itl: Histogram,
     e2e: Histogram,
@@ -239,6 +239,31 @@ impl Metrics {
     }
 }
 
+/// vLLM's prefix-cache counters (in tokens): prompt tokens looked up and tokens whose KV state was reused.
+fn render_prefix_cache(
+    out: &mut String,
+    model: &str,
+    (queries, hits, _evictions): (u64, u64, u64),
+) {
+    let labels = format!("model_name=\"{}\"", escape_label(model));
+    for (name, help, v) in [
+        (
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            queries,
+        ),
+        (
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            hits,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        let _ = writeln!(out, "{name}{{{labels}}} {v}");
+    }
+}
+
 fn escape_label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -303,9 +328,16 @@ impl Drop for RequestTimer {
 
 /// `GET /metrics`.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let body = state
+    let mut body = state
         .metrics
         .render(state.admission.running(), state.admission.waiting());
+    if let Some(engine) = &state.engine {
+        render_prefix_cache(
+            &mut body,
+            &state.metrics.model,
+            engine.prefix_cache_stats().snapshot(),
+        );
+    }
     (
         [(
             header::CONTENT_TYPE,

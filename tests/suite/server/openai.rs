@@ -349,9 +349,19 @@ async fn a_full_queue_answers_503_and_a_disconnect_frees_the_engine() {
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
         "vllm:num_requests_waiting",
+        "vllm:prefix_cache_queries",
+        "vllm:prefix_cache_hits",
     ] {
         assert!(metrics.contains(name), "{name}");
     }
+    // The engine has served requests by now: prompt tokens were looked up in the prefix cache.
+    let queries: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("vllm:prefix_cache_queries{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(queries > 0, "{metrics}");
 }
 
 #[tokio::test]
