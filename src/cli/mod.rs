@@ -23,6 +23,12 @@ pub struct Cli {
     /// CPU threads for the model (default: the machine's logical cores, or RAYON_NUM_THREADS).
     #[arg(long, global = true, env = "AGENTD_THREADS")]
     pub threads: Option<usize>,
+    /// Write logs as JSON lines (the structured events: llm.request_*, tool.*_invoke, session.*, compaction).
+    #[arg(long, global = true, env = "AGENTD_LOG_JSON")]
+    pub log_json: bool,
+    /// Append logs to this file instead of stderr (level from RUST_LOG, default info).
+    #[arg(long, global = true, value_name = "FILE", env = "AGENTD_LOG_FILE")]
+    pub log_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
