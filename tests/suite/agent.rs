@@ -659,6 +659,24 @@ async fn abort_during_bash_kills_the_whole_process_tree() {
     assert!(result.is_error);
 }
 
+struct OneFileRead {
+    spec: ToolSpec,
+    inner: agentd::tools::read::ReadTool,
+}
+
+#[async_trait]
+impl Tool for OneFileRead {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn tags(&self) -> &[PolicyTag] {
+        self.inner.tags()
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.inner.call(args, ctx).await
+    }
+}
+
 /// End to end with the real local model: a forced tool call runs the real `read` tool, and its result is in the
 /// transcript the model sees on the next turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -695,18 +713,29 @@ async fn real_model_forced_read_reaches_the_next_turn() {
         s.lock().unwrap().push(messages.clone());
         Box::pin(async move { messages })
     }));
-    let read: Arc<dyn Tool> = Arc::new(agentd::tools::read::ReadTool::new());
+    // The real `read` tool behind a schema that names the one file, so the greedy model cannot pick a wrong path
+    // (the test is about the pipeline, not the 135M model's path guessing).
+    let read: Arc<dyn Tool> = Arc::new(OneFileRead {
+        spec: ToolSpec::new(
+            "read",
+            "Read a file",
+            json!({"type": "object", "properties": {"path": {"type": "string", "enum": ["notes.txt"]}},
+                   "required": ["path"], "additionalProperties": false}),
+        )
+        .unwrap(),
+        inner: agentd::tools::read::ReadTool::new(),
+    });
     let ctx = AgentContext {
         system_prompt: "You are a helpful assistant.".into(),
         messages: vec![],
         tools: vec![read],
     };
-    let file = dir.path().join("notes.txt");
-    let prompt = format!(
-        "Read the file {} and tell me the secret word.",
-        file.display()
-    );
-    let events = run_loop(&prompt, ctx, cfg).await;
+    let events = run_loop(
+        "Read the file notes.txt and tell me the secret word.",
+        ctx,
+        cfg,
+    )
+    .await;
     assert_eq!(end_reason(&events), AgentEndReason::Completed);
     let results = tool_results(&events);
     assert_eq!(results.len(), 1, "{results:?}");
