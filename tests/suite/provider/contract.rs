@@ -5,10 +5,12 @@
 use std::time::{Duration, Instant};
 
 use agentd::provider::{
-    collect, Completion, CompletionRequest, ErrorReason, Provider, ProviderEvent, StopReason,
-    ToolCall,
+    collect, Completion, CompletionRequest, ErrorKind, ErrorReason, Provider, ProviderEvent,
+    Sampling, StopReason, ToolCall, ToolChoice,
 };
+use agentd::tools::spec::ToolSpec;
 use futures::StreamExt;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// Checks the shape of a whole event sequence and returns the tool calls its `tool_call_end` events carried.
@@ -216,4 +218,73 @@ pub async fn assert_cancelled_before_start(p: &dyn Provider, req: CompletionRequ
     let c = collect(p.stream(req, cancel)).await;
     assert_well_formed(&c.events);
     assert_eq!(c.stop_reason, StopReason::Aborted, "{:?}", c.events);
+}
+
+/// Two small tools and a long-story request, shared by the local and through-the-server suites.
+pub fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec::new(
+            "read",
+            "Read a file from the workspace",
+            json!({"type": "object", "properties": {"path": {"type": "string", "maxLength": 40}},
+                   "required": ["path"], "additionalProperties": false}),
+        )
+        .unwrap(),
+        ToolSpec::new(
+            "ls",
+            "List a directory",
+            json!({"type": "object", "properties": {"dir": {"type": "string", "maxLength": 40}},
+                   "required": ["dir"], "additionalProperties": false}),
+        )
+        .unwrap(),
+    ]
+}
+
+pub fn story(max_tokens: u32) -> CompletionRequest {
+    CompletionRequest {
+        system: Some("You are a helpful assistant.".into()),
+        sampling: Sampling::greedy(),
+        max_tokens: Some(max_tokens),
+        ..CompletionRequest::user("Write a long story about a dragon who learns to bake bread.")
+    }
+}
+
+/// Requests every provider must answer with an error of the given kind whose message contains the needle:
+/// an unknown model, a `tool_choice` naming no offered tool, an out-of-range `top_p`, a prompt over the window.
+pub fn bad_requests(overflow_needle: &str) -> Vec<(CompletionRequest, ErrorKind, String)> {
+    vec![
+        (
+            CompletionRequest {
+                model: "gpt-4o".into(),
+                ..story(4)
+            },
+            ErrorKind::UnknownModel,
+            "gpt-4o".to_string(),
+        ),
+        (
+            CompletionRequest {
+                tools: tools(),
+                tool_choice: ToolChoice::Tool { name: "rm".into() },
+                ..story(4)
+            },
+            ErrorKind::InvalidRequest,
+            "rm".to_string(),
+        ),
+        (
+            CompletionRequest {
+                sampling: Sampling {
+                    top_p: Some(3.0),
+                    ..Sampling::default()
+                },
+                ..story(4)
+            },
+            ErrorKind::InvalidRequest,
+            "top_p".to_string(),
+        ),
+        (
+            CompletionRequest::user("dragon ".repeat(9_000)),
+            ErrorKind::ContextOverflow,
+            overflow_needle.to_string(),
+        ),
+    ]
 }

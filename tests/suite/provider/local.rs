@@ -4,45 +4,17 @@
 use std::time::Duration;
 
 use agentd::provider::{
-    collect, CompletionRequest, ContentBlock, ErrorKind, LocalProvider, Message, Provider,
-    ProviderEvent, ResponseFormat, Sampling, StopReason, ToolChoice, ToolSpec,
+    collect, CompletionRequest, ContentBlock, LocalProvider, Message, Provider, ProviderEvent,
+    ResponseFormat, Sampling, StopReason, ToolChoice,
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::super::common;
-use super::contract;
+use super::contract::{self, story, tools};
 
 fn provider() -> LocalProvider {
     LocalProvider::new(common::engine().clone())
-}
-
-fn tools() -> Vec<ToolSpec> {
-    vec![
-        ToolSpec::new(
-            "read",
-            "Read a file from the workspace",
-            json!({"type": "object", "properties": {"path": {"type": "string", "maxLength": 40}},
-                   "required": ["path"], "additionalProperties": false}),
-        )
-        .unwrap(),
-        ToolSpec::new(
-            "ls",
-            "List a directory",
-            json!({"type": "object", "properties": {"dir": {"type": "string", "maxLength": 40}},
-                   "required": ["dir"], "additionalProperties": false}),
-        )
-        .unwrap(),
-    ]
-}
-
-fn story(max_tokens: u32) -> CompletionRequest {
-    CompletionRequest {
-        system: Some("You are a helpful assistant.".into()),
-        sampling: Sampling::greedy(),
-        max_tokens: Some(max_tokens),
-        ..CompletionRequest::user("Write a long story about a dragon who learns to bake bread.")
-    }
 }
 
 #[tokio::test]
@@ -213,47 +185,13 @@ async fn cancellation_stops_within_a_token() {
 #[tokio::test]
 async fn bad_requests_are_errors_not_panics() {
     let p = provider();
-    let cases = [
-        (
-            CompletionRequest {
-                model: "gpt-4o".into(),
-                ..story(4)
-            },
-            ErrorKind::UnknownModel,
-            "gpt-4o",
-        ),
-        (
-            CompletionRequest {
-                tools: tools(),
-                tool_choice: ToolChoice::Tool { name: "rm".into() },
-                ..story(4)
-            },
-            ErrorKind::InvalidRequest,
-            "rm",
-        ),
-        (
-            CompletionRequest {
-                sampling: Sampling {
-                    top_p: Some(3.0),
-                    ..Sampling::default()
-                },
-                ..story(4)
-            },
-            ErrorKind::InvalidRequest,
-            "top_p",
-        ),
-        (
-            CompletionRequest::user("dragon ".repeat(9_000)),
-            ErrorKind::ContextOverflow,
-            "context window",
-        ),
-    ];
+    let cases = contract::bad_requests("context window");
     for (req, kind, needle) in cases {
         let c = collect(p.stream(req, CancellationToken::new())).await;
         contract::assert_well_formed(&c.events);
         let err = c.error.expect("an error");
         assert_eq!(err.kind, kind, "{}", err.message);
-        assert!(err.message.contains(needle), "{needle}: {}", err.message);
+        assert!(err.message.contains(&needle), "{needle}: {}", err.message);
     }
     // The model answers to its own id (and, when loaded by name, its manifest aliases).
     let id = p.models()[0].id.clone();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentd::provider::{
     collect, CompletionRequest, ErrorKind, Message, Provider, ProviderEvent, RemoteConfig,
-    RemoteProvider, ResponseFormat, Sampling, StopReason, ToolChoice, ToolSpec,
+    RemoteProvider, ResponseFormat, Sampling, StopReason, ToolChoice,
 };
 use agentd::server::ServerOptions;
 use serde_json::json;
@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::TestServer;
 
-use super::super::provider::contract;
+use super::super::provider::contract::{self, story, tools};
 
 /// The shared test engine's model id (the GGUF file stem: it is loaded by path).
 fn model() -> String {
@@ -41,34 +41,6 @@ async fn server() -> TestServer {
         ..ServerOptions::default()
     })
     .await
-}
-
-fn tools() -> Vec<ToolSpec> {
-    vec![
-        ToolSpec::new(
-            "read",
-            "Read a file from the workspace",
-            json!({"type": "object", "properties": {"path": {"type": "string", "maxLength": 40}},
-                   "required": ["path"], "additionalProperties": false}),
-        )
-        .unwrap(),
-        ToolSpec::new(
-            "ls",
-            "List a directory",
-            json!({"type": "object", "properties": {"dir": {"type": "string", "maxLength": 40}},
-                   "required": ["dir"], "additionalProperties": false}),
-        )
-        .unwrap(),
-    ]
-}
-
-fn story(max_tokens: u32) -> CompletionRequest {
-    CompletionRequest {
-        system: Some("You are a helpful assistant.".into()),
-        sampling: Sampling::greedy(),
-        max_tokens: Some(max_tokens),
-        ..CompletionRequest::user("Write a long story about a dragon who learns to bake bread.")
-    }
 }
 
 #[tokio::test]
@@ -170,46 +142,12 @@ async fn json_cancellation_and_errors_through_the_server() {
         waited += 1;
     }
 
-    let cases = [
-        (
-            CompletionRequest {
-                model: "gpt-4o".into(),
-                ..story(4)
-            },
-            ErrorKind::UnknownModel,
-            "gpt-4o",
-        ),
-        (
-            CompletionRequest {
-                tools: tools(),
-                tool_choice: ToolChoice::Tool { name: "rm".into() },
-                ..story(4)
-            },
-            ErrorKind::InvalidRequest,
-            "rm",
-        ),
-        (
-            CompletionRequest {
-                sampling: Sampling {
-                    top_p: Some(3.0),
-                    ..Sampling::default()
-                },
-                ..story(4)
-            },
-            ErrorKind::InvalidRequest,
-            "top_p",
-        ),
-        (
-            CompletionRequest::user("dragon ".repeat(9_000)),
-            ErrorKind::ContextOverflow,
-            "8192",
-        ),
-    ];
+    let cases = contract::bad_requests("8192");
     for (req, kind, needle) in cases {
         let c = collect(p.stream(req, CancellationToken::new())).await;
         let err = c.error.expect("an error");
         assert_eq!(err.kind, kind, "{}", err.message);
-        assert!(err.message.contains(needle), "{needle}: {}", err.message);
+        assert!(err.message.contains(&needle), "{needle}: {}", err.message);
     }
     // A wrong key is an auth error.
     let bad = RemoteProvider::new(RemoteConfig {
