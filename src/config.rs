@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cache::{CacheStats, CachingProvider, ResponseCache};
 use crate::engine::device::{self, DeviceSpec};
 use crate::engine::fetch::{FetchOptions, ModelSelector};
 use crate::engine::model::WeightFormat;
@@ -68,6 +69,9 @@ pub struct EngineConfig {
     pub weights: String,
     /// Use only the model cache; fetch nothing.
     pub offline: bool,
+    /// Show a progress bar while a model is fetched (set by the command line, not the file).
+    #[serde(skip)]
+    pub progress: bool,
 }
 
 impl Default for EngineConfig {
@@ -78,8 +82,19 @@ impl Default for EngineConfig {
             threads: 0,
             weights: "auto".into(),
             offline: false,
+            progress: false,
         }
     }
+}
+
+/// What [`Config::build_provider`] made.
+pub struct BuiltProvider {
+    /// The provider to use: the engine or the remote server, behind the response cache when it is on.
+    pub provider: Arc<dyn Provider>,
+    /// The engine's own provider when `provider = "local"` (model information for people).
+    pub local: Option<LocalProvider>,
+    /// The response cache's counters when `[cache] enabled`.
+    pub cache: Option<Arc<CacheStats>>,
 }
 
 impl Config {
@@ -151,31 +166,54 @@ impl Config {
             weight_format,
             fetch: FetchOptions {
                 offline: e.offline,
+                progress: e.progress,
                 ..FetchOptions::default()
             },
             ..EngineOptions::default()
         })
     }
 
-    /// Builds the configured provider: loads the model for `local` (setting the CPU thread count first), or
-    /// prepares the client for `remote` (nothing is sent; call `RemoteProvider::discover` to check the server).
-    pub fn build_provider(&self) -> Result<Arc<dyn Provider>, ProviderError> {
-        match self.provider {
+    /// Builds the configured provider — the one place every door gets its provider from: loads the model for
+    /// `local` (setting the CPU thread count first; this blocks for as long as loading takes), or prepares the
+    /// client for `remote` (nothing is sent; call `RemoteProvider::discover` to check the server). With
+    /// `[cache] enabled` the provider answers repeated temperature-0 requests from the response cache.
+    pub fn build_provider(&self) -> Result<BuiltProvider, ProviderError> {
+        let (inner, local): (Arc<dyn Provider>, Option<LocalProvider>) = match self.provider {
             ProviderKind::Local => {
                 let opts = self.engine_options().map_err(ProviderError::Config)?;
                 if self.engine.threads > 0 {
                     device::init_threads(Some(self.engine.threads));
                 }
                 let engine = Engine::load(opts).map_err(ProviderError::Engine)?;
-                Ok(Arc::new(LocalProvider::new(engine)))
+                let local = LocalProvider::new(engine);
+                (Arc::new(local.clone()), Some(local))
             }
             ProviderKind::Remote => {
                 let remote = self.remote.clone().ok_or_else(|| {
                     ProviderError::Config("provider = \"remote\" needs a [remote] section".into())
                 })?;
-                Ok(Arc::new(RemoteProvider::new(remote)?))
+                (Arc::new(RemoteProvider::new(remote)?), None)
             }
+        };
+        if !self.cache.enabled {
+            return Ok(BuiltProvider {
+                provider: inner,
+                local,
+                cache: None,
+            });
         }
+        let path = self.cache.resolved_path();
+        let cache = ResponseCache::open(&path).map_err(|e| ProviderError::Config(e.to_string()))?;
+        let caching = match &local {
+            Some(l) => CachingProvider::local(l.clone(), Arc::new(cache)),
+            None => CachingProvider::new(inner, Arc::new(cache)),
+        };
+        let stats = caching.stats().clone();
+        Ok(BuiltProvider {
+            provider: Arc::new(caching),
+            local,
+            cache: Some(stats),
+        })
     }
 }
 

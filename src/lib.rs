@@ -3,12 +3,16 @@
 //! The library holds every boundary; the binary (`main.rs`, `cli/`) only parses flags and wires them.
 
 pub mod agent;
+pub mod app;
 pub mod bench;
 pub mod cache;
 pub mod config;
 pub mod engine;
+pub mod env;
 pub mod logging;
 pub mod provider;
+pub mod schema;
 pub mod server;
 pub mod session;
 pub mod tools;
+pub mod transcript;

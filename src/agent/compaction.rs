@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::{context_tokens, count, model_descriptor, ContextPolicy};
 use super::hooks::{AgentContext, AgentLoopConfig};
-use super::messages::{now_ms, AgentMessage};
+use crate::env::now_ms;
+use crate::transcript::AgentMessage;
 use super::summary;
 use crate::provider::{collect, CompletionRequest, Message, Sampling, ToolCall, ToolChoice};
 use crate::session::blobs::BlobStore;

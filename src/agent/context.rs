@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::compaction::Compaction;
 use super::hooks::{AgentContext, AgentLoopConfig};
-use super::messages::AgentMessage;
+use crate::transcript::AgentMessage;
 use crate::provider::{
     estimate_tokens, CompletionRequest, ModelDescriptor, TokenCount, ToolChoice,
 };

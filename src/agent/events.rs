@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::compaction::{CompactionDetails, CompactionReason};
-use super::messages::{AgentMessage, ToolResult};
+use crate::transcript::{AgentMessage, ToolResult};
 use crate::provider::ProviderEvent;
 
 /// Why a run ended.

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{AgentEndReason, AgentEvent};
 use super::hooks::{AgentContext, AgentLoopConfig, MessageSource};
-use super::messages::AgentMessage;
+use crate::transcript::AgentMessage;
 use super::run::{self, Emitter};
 use crate::tools::tool::Tool;
 

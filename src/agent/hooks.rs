@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::messages::{AgentMessage, ToolResult};
+use crate::transcript::{AgentMessage, ToolResult};
 use crate::provider::{Message, Provider, Sampling, ToolCall, ToolChoice};
 use crate::tools::policy::Policy;
 use crate::tools::tool::Tool;
@@ -94,7 +94,7 @@ impl AgentLoopConfig {
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             workspace: None,
             transform_context: None,
-            convert_to_llm: Arc::new(super::messages::convert_to_llm),
+            convert_to_llm: Arc::new(crate::transcript::convert_to_llm),
             steering: None,
             follow_up: None,
             choose_tools: None,

@@ -6,7 +6,6 @@ pub mod context;
 pub mod events;
 pub mod handle;
 pub mod hooks;
-pub mod messages;
 pub mod run;
 pub mod summary;
 
@@ -20,5 +19,5 @@ pub use hooks::{
     AfterToolCall, AfterToolCallHook, AgentContext, AgentLoopConfig, BeforeToolCall,
     BeforeToolCallHook,
 };
-pub use messages::{convert_to_llm, AgentMessage, AssistantTurn, ToolResult};
+pub use crate::transcript::{convert_to_llm, AgentMessage, AssistantTurn, ToolResult};
 pub use run::agent_loop;

@@ -13,7 +13,8 @@ use super::compaction::Compaction;
 use super::context::prompt_request;
 use super::events::{AgentEndReason, AgentEvent};
 use super::hooks::{AgentContext, AgentLoopConfig, BeforeToolCall};
-use super::messages::{now_ms, AgentMessage, AssistantTurn, ToolResult};
+use crate::env::now_ms;
+use crate::transcript::{AgentMessage, AssistantTurn, ToolResult};
 use crate::provider::{ContentBlock, ErrorKind, ErrorReason, ProviderEvent, StopReason, ToolCall};
 use crate::tools::tool::{PolicyTag, Tool, ToolContext, ToolError};
 
@@ -326,7 +327,7 @@ async fn stream_assistant(
                     serde_json::Value::Null,
                 )));
             }
-            ProviderEvent::ToolCallDelta { .. } => {}
+            ProviderEvent::ToolCallDelta { .. } | ProviderEvent::Logprobs { .. } => {}
             ProviderEvent::ToolCallEnd { index, call } => match call_blocks.get(index) {
                 Some(&at) => turn.content[at] = ContentBlock::ToolCall(call.clone()),
                 None => turn.content.push(ContentBlock::ToolCall(call.clone())),

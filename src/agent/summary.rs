@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::messages::AgentMessage;
+use crate::transcript::AgentMessage;
 use crate::provider::{ContentBlock, ToolCall};
 
 /// The sections every summary has, in order.

@@ -30,7 +30,7 @@ impl CacheConfig {
     /// The database file to use.
     pub fn resolved_path(&self) -> PathBuf {
         self.path.clone().unwrap_or_else(|| {
-            crate::engine::fetch::agentd_home()
+            crate::env::agentd_home()
                 .join("cache")
                 .join("responses.sqlite")
         })
@@ -150,7 +150,7 @@ impl ResponseCache {
         self.conn()
             .execute(
                 "INSERT OR REPLACE INTO responses (key, model, created_ms, hits, events) VALUES (?1, ?2, ?3, 0, ?4)",
-                rusqlite::params![key, model, crate::agent::messages::now_ms() as i64, text],
+                rusqlite::params![key, model, crate::env::now_ms() as i64, text],
             )
             .map(|_| ())
             .map_err(|e| CacheError::Query(e.to_string()))

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CacheStats, ResponseCache};
 use crate::provider::{
-    CompletionRequest, LocalProvider, ModelDescriptor, Provider, ProviderError, ProviderEvent,
-    ProviderStream, TokenCount,
+    CompletionRequest, LocalProvider, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError, ProviderEvent,
+    ProviderStream, RawCompletionRequest, TokenCount, Tokenized, TokenizeRequest,
 };
 
 /// The prompt part of a cache key.
@@ -102,7 +102,7 @@ impl CachingProvider {
         model: &str,
     ) -> (Option<String>, Option<Vec<ProviderEvent>>) {
         let keyer = self.keyer.clone();
-        let (req, m) = (request.clone(), model.to_string());
+        let (req, m) = (request.clone(), self.inner.model_identity(model));
         let key =
             match tokio::task::spawn_blocking(move || keyer(&req).map(|p| cache_key(&m, &p, &req)))
                 .await
@@ -144,8 +144,10 @@ pub fn cacheable(request: &CompletionRequest) -> bool {
     request.sampling.temperature.is_some_and(|t| t == 0.0)
 }
 
-/// The cache key: SHA-256 over the model, the prompt key, the tools' schema hash and every setting that shapes
-/// the output (sampling, `max_tokens`, stop strings, `tool_choice`, `response_format`, `parallel_tool_calls`).
+/// The cache key: SHA-256 over the model's identity (on the local engine: the weights file's path, size,
+/// modification time, digest and weight format — see [`Provider::model_identity`]), the prompt key, the tools'
+/// schema hash and every setting that shapes the output (sampling, `max_tokens`, stop strings, `tool_choice`,
+/// `response_format`, `parallel_tool_calls`, `logprobs`).
 pub fn cache_key(model: &str, prompt: &PromptKey, request: &CompletionRequest) -> String {
     let mut h = Sha256::new();
     h.update(b"agentd-response-cache/1\0");
@@ -173,6 +175,7 @@ pub fn cache_key(model: &str, prompt: &PromptKey, request: &CompletionRequest) -
         "tool_choice": request.tool_choice,
         "response_format": request.response_format,
         "parallel_tool_calls": request.parallel_tool_calls,
+        "logprobs": request.logprobs,
     });
     h.update(canonical(&settings).as_bytes());
     hex::encode(h.finalize())
@@ -261,5 +264,42 @@ impl Provider for CachingProvider {
 
     fn models(&self) -> Vec<ModelDescriptor> {
         self.inner.models()
+    }
+
+    fn resolve_model(&self, name: &str) -> Option<String> {
+        self.inner.resolve_model(name)
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn concurrency(&self) -> Option<usize> {
+        self.inner.concurrency()
+    }
+
+    fn model_identity(&self, model: &str) -> String {
+        self.inner.model_identity(model)
+    }
+
+    fn prefix_cache(&self) -> Option<PrefixCacheCounts> {
+        self.inner.prefix_cache()
+    }
+
+    fn supports_logprobs(&self) -> bool {
+        self.inner.supports_logprobs()
+    }
+
+    /// Raw completions are not cached.
+    fn stream_raw(&self, request: RawCompletionRequest, cancel: CancellationToken) -> ProviderStream {
+        self.inner.stream_raw(request, cancel)
+    }
+
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, ProviderError> {
+        self.inner.tokenize(request).await
+    }
+
+    async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {
+        self.inner.detokenize(model, tokens).await
     }
 }

@@ -1,17 +1,9 @@
-//! What `agentd chat` and `agentd run` share: the flags that pick the backend, the tools, the system prompt and
-//! the session; turning them into a ready [`CodingSession`]; and the exit codes scripts can rely on.
+//! What `agentd chat` and `agentd run` share on the command line: the flags that pick the backend, the tools,
+//! the system prompt and the session; turning them into the application layer's [`SessionSettings`] and
+//! [`Backend`] (through one `Config`, so `[cache]` and the engine settings mean what they mean for `serve`); and
+//! the exit codes scripts can rely on. The coding session itself is `agentd::app`'s.
 //!
-//! Files: `backend` (local engine, `--remote`, a config file, or the test-only scripted provider), `scripted`
-//! (that provider's JSON script and request log), `prompt` (the system prompt, `AGENTS.md` context files),
-//! `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how `-c`/`-r`/`--session` find one),
-//! `coding_session` (the agent plus its session: what every mode drives).
-//!
-//! ## Where things live
-//! - **Config dir** (`AGENTS.md`/`CLAUDE.md`, `skills/`): `$AGENTD_HOME` when set (one variable relocates
-//!   everything; tests rely on it), else `~/.config/agentd`.
-//! - **Sessions**: `$AGENTD_HOME/sessions/<directory slug>/` (`$AGENTD_HOME` defaults to `~/.cache/agentd`).
-//! - **Project**: `AGENTS.md` (else `CLAUDE.md`) in the working directory and every ancestor up to `/`;
-//!   skills in `.agentd/skills/*/SKILL.md` of the working directory.
+//! Files: `scripted` (the test-only scripted provider selected by an environment variable).
 //!
 //! ## Exit codes
 //! `0` success · `1` the run failed (model or provider error, turn limit, internal error) · `2` usage (bad flags
@@ -19,17 +11,16 @@
 //! is unavailable (the model cannot be loaded, `--remote` unreachable or refusing) · `130` aborted (Ctrl-C,
 //! Esc, an RPC `abort` in print mode).
 
-pub mod backend;
-pub mod coding_session;
-pub mod prompt;
 pub mod scripted;
-pub mod sessions;
-pub mod skills;
 
 use std::io::Write as _;
 use std::path::PathBuf;
 
-pub use coding_session::CodingSession;
+use agentd::app::{text_or_file, AppError, Backend, SessionChoice, SessionSettings};
+use agentd::config::{Config, ProviderKind};
+use agentd::provider::Sampling;
+
+pub use agentd::app::CodingSession;
 
 /// The `--help` epilogue of `chat` and `run`: exit codes and where things live.
 pub const AFTER_HELP: &str = "\
@@ -68,10 +59,16 @@ impl Failure {
         .into()
     }
 
-    pub fn backend(message: impl Into<String>) -> anyhow::Error {
+    /// An application-layer error with the exit code its kind calls for.
+    pub fn from_app(e: AppError) -> anyhow::Error {
+        let code = match &e {
+            AppError::Usage(_) | AppError::NotFound(_) => exit::USAGE,
+            AppError::Backend(_) => exit::BACKEND,
+            _ => exit::FAILED,
+        };
         Failure {
-            code: exit::BACKEND,
-            message: message.into(),
+            code,
+            message: e.to_string(),
         }
         .into()
     }
@@ -127,9 +124,12 @@ pub struct AgentArgs {
     /// The environment variable holding the remote server's API key.
     #[arg(long, value_name = "VAR", requires = "remote")]
     pub api_key_env: Option<String>,
-    /// A configuration file (`configs/*.toml`): provider, engine and remote settings. Flags override it.
+    /// A configuration file (`configs/*.toml`): provider, engine, remote and cache settings. Flags override it.
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
+    /// Answer repeated temperature-0 requests from the response cache (`[cache]` in the config file).
+    #[arg(long)]
+    pub cache: bool,
 
     /// The tools the model may call, comma-separated (read, write, edit, bash, ls, find, grep).
     /// Default: read,bash,edit,write.
@@ -190,18 +190,167 @@ pub struct AgentArgs {
     pub no_session: bool,
 }
 
-/// Reads `value` as a file when it names one, else takes it as the text itself (Pi's rule).
-pub fn text_or_file(value: &str) -> anyhow::Result<String> {
-    let path = std::path::Path::new(value);
-    if value.len() < 4096 && !value.contains('\n') && path.is_file() {
-        return std::fs::read_to_string(path)
-            .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())));
+impl AgentArgs {
+    /// Which session to start with.
+    pub fn session_choice(&self) -> SessionChoice {
+        if self.no_session {
+            SessionChoice::InMemory
+        } else if self.continue_session {
+            SessionChoice::Continue
+        } else if let Some(s) = &self.session {
+            SessionChoice::Open(s.clone())
+        } else if self.resume {
+            SessionChoice::Pick
+        } else {
+            SessionChoice::New
+        }
     }
-    Ok(value.to_string())
+
+    /// The application layer's settings for these flags, in the working directory.
+    pub fn settings(&self) -> anyhow::Result<SessionSettings> {
+        let mut settings = SessionSettings::new(current_dir()?);
+        settings.tools = if self.no_tools {
+            Some(Vec::new())
+        } else {
+            self.tools.clone()
+        };
+        settings.policy = self
+            .allow
+            .parse()
+            .map_err(|e| Failure::usage(format!("--allow: {e}")))?;
+        settings.workspace = match &self.workspace {
+            Some(w) => Some(
+                std::fs::canonicalize(w)
+                    .map_err(|e| Failure::usage(format!("--workspace {}: {e}", w.display())))?,
+            ),
+            None => None,
+        };
+        let read = |v: &Option<String>| -> anyhow::Result<Option<String>> {
+            v.as_deref()
+                .map(text_or_file)
+                .transpose()
+                .map_err(Failure::from_app)
+        };
+        settings.system_prompt = read(&self.system_prompt)?;
+        settings.append_system_prompt = read(&self.append_system_prompt)?;
+        settings.context_files = !self.no_context_files;
+        settings.skills = !self.no_skills;
+        settings.max_tokens = Some(self.max_tokens);
+        settings.max_turns = self.max_turns.max(1);
+        settings.sampling = Sampling {
+            temperature: self.temperature,
+            seed: self.seed,
+            ..Sampling::default()
+        };
+        Ok(settings)
+    }
+
+    /// The configuration these flags describe: `--config`'s file (else the defaults), with `--remote`,
+    /// `--model`, `--model-path`, `--device`, `--weights`, `--offline` and `--cache` applied over it.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::load(path).map_err(|e| Failure::usage(e.to_string()))?,
+            None => Config::default(),
+        };
+        if let Some(url) = &self.remote {
+            let mut remote = config.remote.clone().unwrap_or_default();
+            remote.base_url = normalise_base_url(url);
+            if self.api_key_env.is_some() {
+                remote.api_key_env = self.api_key_env.clone();
+            }
+            config.provider = ProviderKind::Remote;
+            config.remote = Some(remote);
+        }
+        match config.provider {
+            ProviderKind::Remote => {
+                if let (Some(m), Some(remote)) = (&self.model, config.remote.as_mut()) {
+                    remote.model = m.clone();
+                }
+            }
+            ProviderKind::Local => {
+                if let Some(m) = &self.model {
+                    config.engine.model = m.clone();
+                }
+                if let Some(p) = &self.model_path {
+                    config.engine.model = p.display().to_string();
+                }
+                if self.device != "auto" || self.config.is_none() {
+                    config.engine.device = self.device.clone();
+                }
+                if self.weights != agentd::engine::model::WeightFormat::Auto {
+                    config.engine.weights = self.weights.to_string();
+                }
+                config.engine.offline |= self.offline;
+                config.engine.progress = true;
+            }
+        }
+        if self.cache {
+            config.cache.enabled = true;
+        }
+        Ok(config)
+    }
+
+    /// The backend: the test-only scripted provider when its variable is set, else the configured one (the
+    /// model is loaded, or the server checked, now).
+    pub async fn backend(&self) -> anyhow::Result<Backend> {
+        if let Some(path) = scripted::script_path() {
+            let provider = scripted::load(&path).map_err(|e| Failure::usage(format!("{e:#}")))?;
+            return Ok(Backend::given(
+                provider,
+                self.model.clone().unwrap_or_default(),
+                "scripted",
+            ));
+        }
+        let backend = Backend::connect(self.config()?)
+            .await
+            .map_err(Failure::from_app)?;
+        if let Some(note) = &backend.device_note {
+            eprintln!("note: {note}");
+        }
+        Ok(backend)
+    }
+
+    /// Validates the flags, builds the backend and starts the coding session `choice` names.
+    pub async fn start_session(&self, choice: &SessionChoice) -> anyhow::Result<CodingSession> {
+        let settings = self.settings()?;
+        // A session that cannot be found fails before the model loads.
+        if let SessionChoice::Open(spec) = choice {
+            let dir = agentd::session::sessions_dir(&settings.cwd);
+            agentd::app::sessions::find(&dir, spec).map_err(Failure::from_app)?;
+        }
+        let backend = self.backend().await?;
+        CodingSession::start(settings, backend, choice)
+            .await
+            .map_err(Failure::from_app)
+    }
+}
+
+/// `http://host:port` → `http://host:port/v1` (the OpenAI API root); a URL with a path is kept as given.
+fn normalise_base_url(url: &str) -> String {
+    let trimmed = url.trim().trim_end_matches('/');
+    match reqwest::Url::parse(trimmed) {
+        Ok(u) if u.path().is_empty() || u.path() == "/" => format!("{trimmed}/v1"),
+        _ => trimmed.to_string(),
+    }
 }
 
 /// The working directory, absolute.
 pub fn current_dir() -> anyhow::Result<PathBuf> {
     std::env::current_dir()
         .map_err(|e| anyhow::anyhow!("cannot determine the working directory: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_get_the_api_root() {
+        assert_eq!(
+            normalise_base_url("http://127.0.0.1:8080"),
+            "http://127.0.0.1:8080/v1"
+        );
+        assert_eq!(normalise_base_url("http://h:1/v1/"), "http://h:1/v1");
+        assert_eq!(normalise_base_url("http://h/api"), "http://h/api");
+    }
 }

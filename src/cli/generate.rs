@@ -10,7 +10,7 @@ use agentd::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
 use agentd::engine::generate::GenerateRequest;
 use agentd::engine::prompt::render_chat;
 use agentd::engine::sampler::SamplingParams;
-use agentd::tools::spec::ToolSpec;
+use agentd::schema::ToolSpec;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 

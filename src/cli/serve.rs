@@ -4,14 +4,12 @@
 //! SIGTERM, letting in-flight requests finish for `--shutdown-grace` seconds.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agentd::config::{Config, ProviderKind};
 use agentd::engine::fetch::ModelSelector;
 use agentd::engine::model::WeightFormat;
-use agentd::engine::Engine;
-use agentd::provider::{Provider, RemoteProvider};
+use agentd::provider::RemoteProvider;
 use agentd::server::sessions::SessionOptions;
 use agentd::server::{self, AppState, ServerOptions};
 use anyhow::Context;
@@ -43,6 +41,10 @@ pub struct ServeArgs {
     /// A configuration file (`configs/default.toml`, `configs/remote-vllm.toml`): the provider and its settings.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Answer repeated temperature-0 requests from the response cache (`[cache]` in the config file); hits show
+    /// on /metrics.
+    #[arg(long)]
+    pub cache: bool,
     /// Requests that may wait for the model beyond the running ones; more get 503 with Retry-After.
     #[arg(long, default_value_t = 256)]
     pub max_queue: usize,
@@ -78,6 +80,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.offline {
         config.engine.offline = true;
     }
+    if let Some(w) = args.weights {
+        config.engine.weights = w.to_string();
+    }
+    if args.cache {
+        config.cache.enabled = true;
+    }
+    config.engine.progress = true;
     if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
         anyhow::bail!("--shutdown-grace must be a number of seconds >= 0");
     }
@@ -97,41 +106,36 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let state = match config.provider {
-        ProviderKind::Local => {
-            let mut opts = config
-                .engine_options()
-                .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
-            opts.fetch.progress = true;
-            if let Some(w) = args.weights {
-                opts.weight_format = w;
-            }
+    if config.provider == ProviderKind::Local {
+        if let Ok(opts) = config.engine_options() {
             if let ModelSelector::Name(n) = &opts.model {
                 eprintln!("loading model {n} (fetched and cached on first use)…");
             }
-            let engine = Engine::load(opts).context("loading the model")?;
-            if let Some(note) = &engine.info().device_note {
-                eprintln!("note: {note}");
-            }
-            let info = engine.info();
-            eprintln!(
-                "model {} ({}, {} context) on {} in {:.1}s",
-                info.name, info.architecture, info.context_length, info.device, info.load_secs
-            );
-            AppState::local(engine, options)
         }
-        ProviderKind::Remote => {
-            let remote = config
-                .remote
-                .clone()
-                .context("provider = \"remote\" needs a [remote] section")?;
-            let provider = RemoteProvider::new(remote)?;
-            if let Err(e) = runtime.block_on(provider.discover()) {
+    }
+    let built = config.build_provider().context("building the provider")?;
+    if let Some(local) = &built.local {
+        let info = local.engine().info();
+        if let Some(note) = &info.device_note {
+            eprintln!("note: {note}");
+        }
+        eprintln!(
+            "model {} ({}, {} context) on {} in {:.1}s",
+            info.name, info.architecture, info.context_length, info.device, info.load_secs
+        );
+    }
+    if config.provider == ProviderKind::Remote {
+        if let Some(remote) = config.remote.clone() {
+            let probe = RemoteProvider::new(remote)?;
+            if let Err(e) = runtime.block_on(probe.discover()) {
                 eprintln!("warning: the remote server did not answer /models: {e}");
             }
-            AppState::new(Arc::new(provider) as Arc<dyn Provider>, None, options)
         }
-    };
+    }
+    if let Some(cache) = &config.cache.enabled.then(|| config.cache.resolved_path()) {
+        eprintln!("response cache: {}", cache.display());
+    }
+    let state = AppState::new(built.provider, options).with_cache_stats(built.cache);
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await

@@ -61,6 +61,8 @@ pub struct ModelInfo {
     /// Weight bytes read per decoded token, after any requantisation.
     pub weight_bytes: usize,
     pub tool_call_format: String,
+    /// How quantized weights are kept (`--weights`).
+    pub weight_format: String,
     pub load_secs: f64,
     #[serde(skip)]
     pub manifest: Option<ModelManifest>,
@@ -164,6 +166,7 @@ impl Engine {
                 .as_ref()
                 .map(|m| m.tool_call_format.clone())
                 .unwrap_or_else(|| "hermes".into()),
+            weight_format: opts.weight_format.to_string(),
             load_secs: started.elapsed().as_secs_f64(),
             manifest,
         };

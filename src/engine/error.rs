@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use crate::schema::SchemaError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// A file could not be read or written. Check the path and permissions.
@@ -63,35 +65,10 @@ pub enum EngineError {
     /// An empty prompt: there is nothing to condition on.
     #[error("the prompt is empty")]
     EmptyPrompt,
-    /// A JSON Schema (a tool's `parameters` or a `response_format` schema) is not a valid schema. `location` is
-    /// a JSON pointer into the schema. Fix the schema.
-    #[error("invalid JSON Schema at `{location}`: {message}")]
-    InvalidSchema { location: String, message: String },
-    /// A valid schema uses a keyword (or a `format`) that grammar-constrained decoding cannot enforce exactly.
-    /// It is rejected rather than silently ignored; rewrite the schema without it.
-    #[error(
-        "JSON Schema keyword `{keyword}` at `{location}` is not supported by constrained decoding"
-    )]
-    UnsupportedSchemaKeyword { keyword: String, location: String },
-    /// The schema or grammar accepts no document at all (e.g. `false`, an empty `enum`, contradictory bounds).
-    #[error("{what} accepts no output at all: {message}")]
-    EmptyLanguage { what: String, message: String },
-    /// The grammar could not be compiled for another reason (too large, a regex llguidance rejects). The message
-    /// is llguidance's.
-    #[error("cannot compile the output grammar: {0}")]
-    InvalidGrammar(String),
-    /// A tool definition is malformed (bad name, a `parameters` that is not an object, …).
-    #[error("invalid tool `{name}`: {message}")]
-    InvalidTool { name: String, message: String },
-    /// Two tools in one request share a name.
-    #[error("duplicate tool name `{0}`")]
-    DuplicateToolName(String),
-    /// `tool_choice` is malformed, names a tool that is not in `tools`, or is `required` with no tools.
-    #[error("invalid tool_choice: {0}")]
-    InvalidToolChoice(String),
-    /// `response_format` is malformed.
-    #[error("invalid response_format: {0}")]
-    InvalidResponseFormat(String),
+    /// A tool, schema, `tool_choice` or `response_format` was refused (see [`SchemaError`]'s variants). Fix the
+    /// request.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
     /// A tool-call format name no implementation knows.
     #[error("unknown tool-call format `{name}` (known: {})", known.join(", "))]
     UnknownToolCallFormat { name: String, known: Vec<String> },

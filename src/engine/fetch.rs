@@ -22,16 +22,7 @@ use super::{hub, pip_wheel};
 /// Suffix of the marker file that records a completed sha256 check of a cached file.
 pub const VERIFIED_MARKER_SUFFIX: &str = ".sha256-verified";
 
-/// Where agentd keeps its cache: `$AGENTD_HOME`, default `~/.cache/agentd`.
-pub fn agentd_home() -> PathBuf {
-    if let Some(h) = std::env::var_os("AGENTD_HOME") {
-        return PathBuf::from(h);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache").join("agentd")
-}
+pub use crate::env::agentd_home;
 
 /// A model chosen by the user: a manifest name (or alias) or an explicit GGUF path.
 #[derive(Debug, Clone, PartialEq, Eq)]

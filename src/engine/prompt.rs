@@ -12,7 +12,7 @@ use super::constraint::format::ToolCallFormat;
 use super::constraint::ToolChoice;
 use super::error::Result;
 use super::template::ChatTemplate;
-use crate::tools::spec::ToolSpec;
+use crate::schema::ToolSpec;
 
 /// The prompt for `messages` (OpenAI-style: `role`, `content`, assistant `tool_calls`, `tool` results), ending
 /// with the assistant's generation prompt.

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::events::EventSender;
 use super::{
     AssistantMessage, ContentBlock, ErrorReason, InvalidToolCall, InvalidToolCallKind,
-    ProviderError, ProviderEvent, StopReason, ToolCall, ToolSpec, Usage,
+    ProviderError, ProviderEvent, StopReason, TokenLogprob, ToolCall, ToolSpec, Usage,
 };
 
 /// How much of a bad arguments text is echoed back to the model.
@@ -62,6 +62,15 @@ impl Assembler {
                 model: self.model.clone(),
             });
         }
+    }
+
+    /// Emits the log-probabilities of the tokens behind the next deltas.
+    pub fn logprobs(&mut self, entries: Vec<TokenLogprob>) {
+        if entries.is_empty() {
+            return;
+        }
+        self.start();
+        self.emit(ProviderEvent::Logprobs { entries });
     }
 
     pub fn text(&mut self, delta: &str) {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-pub use crate::tools::spec::ToolSpec;
+pub use crate::schema::{ResponseFormat, ToolChoice, ToolSpec};
 pub use assemble::check_tool_call;
 pub use events::{collect, Completion, CompletionError};
 pub use local::LocalProvider;
@@ -47,6 +47,77 @@ pub trait Provider: Send + Sync {
     /// The models this provider serves, with their context windows and output limits. The first is the
     /// default (used when a request's `model` is empty).
     fn models(&self) -> Vec<ModelDescriptor>;
+
+    /// The id of the served model `name` means (empty: the default), or `None` when it serves no such model.
+    /// The local engine also answers to its manifest's aliases.
+    fn resolve_model(&self, name: &str) -> Option<String> {
+        let models = self.models();
+        if name.is_empty() {
+            return models.first().map(|m| m.id.clone());
+        }
+        models.into_iter().find(|m| m.id == name).map(|m| m.id)
+    }
+
+    /// What this provider is, for people and session files: `local`, `remote <url>`, `scripted`.
+    fn describe(&self) -> String {
+        "provider".into()
+    }
+
+    /// How many requests this provider serves at once (`None`: no known limit). The local engine runs one
+    /// sequence at a time.
+    fn concurrency(&self) -> Option<usize> {
+        None
+    }
+
+    /// What identifies the weights behind `model` (the response cache's key includes it): the model file's
+    /// path, size, modification time, digest and weight format on the local engine; the model id elsewhere.
+    fn model_identity(&self, model: &str) -> String {
+        model.to_string()
+    }
+
+    /// Whether completions can report `logprobs` (a request asking for them is refused otherwise).
+    fn supports_logprobs(&self) -> bool {
+        false
+    }
+
+    /// The KV prefix-cache counters, when this provider keeps a prefix cache it can report.
+    fn prefix_cache(&self) -> Option<PrefixCacheCounts> {
+        None
+    }
+
+    /// A raw-text completion (no chat template, no tools). Providers that cannot do it end the stream with an
+    /// `unsupported` error.
+    fn stream_raw(&self, request: RawCompletionRequest, cancel: CancellationToken) -> ProviderStream {
+        let _ = (request, cancel);
+        unsupported_stream("raw text completions are not available from this provider")
+    }
+
+    /// Tokenizes text or a rendered chat request with the model's own tokenizer.
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, ProviderError> {
+        let _ = request;
+        Err(ProviderError::Unsupported(
+            "tokenizing is not available from this provider".into(),
+        ))
+    }
+
+    /// The text of `tokens` (special tokens included).
+    async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {
+        let _ = (model, tokens);
+        Err(ProviderError::Unsupported(
+            "detokenizing is not available from this provider".into(),
+        ))
+    }
+}
+
+/// A stream that is only an `unsupported` error.
+pub fn unsupported_stream(message: &str) -> ProviderStream {
+    Box::pin(futures::stream::iter([ProviderEvent::Error {
+        reason: ErrorReason::Error,
+        kind: ErrorKind::Unsupported,
+        message: message.to_string(),
+        usage: Usage::default(),
+        partial: AssistantMessage::default(),
+    }]))
 }
 
 /// Every way a provider request can fail. What the caller should do is written on each variant.
@@ -173,14 +244,7 @@ impl ProviderError {
             },
             EngineError::InvalidSampling(_)
             | EngineError::EmptyPrompt
-            | EngineError::InvalidSchema { .. }
-            | EngineError::UnsupportedSchemaKeyword { .. }
-            | EngineError::EmptyLanguage { .. }
-            | EngineError::InvalidGrammar(_)
-            | EngineError::InvalidTool { .. }
-            | EngineError::DuplicateToolName(_)
-            | EngineError::InvalidToolChoice(_)
-            | EngineError::InvalidResponseFormat(_) => ProviderError::InvalidRequest {
+            | EngineError::Schema(_) => ProviderError::InvalidRequest {
                 status: 400,
                 message: e.to_string(),
             },

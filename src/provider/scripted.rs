@@ -172,6 +172,24 @@ impl ScriptedProvider {
         }
     }
 
+    /// The same script on a "model" with a `window`-token context window (for compaction tests). Call it before
+    /// the provider is cloned: requests recorded so far are not carried over.
+    pub fn with_context_window(self, window: u64) -> Self {
+        let replies = std::mem::take(&mut *lock(&self.inner.replies));
+        let mut model = self.inner.model.clone();
+        model.context_window = window;
+        model.max_output_tokens = model.max_output_tokens.min(window);
+        Self {
+            inner: Arc::new(Inner {
+                replies: Mutex::new(replies),
+                requests: Mutex::new(Vec::new()),
+                chunk_chars: self.inner.chunk_chars,
+                chunk_delay: self.inner.chunk_delay,
+                model,
+            }),
+        }
+    }
+
     /// Queues another reply.
     pub fn push(&self, reply: ScriptedReply) {
         lock(&self.inner.replies).push_back(reply);
@@ -211,6 +229,10 @@ impl Provider for ScriptedProvider {
 
     fn models(&self) -> Vec<ModelDescriptor> {
         vec![self.inner.model.clone()]
+    }
+
+    fn describe(&self) -> String {
+        "scripted".into()
     }
 }
 

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ToolSpec;
+use super::{ResponseFormat, ToolChoice, ToolSpec};
 use crate::engine::sampler::SamplingParams;
 
 /// One message of the conversation the model sees (the system prompt travels separately, in
@@ -234,38 +234,6 @@ pub enum ErrorReason {
     Aborted,
 }
 
-/// Which tools the model may or must call.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ToolChoice {
-    /// Text, tool calls, or both.
-    #[default]
-    Auto,
-    /// Text only.
-    None,
-    /// At least one tool call.
-    Required,
-    /// Exactly this tool.
-    Tool { name: String },
-}
-
-/// The shape of the answer.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ResponseFormat {
-    #[default]
-    Text,
-    /// Any single JSON object.
-    JsonObject,
-    /// A JSON document of this schema.
-    JsonSchema {
-        name: String,
-        schema: serde_json::Value,
-        #[serde(default)]
-        strict: bool,
-    },
-}
-
 /// Sampling settings; `None` leaves the provider's default (the server's, on a remote).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -326,6 +294,9 @@ pub struct CompletionRequest {
     pub stop: Vec<String>,
     /// Names the conversation so the local engine can reuse its KV prefix (an agent session id, say).
     pub cache_key: Option<String>,
+    /// Report the log-probability of every generated token with this many alternatives (`Some(0)`: the token's
+    /// own only) as [`ProviderEvent::Logprobs`] events.
+    pub logprobs: Option<usize>,
 }
 
 impl CompletionRequest {
@@ -369,6 +340,11 @@ pub enum ProviderEvent {
         index: usize,
         call: ToolCall,
     },
+    /// The log-probabilities of the tokens behind the deltas that follow (only when the request asked for
+    /// `logprobs`).
+    Logprobs {
+        entries: Vec<TokenLogprob>,
+    },
     Done {
         stop_reason: StopReason,
         usage: Usage,
@@ -394,6 +370,98 @@ impl ProviderEvent {
             ProviderEvent::Done { .. } | ProviderEvent::Error { .. }
         )
     }
+}
+
+/// The log-probability of one generated token, with the most likely alternatives at that step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    /// The token's text (lossy UTF-8 of `bytes`).
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+    /// The most likely tokens at this step, most likely first.
+    #[serde(default)]
+    pub top: Vec<TopLogprob>,
+}
+
+/// One alternative of a [`TokenLogprob`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+}
+
+/// The prompt of a raw completion: text (tokenized by the provider, special tokens parsed) or token ids.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RawPrompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// A completion of raw text: no chat template, no tools (OpenAI's legacy `/v1/completions`). It streams like a
+/// chat completion: `start`, `text_delta`s (with `logprobs` events when asked), then `done` or `error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RawCompletionRequest {
+    /// The model id; empty means the provider's default model.
+    #[serde(default)]
+    pub model: String,
+    pub prompt: RawPrompt,
+    #[serde(default)]
+    pub sampling: Sampling,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens (until `max_tokens`).
+    #[serde(default)]
+    pub ignore_eos: bool,
+    /// As [`CompletionRequest::logprobs`].
+    #[serde(default)]
+    pub logprobs: Option<usize>,
+}
+
+/// What to tokenize: text, or a chat request rendered exactly as a completion of it would be (template, tools,
+/// generation prompt), so the count equals that completion's `input` usage.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenizeInput {
+    Text {
+        text: String,
+        /// Add the model's BOS token where it wants one.
+        add_special_tokens: bool,
+    },
+    Chat(Box<CompletionRequest>),
+}
+
+/// A tokenizing request (vLLM's `/tokenize`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenizeRequest {
+    /// The model id; empty means the provider's default model.
+    pub model: String,
+    pub input: TokenizeInput,
+}
+
+/// Token ids, their texts, and the model's context length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tokenized {
+    pub tokens: Vec<u32>,
+    /// Each token's text (lossy UTF-8), when the provider knows them.
+    #[serde(default)]
+    pub token_strs: Option<Vec<String>>,
+    /// The model's context window in tokens (0: unknown).
+    pub max_model_len: u64,
+}
+
+/// A provider's KV prefix-cache counters, in tokens (vLLM's `prefix_cache_queries` / `prefix_cache_hits`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefixCacheCounts {
+    /// Prompt tokens looked up.
+    pub queries: u64,
+    /// Prompt tokens whose KV state was reused.
+    pub hits: u64,
+    /// Entries evicted for the memory budget.
+    pub evictions: u64,
 }
 
 /// A prompt's size in tokens. `exact: false` marks an estimate (no tokenizer for the model was available).

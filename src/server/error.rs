@@ -9,7 +9,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::engine::EngineError;
+use crate::app::AppError;
+use crate::session::SessionError;
 use crate::provider::{ErrorKind, ProviderError};
 
 /// An error answer. What the client should do is implied by the status (see the module doc).
@@ -199,9 +200,34 @@ impl ApiError {
         Self::from_provider(e.kind(), &e.to_string())
     }
 
-    /// An engine failure (the routes that use the engine directly).
-    pub fn from_engine(e: EngineError) -> Self {
-        Self::from_provider_error(&ProviderError::from_engine(e))
+    /// An application-layer error (agent sessions): usage → 400 naming `param`, not found → 404, busy → 409,
+    /// backend → 503, tree-operation refusals → 400, anything else → 500.
+    pub fn from_app(e: AppError, param: &str) -> Self {
+        match e {
+            AppError::Usage(m) => Self::invalid_param(param, m),
+            AppError::NotFound(m) => Self::not_found(m).with_param(param),
+            AppError::Busy(m) => Self::conflict(m),
+            AppError::Backend(m) => Self::unavailable(m, 1),
+            AppError::Session(
+                s @ (SessionError::UnknownEntry(_)
+                | SessionError::NotALeaf(_)
+                | SessionError::RewindTooFar { .. }),
+            ) => Self::invalid_param(param, s.to_string()),
+            AppError::Session(SessionError::AgentRunning) => {
+                Self::conflict(SessionError::AgentRunning.to_string())
+            }
+            AppError::Session(s) => Self::internal(s.to_string()),
+            AppError::Failed(m) => Self::internal(m),
+        }
+    }
+
+    /// A provider error of a route the provider may not offer at all (raw completions, tokenizing): 501 for
+    /// what it does not offer, else as [`from_provider_error`](Self::from_provider_error).
+    pub fn from_optional_feature(e: &ProviderError) -> Self {
+        match e {
+            ProviderError::Unsupported(message) => Self::not_implemented(message.clone()),
+            other => Self::from_provider_error(other),
+        }
     }
 }
 

@@ -16,6 +16,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use super::AppState;
+use crate::cache::CacheCounts;
+use crate::provider::PrefixCacheCounts;
 
 const TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -240,24 +242,64 @@ impl Metrics {
 }
 
 /// vLLM's prefix-cache counters (in tokens): prompt tokens looked up and tokens whose KV state was reused.
-fn render_prefix_cache(
-    out: &mut String,
-    model: &str,
-    (queries, hits, _evictions): (u64, u64, u64),
-) {
+fn render_prefix_cache(out: &mut String, model: &str, counts: PrefixCacheCounts) {
+    render_counters(
+        out,
+        model,
+        &[
+            (
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                counts.queries,
+            ),
+            (
+                "vllm:prefix_cache_hits",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                counts.hits,
+            ),
+        ],
+    );
+}
+
+/// The response cache's counters (agentd's own; vLLM has no response cache).
+fn render_response_cache(out: &mut String, model: &str, counts: CacheCounts) {
+    render_counters(
+        out,
+        model,
+        &[
+            (
+                "agentd:response_cache_hits_total",
+                "Completions answered from the response cache.",
+                counts.hits,
+            ),
+            (
+                "agentd:response_cache_misses_total",
+                "Cacheable completions not found in the response cache.",
+                counts.misses,
+            ),
+            (
+                "agentd:response_cache_bypassed_total",
+                "Completions not cacheable (temperature not 0).",
+                counts.bypassed,
+            ),
+            (
+                "agentd:response_cache_stores_total",
+                "Completions stored in the response cache.",
+                counts.stores,
+            ),
+            (
+                "agentd:response_cache_errors_total",
+                "Response cache failures (the provider answered instead).",
+                counts.errors,
+            ),
+        ],
+    );
+}
+
+/// Counters with HELP and TYPE lines, labelled with the model.
+fn render_counters(out: &mut String, model: &str, counters: &[(&str, &str, u64)]) {
     let labels = format!("model_name=\"{}\"", escape_label(model));
-    for (name, help, v) in [
-        (
-            "vllm:prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            queries,
-        ),
-        (
-            "vllm:prefix_cache_hits",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            hits,
-        ),
-    ] {
+    for (name, help, v) in counters {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} counter");
         let _ = writeln!(out, "{name}{{{labels}}} {v}");
@@ -331,12 +373,11 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let mut body = state
         .metrics
         .render(state.admission.running(), state.admission.waiting());
-    if let Some(engine) = &state.engine {
-        render_prefix_cache(
-            &mut body,
-            &state.metrics.model,
-            engine.prefix_cache_stats().snapshot(),
-        );
+    if let Some(counts) = state.provider.prefix_cache() {
+        render_prefix_cache(&mut body, &state.metrics.model, counts);
+    }
+    if let Some(stats) = &state.cache {
+        render_response_cache(&mut body, &state.metrics.model, stats.snapshot());
     }
     (
         [(

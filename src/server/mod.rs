@@ -29,8 +29,8 @@ use axum::{middleware, Json, Router};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
-use crate::provider::{LocalProvider, Provider};
+use crate::cache::CacheStats;
+use crate::provider::Provider;
 use admission::{Admission, Permit};
 use error::ApiError;
 use metrics::Metrics;
@@ -42,8 +42,8 @@ pub struct ServerOptions {
     pub api_key: Option<String>,
     /// Larger request bodies get 413.
     pub max_body_bytes: usize,
-    /// Requests generating at once (`None`: 1 on the local engine, which runs one sequence at a time; 64 for a
-    /// remote provider).
+    /// Requests generating at once (`None`: the provider's own concurrency — 1 on the local engine, which runs
+    /// one sequence at a time — else 64).
     pub max_running: Option<usize>,
     /// Requests that may wait for a turn; beyond that, 503 with `Retry-After`.
     pub max_queue: usize,
@@ -72,10 +72,11 @@ impl Default for ServerOptions {
 /// Everything a handler needs. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    /// Answers chat completions and agent sessions.
+    /// Answers every model request: chat and raw completions, tokenizing, agent sessions. The server reaches
+    /// the model only through it.
     pub provider: Arc<dyn Provider>,
-    /// The local engine, when the provider runs on it (completions, tokenize, logprobs need it).
-    pub engine: Option<Engine>,
+    /// The response cache's counters, when the provider answers from it (for `/metrics`).
+    pub cache: Option<Arc<CacheStats>>,
     pub admission: Arc<Admission>,
     pub metrics: Arc<Metrics>,
     pub options: Arc<ServerOptions>,
@@ -87,15 +88,13 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// A server over `provider`; pass the engine too when the provider is the local one.
-    pub fn new(
-        provider: Arc<dyn Provider>,
-        engine: Option<Engine>,
-        options: ServerOptions,
-    ) -> Self {
-        let default_running = if engine.is_some() { 1 } else { 64 };
+    /// A server over `provider`.
+    pub fn new(provider: Arc<dyn Provider>, options: ServerOptions) -> Self {
         let admission = Admission::new(
-            options.max_running.unwrap_or(default_running),
+            options
+                .max_running
+                .or_else(|| provider.concurrency())
+                .unwrap_or(64),
             options.max_queue,
             options.retry_after_secs,
         );
@@ -108,7 +107,7 @@ impl AppState {
         let sessions = sessions::Sessions::new(options.sessions.clone(), shutdown.clone());
         Self {
             provider,
-            engine,
+            cache: None,
             admission,
             metrics: Metrics::new(model),
             options: Arc::new(options),
@@ -118,13 +117,10 @@ impl AppState {
         }
     }
 
-    /// A server over the local engine (through `LocalProvider`).
-    pub fn local(engine: Engine, options: ServerOptions) -> Self {
-        Self::new(
-            Arc::new(LocalProvider::new(engine.clone())),
-            Some(engine),
-            options,
-        )
+    /// Reports the response cache's counters on `/metrics`.
+    pub fn with_cache_stats(mut self, stats: Option<Arc<CacheStats>>) -> Self {
+        self.cache = stats;
+        self
     }
 
     /// The ids of the served models.
@@ -134,23 +130,11 @@ impl AppState {
 
     /// The canonical id of the model a request names (empty: the default), or 404.
     pub fn resolve_model(&self, name: &str) -> Result<String, ApiError> {
-        let models = self.provider.models();
-        if name.is_empty() {
-            return models
-                .first()
-                .map(|m| m.id.clone())
-                .ok_or_else(|| ApiError::internal("the provider serves no model"));
+        match self.provider.resolve_model(name) {
+            Some(id) => Ok(id),
+            None if name.is_empty() => Err(ApiError::internal("the provider serves no model")),
+            None => Err(ApiError::unknown_model(name, &self.model_ids())),
         }
-        if models.iter().any(|m| m.id == name) {
-            return Ok(name.to_string());
-        }
-        if let Some(engine) = &self.engine {
-            let info = engine.info();
-            if info.manifest.as_ref().is_some_and(|m| m.answers_to(name)) {
-                return Ok(info.name.clone());
-            }
-        }
-        Err(ApiError::unknown_model(name, &self.model_ids()))
     }
 
     /// Waits for a generation slot: 503 when the queue is full or the server is stopping.

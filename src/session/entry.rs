@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::agent::messages::AgentMessage;
+use crate::transcript::AgentMessage;
 
 /// The format version this build writes and reads.
 pub const SESSION_VERSION: u32 = 3;

@@ -15,7 +15,7 @@ use super::entry::{iso_now, EntryKind, SessionEntry, SessionHeader};
 use super::file::{self, FsyncPolicy, Writer};
 use super::tree::{SessionContext, SessionTree};
 use super::{Location, SessionError, SessionStore};
-use crate::agent::messages::AgentMessage;
+use crate::transcript::AgentMessage;
 
 /// How a store writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -26,7 +26,7 @@ pub struct StoreOptions {
 
 /// `$AGENTD_HOME/sessions/<slug of cwd>`: `/home/me/proj` → `--home-me-proj--` (Pi's encoding).
 pub fn sessions_dir(cwd: &Path) -> PathBuf {
-    sessions_dir_in(&crate::engine::fetch::agentd_home(), cwd)
+    sessions_dir_in(&crate::env::agentd_home(), cwd)
 }
 
 /// `<home>/sessions/<slug of cwd>` (see [`sessions_dir`]).

@@ -8,13 +8,14 @@
 //!   the line) and the writer actor that owns the file (acknowledged appends, fsync policy).
 //! - [`jsonl`]: [`JsonlStore`], the store over one file, plus listing, forking and where sessions live.
 //! - [`blobs`]: content-addressed tool results dropped by compaction (grounding; read back by the `recall` tool).
-//! - [`recorder`]: [`Recorder`], which keeps a store in step with an [`crate::agent::Agent`].
+//!
+//! The store knows messages ([`crate::transcript`]) but not the agent: keeping a store in step with an agent is
+//! the application layer's `Recorder` (`crate::app::recorder`).
 
 pub mod blobs;
 pub mod entry;
 pub mod file;
 pub mod jsonl;
-pub mod recorder;
 pub mod tree;
 
 use std::fmt;
@@ -24,7 +25,6 @@ pub use blobs::BlobStore;
 pub use entry::{EntryKind, SessionEntry, SessionHeader, SESSION_VERSION};
 pub use file::FsyncPolicy;
 pub use jsonl::{sessions_dir, sessions_dir_in, JsonlStore, SessionInfo, StoreOptions};
-pub use recorder::Recorder;
 pub use tree::{ModelRef, SessionContext, SessionTree};
 
 /// Where a problem was found: a file and line while loading, or an operation on a live store.

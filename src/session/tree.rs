@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::entry::{EntryKind, SessionEntry, SessionHeader};
 use super::{Location, SessionError};
-use crate::agent::messages::{now_ms, AgentMessage};
+use crate::env::now_ms;
+use crate::transcript::AgentMessage;
 use crate::provider::ContentBlock;
 
 /// The model in effect on a path.

@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::io::AsyncReadExt as _;
 use tokio::time::Instant;
 
-use super::spec::ToolSpec;
+use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };

@@ -11,7 +11,7 @@ use similar::{DiffTag, TextDiff};
 
 use super::policy::resolve_path;
 use super::read::binary_reason;
-use super::spec::ToolSpec;
+use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };

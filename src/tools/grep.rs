@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::find::{walk_builder, PathGlob};
 use super::policy::resolve_path;
-use super::spec::ToolSpec;
+use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::find::walk_builder;
 use super::policy::resolve_path;
-use super::spec::ToolSpec;
+use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };

@@ -1,4 +1,5 @@
-//! Tools the agent can call: the spec the model sees (`spec`), the tool trait, registry and implementations.
+//! Tools the agent can call: the tool trait, registry, policy and implementations (the spec the model sees is
+//! [`crate::schema::ToolSpec`]).
 
 pub mod bash;
 pub mod edit;
@@ -9,7 +10,6 @@ pub mod policy;
 pub mod read;
 pub mod recall;
 pub mod registry;
-pub mod spec;
 pub mod tool;
 pub mod truncate;
 pub mod write;

@@ -10,7 +10,7 @@ use super::find::FindTool;
 use super::grep::GrepTool;
 use super::ls::LsTool;
 use super::read::ReadTool;
-use super::spec::ToolSpec;
+use crate::schema::ToolSpec;
 use super::tool::Tool;
 use super::write::WriteTool;
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use super::spec::ToolSpec;
+use crate::schema::ToolSpec;
 
 /// What a tool may do; an agent's `Policy` allows a set of these and refuses any tool needing another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

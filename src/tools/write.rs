@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::policy::resolve_path;
-use super::spec::ToolSpec;
+use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };

@@ -15,7 +15,7 @@ use agentd::agent::{AgentError, AgentStatus};
 use agentd::provider::{
     CompletionRequest, ErrorKind, Message, ScriptedProvider, ScriptedReply, StopReason,
 };
-use agentd::tools::spec::ToolSpec;
+use agentd::schema::ToolSpec;
 use agentd::tools::tool::{PolicyTag, Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use futures::StreamExt;

@@ -4,6 +4,7 @@
 
 use std::sync::OnceLock;
 
+use agentd::schema::SchemaError;
 use agentd::engine::constraint::assemble::{OutputAssembler, OutputDelta};
 use agentd::engine::constraint::format::ToolCallFormat;
 use agentd::engine::constraint::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
@@ -11,7 +12,7 @@ use agentd::engine::generate::FinishReason;
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::tokenizer::Tokenizer;
 use agentd::engine::EngineError;
-use agentd::tools::spec::ToolSpec;
+use agentd::schema::ToolSpec;
 use serde_json::{json, Value};
 
 use super::common;
@@ -183,7 +184,7 @@ fn required_named_and_parallel() {
             f,
             &format!("{}\n{}", hermes(ADD), hermes(WEATHER))
         ));
-        let named = spec(ToolChoice::Named("add".into()));
+        let named = spec(ToolChoice::Tool { name: "add".into() });
         assert!(accepts(m, &named, f, &hermes(ADD)));
         assert!(!accepts(m, &named, f, &hermes(WEATHER)));
         assert!(!accepts(
@@ -235,7 +236,7 @@ fn llama3_json_format() {
     assert!(!accepts(m, &auto, f, &call("nope", "{}")));
     assert!(!accepts(m, &auto, f, &call("add", r#"{"a": 1}"#)));
     assert!(!accepts(m, &auto, f, r#"  {"not": "a call"}"#));
-    let named = spec(ToolChoice::Named("add".into()));
+    let named = spec(ToolChoice::Tool { name: "add".into() });
     assert!(!accepts(m, &named, f, "text"));
     assert!(accepts(m, &named, f, &call("add", r#"{"a": 1, "b": 2}"#)));
 }
@@ -303,7 +304,7 @@ fn bad_input_is_a_clear_error() {
         json!({"type": "object", "properties": {"a": {"minimum": "x"}}}),
     ));
     assert!(
-        matches!(&e, EngineError::InvalidSchema { location, .. } if location.contains("/properties/a")),
+        matches!(&e, EngineError::Schema(SchemaError::InvalidSchema { location, .. }) if location.contains("/properties/a")),
         "{e}"
     );
     // An unsupported keyword is named.
@@ -311,19 +312,19 @@ fn bad_input_is_a_clear_error() {
         json!({"type": "array", "items": {"type": "string"}, "uniqueItems": true}),
     ));
     assert!(
-        matches!(&e, EngineError::UnsupportedSchemaKeyword { keyword, location } if keyword == "uniqueItems" && location == "/uniqueItems"),
+        matches!(&e, EngineError::Schema(SchemaError::UnsupportedSchemaKeyword { keyword, location }) if keyword == "uniqueItems" && location == "/uniqueItems"),
         "{e}"
     );
     // tool_choice naming a tool that is not there.
-    let e = compile_err(&spec(ToolChoice::Named("delete".into())));
+    let e = compile_err(&spec(ToolChoice::Tool { name: "delete".into() }));
     assert!(
-        matches!(&e, EngineError::InvalidToolChoice(m) if m.contains("delete")),
+        matches!(&e, EngineError::Schema(SchemaError::InvalidToolChoice(m)) if m.contains("delete")),
         "{e}"
     );
     // Duplicate names.
     let mut dup = spec(ToolChoice::Auto);
     dup.tools.push(dup.tools[0].clone());
-    assert!(matches!(compile_err(&dup), EngineError::DuplicateToolName(n) if n == "get_weather"));
+    assert!(matches!(compile_err(&dup), EngineError::Schema(SchemaError::DuplicateToolName(n)) if n == "get_weather"));
     // `required` with no tools.
     let required = ConstraintSpec {
         tool_choice: ToolChoice::Required,
@@ -331,7 +332,7 @@ fn bad_input_is_a_clear_error() {
     };
     assert!(matches!(
         compile_err(&required),
-        EngineError::InvalidToolChoice(_)
+        EngineError::Schema(SchemaError::InvalidToolChoice(_))
     ));
     // Empty languages.
     for schema in [
@@ -343,7 +344,7 @@ fn bad_input_is_a_clear_error() {
     ] {
         let e = compile_err(&schema_format(schema.clone()));
         assert!(
-            matches!(e, EngineError::EmptyLanguage { .. }),
+            matches!(e, EngineError::Schema(SchemaError::EmptyLanguage { .. })),
             "{schema}: {e}"
         );
     }
@@ -532,7 +533,7 @@ fn openai_request_fields_parse() {
     );
     assert_eq!(
         ToolChoice::from_openai(&json!({"type": "function", "function": {"name": "add"}})).unwrap(),
-        ToolChoice::Named("add".into())
+        ToolChoice::Tool { name: "add".into() }
     );
     assert_eq!(
         ResponseFormat::from_openai(&json!({"type": "json_schema",
@@ -565,7 +566,7 @@ fn llama3_json_refuses_auto_tools_with_a_json_reply() {
     };
     assert!(matches!(
         smol().factory.compile(&spec, ToolCallFormat::Hermes),
-        Err(EngineError::InvalidResponseFormat(_))
+        Err(EngineError::Schema(SchemaError::InvalidResponseFormat(_)))
     ));
     spec.tool_choice = ToolChoice::Required;
     let call = r#"{"name": "add", "parameters": {"a": 1, "b": 2}}"#;

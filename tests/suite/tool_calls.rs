@@ -4,14 +4,15 @@
 
 use std::sync::OnceLock;
 
+use agentd::schema::SchemaError;
 use agentd::engine::constraint::assemble::OutputDelta;
-use agentd::engine::constraint::schema::{validator, violations};
+use agentd::schema::compile::{validator, violations};
 use agentd::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
 use agentd::engine::generate::{FinishReason, GenerateEvent, GenerateRequest};
 use agentd::engine::prompt::render_chat;
 use agentd::engine::sampler::SamplingParams;
 use agentd::engine::{Completion, Engine, EngineError, EngineOptions};
-use agentd::tools::spec::ToolSpec;
+use agentd::schema::ToolSpec;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -95,7 +96,7 @@ fn named_call_is_valid() {
     let req = request(
         engine,
         "What is 12 plus 30?",
-        tools_spec(ToolChoice::Named("add".into())),
+        tools_spec(ToolChoice::Tool { name: "add".into() }),
         SamplingParams::greedy(),
         64,
     );
@@ -254,11 +255,11 @@ fn bad_requests_fail_before_generation() {
         SamplingParams::greedy(),
         8,
     );
-    req.constraint = Some(tools_spec(ToolChoice::Named("delete_everything".into())));
+    req.constraint = Some(tools_spec(ToolChoice::Tool { name: "delete_everything".into() }));
     let err = engine
         .generate_blocking(req, CancellationToken::new(), |_| {})
         .unwrap_err();
-    assert!(matches!(err, EngineError::InvalidToolChoice(_)), "{err}");
+    assert!(matches!(err, EngineError::Schema(SchemaError::InvalidToolChoice(_))), "{err}");
 }
 
 #[test]
@@ -267,7 +268,7 @@ fn async_stream_shows_argument_fragments() {
     let req = request(
         engine,
         "Read README.md",
-        tools_spec(ToolChoice::Named("read_file".into())),
+        tools_spec(ToolChoice::Tool { name: "read_file".into() }),
         SamplingParams::greedy(),
         64,
     );
@@ -346,7 +347,7 @@ fn qwen_calls_through_its_special_tokens() {
     let close = engine.tokenizer().token_id("</tool_call>").unwrap();
     for choice in [
         ToolChoice::Required,
-        ToolChoice::Named("get_weather".into()),
+        ToolChoice::Tool { name: "get_weather".into() },
     ] {
         let mut spec = tools_spec(choice.clone());
         spec.parallel_tool_calls = false;

@@ -5,7 +5,8 @@
 //! - `AGENTD_SCRIPTED_REQUESTS=FILE.jsonl` appends every request the provider receives (a `CompletionRequest`
 //!   as one JSON line), so a test can check e.g. the system prompt.
 //!
-//! FILE is a JSON array of replies, or `{"chunk_chars": 4, "chunk_delay_ms": 0, "replies": [...]}`. A reply is
+//! FILE is a JSON array of replies, or `{"chunk_chars": 4, "chunk_delay_ms": 0, "context_window": 32768,
+//! "replies": [...]}`. A reply is
 //! a string (that text) or `{"steps": [STEP, ...], "stop_reason"?: "length"}`; a STEP is one of
 //! `{"text": "..."}`, `{"thinking": "..."}`, `{"tool_call": {"name": "read", "arguments": {...} | "raw text",
 //! "id"?: "call_1"}}`, `{"delay_ms": 50}`, `{"hang": true}` (until aborted), `{"fail": {"kind": "server",
@@ -43,6 +44,8 @@ enum ScriptFile {
         chunk_chars: usize,
         #[serde(default)]
         chunk_delay_ms: u64,
+        #[serde(default)]
+        context_window: Option<u64>,
         replies: Vec<ReplySpec>,
     },
 }
@@ -126,19 +129,23 @@ pub fn load(path: &Path) -> anyhow::Result<Arc<dyn Provider>> {
         .with_context(|| format!("{SCRIPT_ENV}: cannot read {}", path.display()))?;
     let file: ScriptFile = serde_json::from_str(&text)
         .with_context(|| format!("{SCRIPT_ENV}: {} is not a valid script", path.display()))?;
-    let (chunk, delay, replies) = match file {
-        ScriptFile::Replies(r) => (default_chunk(), 0, r),
+    let (chunk, delay, window, replies) = match file {
+        ScriptFile::Replies(r) => (default_chunk(), 0, None, r),
         ScriptFile::Full {
             chunk_chars,
             chunk_delay_ms,
+            context_window,
             replies,
-        } => (chunk_chars, chunk_delay_ms, replies),
+        } => (chunk_chars, chunk_delay_ms, context_window, replies),
     };
-    let provider = ScriptedProvider::with_options(
+    let mut provider = ScriptedProvider::with_options(
         replies.into_iter().map(ReplySpec::into_reply),
         chunk,
         Duration::from_millis(delay),
     );
+    if let Some(window) = window {
+        provider = provider.with_context_window(window);
+    }
     match std::env::var_os(REQUESTS_ENV).filter(|v| !v.is_empty()) {
         Some(log) => Ok(Arc::new(Recording {
             inner: provider,
@@ -188,6 +195,10 @@ impl Provider for Recording {
 
     fn models(&self) -> Vec<ModelDescriptor> {
         self.inner.models()
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
     }
 }
 

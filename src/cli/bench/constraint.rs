@@ -8,7 +8,7 @@ use agentd::engine::generate::GenerateRequest;
 use agentd::engine::prompt::render_chat;
 use agentd::engine::sampler::SamplingParams;
 use agentd::engine::Engine;
-use agentd::tools::spec::ToolSpec;
+use agentd::schema::ToolSpec;
 use anyhow::{bail, Context};
 use serde::Serialize;
 use serde_json::json;

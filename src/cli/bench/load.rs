@@ -67,8 +67,8 @@ pub fn run(args: LoadBenchArgs) -> anyhow::Result<()> {
         None => {
             let engine = args.engine.load()?;
             let model = engine.info().name.clone();
-            let state = AppState::local(
-                engine,
+            let state = AppState::new(
+                std::sync::Arc::new(agentd::provider::LocalProvider::new(engine)),
                 ServerOptions {
                     max_queue: 100_000,
                     ..ServerOptions::default()

@@ -7,7 +7,7 @@ use crossterm::event::{KeyCode, KeyEvent};
 use super::app::{App, PickAction, Picker, UiEvent};
 use super::commands::{self, Slash};
 use super::transcript::NoticeKind;
-use crate::cli::agent_setup::sessions;
+use agentd::app::sessions;
 
 impl App {
     /// Runs `work` in the background under `label`; its `Ok(Some(text))` is shown, an error reported.
@@ -100,7 +100,7 @@ impl App {
                     .into_iter()
                     .map(|m| (format!("{}  ({} tokens)", m.id, m.context_window), m.id))
                     .collect();
-                if backend.engine_args.is_some() {
+                if backend.can_load_models() {
                     for name in agentd::engine::manifest::known_names() {
                         if !items.iter().any(|(_, v)| v == &name) {
                             items.push((format!("{name}  (load)"), name));

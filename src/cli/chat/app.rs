@@ -13,8 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::commands::{self, Slash};
 use super::editor::Editor;
 use super::transcript::{Item, NoticeKind, Transcript};
-use crate::cli::agent_setup::coding_session::ContextUsage;
-use crate::cli::agent_setup::CodingSession;
+use agentd::app::{CodingSession, ContextUsage};
 
 /// Two Ctrl+C presses within this long quit.
 const QUIT_WINDOW: Duration = Duration::from_millis(1500);

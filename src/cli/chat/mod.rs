@@ -32,7 +32,7 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 use tokio::sync::mpsc;
 
-use super::agent_setup::sessions::SessionChoice;
+use agentd::app::SessionChoice;
 use super::agent_setup::{exit, finish, AgentArgs, CodingSession, Failure};
 use app::{App, UiEvent};
 
@@ -62,13 +62,13 @@ async fn chat(args: ChatArgs) -> anyhow::Result<u8> {
             "agentd chat needs a terminal; use `agentd run` for scripts (-p, --mode json, --mode rpc)",
         ));
     }
-    let mut choice = SessionChoice::from_args(&args.agent);
+    let mut choice = args.agent.session_choice();
     let pick = choice == SessionChoice::Pick;
     if pick {
         choice = SessionChoice::New;
     }
-    let session = CodingSession::start(&args.agent, &choice).await?;
-    let log = agentd::engine::fetch::agentd_home().join("chat.log");
+    let session = args.agent.start_session(&choice).await?;
+    let log = agentd::env::agentd_home().join("chat.log");
     let redirect = StderrRedirect::to(&log);
     let result = ui(session, pick, args.messages).await;
     drop(redirect);

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::super::error::{EngineError, Result};
-use super::schema::to_compact_string;
-use crate::tools::spec::ToolSpec;
+use crate::schema::compile::to_compact_string;
+use crate::schema::ToolSpec;
 
 /// How a model writes tool calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -21,7 +21,7 @@ use llguidance::api::TopLevelGrammar;
 use serde_json::Value;
 
 use super::format::ToolCallFormat;
-use super::schema::{close_objects, with_compact_options};
+use crate::schema::compile::{close_objects, with_compact_options};
 use super::{ConstraintSpec, ResponseFormat, ToolChoice};
 
 /// Free text that never contains `<tool_call>` (special tokens are never text: their bytes are not UTF-8).
@@ -73,7 +73,7 @@ pub fn plan(
     let mut g = String::new();
     let mut rules = Vec::new();
     let named = match &spec.tool_choice {
-        ToolChoice::Named(name) => Some(name.as_str()),
+        ToolChoice::Tool { name } => Some(name.as_str()),
         _ => None,
     };
     for (i, tool) in spec.tools.iter().enumerate() {
@@ -153,7 +153,7 @@ fn lark_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::spec::ToolSpec;
+    use crate::schema::ToolSpec;
     use serde_json::json;
 
     fn spec(choice: ToolChoice) -> ConstraintSpec {

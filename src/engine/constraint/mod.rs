@@ -12,129 +12,23 @@
 pub mod assemble;
 pub mod format;
 pub mod grammar;
-pub mod schema;
 pub mod suite;
 
 use std::time::Instant;
 
 use llguidance::{Matcher, ParserFactory};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use toktrie_hf_tokenizers::ByteTokenizer;
 
 use super::error::{EngineError, Result};
 use super::sampler::Sampler;
 use super::tokenizer::Tokenizer;
-use crate::tools::spec::ToolSpec;
+pub use crate::schema::{ResponseFormat, ToolChoice};
+use crate::schema::compile as schema;
+use crate::schema::{SchemaError, ToolSpec};
 use assemble::OutputAssembler;
 use format::ToolCallFormat;
 use grammar::GrammarSource;
-
-/// Which tools the model may (or must) call.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolChoice {
-    /// Text only; the tools are not even shown to the model.
-    None,
-    /// Text and/or calls; every call is constrained to a known tool and its schema.
-    #[default]
-    Auto,
-    /// At least one call and nothing else.
-    Required,
-    /// Exactly one call of this tool.
-    Named(String),
-}
-
-impl ToolChoice {
-    /// The OpenAI `tool_choice` field: `"none" | "auto" | "required"` or
-    /// `{"type": "function", "function": {"name": …}}`.
-    pub fn from_openai(value: &Value) -> Result<Self> {
-        match value {
-            Value::String(s) => match s.as_str() {
-                "none" => Ok(Self::None),
-                "auto" => Ok(Self::Auto),
-                "required" => Ok(Self::Required),
-                other => Err(EngineError::InvalidToolChoice(format!(
-                    "`{other}` is not one of none, auto, required (or a function object)"
-                ))),
-            },
-            Value::Object(_) => value
-                .pointer("/function/name")
-                .or_else(|| value.get("name"))
-                .and_then(Value::as_str)
-                .map(|n| Self::Named(n.to_string()))
-                .ok_or_else(|| {
-                    EngineError::InvalidToolChoice(format!(
-                        "expected {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, got {value}"
-                    ))
-                }),
-            other => Err(EngineError::InvalidToolChoice(format!(
-                "expected a string or an object, got {other}"
-            ))),
-        }
-    }
-
-    /// The command-line spelling: `auto`, `required`, `none`, or a tool name.
-    pub fn from_cli(s: &str) -> Self {
-        match s {
-            "none" => Self::None,
-            "auto" => Self::Auto,
-            "required" => Self::Required,
-            name => Self::Named(name.to_string()),
-        }
-    }
-}
-
-/// The shape of the reply when it is not a tool call.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "type")]
-pub enum ResponseFormat {
-    #[default]
-    Text,
-    /// Any one JSON object.
-    JsonObject,
-    /// One document of `schema`. `strict` is accepted for compatibility: the local engine always enforces.
-    JsonSchema {
-        name: String,
-        schema: Value,
-        strict: bool,
-    },
-}
-
-impl ResponseFormat {
-    /// The OpenAI `response_format` field.
-    pub fn from_openai(value: &Value) -> Result<Self> {
-        let bad = |m: String| EngineError::InvalidResponseFormat(m);
-        match value.get("type").and_then(Value::as_str) {
-            Some("text") => Ok(Self::Text),
-            Some("json_object") => Ok(Self::JsonObject),
-            Some("json_schema") => {
-                let js = value
-                    .get("json_schema")
-                    .ok_or_else(|| bad("`json_schema` is missing".into()))?;
-                let schema = js
-                    .get("schema")
-                    .cloned()
-                    .ok_or_else(|| bad("`json_schema.schema` is missing".into()))?;
-                Ok(Self::JsonSchema {
-                    name: js
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("response")
-                        .to_string(),
-                    schema,
-                    strict: js.get("strict").and_then(Value::as_bool).unwrap_or(false),
-                })
-            }
-            Some(other) => Err(bad(format!(
-                "type `{other}` is not one of text, json_object, json_schema"
-            ))),
-            None => Err(bad(format!(
-                "expected an object with a `type`, got {value}"
-            ))),
-        }
-    }
-}
 
 /// Everything a request says about the shape of its output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,40 +58,7 @@ impl ConstraintSpec {
     /// Checks the request: unique, valid tools; a `tool_choice` that names one of them (and `required` only with
     /// tools); an admissible `response_format` schema.
     pub fn validate(&self) -> Result<()> {
-        for (i, tool) in self.tools.iter().enumerate() {
-            if self.tools[..i].iter().any(|t| t.name == tool.name) {
-                return Err(EngineError::DuplicateToolName(tool.name.clone()));
-            }
-            tool.validate()?;
-        }
-        let names = || {
-            self.tools
-                .iter()
-                .map(|t| t.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        match &self.tool_choice {
-            ToolChoice::Required if self.tools.is_empty() => {
-                return Err(EngineError::InvalidToolChoice(
-                    "`required` needs at least one tool".into(),
-                ))
-            }
-            ToolChoice::Named(name) if !self.tools.iter().any(|t| &t.name == name) => {
-                return Err(EngineError::InvalidToolChoice(if self.tools.is_empty() {
-                    format!("names tool `{name}`, but the request has no tools")
-                } else {
-                    format!(
-                        "names tool `{name}`, which is not one of the tools: {}",
-                        names()
-                    )
-                }))
-            }
-            _ => {}
-        }
-        if let ResponseFormat::JsonSchema { name, schema, .. } = &self.response_format {
-            schema::check(schema, &format!("response_format `{name}`"))?;
-        }
+        crate::schema::check_request(&self.tools, &self.tool_choice, &self.response_format)?;
         Ok(())
     }
 
@@ -211,11 +72,12 @@ impl ConstraintSpec {
             && self.tool_choice == ToolChoice::Auto
             && !self.tools.is_empty()
         {
-            return Err(EngineError::InvalidResponseFormat(
+            return Err(SchemaError::InvalidResponseFormat(
                 "with the llama3_json tool-call format a JSON reply and a tool call look alike; use \
                  tool_choice `none`, `required` or a named tool together with a JSON response_format"
                     .into(),
-            ));
+            )
+            .into());
         }
         Ok(())
     }
@@ -324,20 +186,21 @@ impl GrammarFactory {
         let parser = self
             .factory
             .create_parser(source.to_top_level())
-            .map_err(|e| schema::classify_llguidance_error(&format!("{e:#}"), what))?;
+            .map_err(|e| EngineError::from(schema::classify_llguidance_error(&format!("{e:#}"), what)))?;
         let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
-            return Err(schema::classify_llguidance_error(&e, what));
+            return Err(schema::classify_llguidance_error(&e, what).into());
         }
         // An empty language shows as a first step that allows nothing.
         let first = matcher
             .compute_mask()
-            .map_err(|e| schema::classify_llguidance_error(&format!("{e:#}"), what))?;
+            .map_err(|e| EngineError::from(schema::classify_llguidance_error(&format!("{e:#}"), what)))?;
         if first.is_zero() {
-            return Err(EngineError::EmptyLanguage {
+            return Err(SchemaError::EmptyLanguage {
                 what: what.into(),
                 message: "no first token is allowed".into(),
-            });
+            }
+            .into());
         }
         Ok(Constraint {
             matcher,

@@ -20,7 +20,8 @@ use super::super::prompt::render_chat;
 use super::super::sampler::SamplingParams;
 use super::super::tokenizer::Tokenizer;
 use super::format::ToolCallFormat;
-use super::schema::{to_compact_string, validator, violations};
+use crate::schema::SchemaError;
+use crate::schema::compile::{to_compact_string, validator, violations};
 use super::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
 
 /// One schema file.
@@ -156,10 +157,12 @@ fn document_accepted(
 /// A short label for a rejection: the keyword, or the error's kind.
 pub fn rejection_kind(e: &EngineError) -> String {
     match e {
-        EngineError::UnsupportedSchemaKeyword { keyword, .. } => keyword.clone(),
-        EngineError::InvalidSchema { .. } => "invalid schema".into(),
-        EngineError::EmptyLanguage { .. } => "empty language".into(),
-        EngineError::InvalidGrammar(_) => "grammar error".into(),
+        EngineError::Schema(SchemaError::UnsupportedSchemaKeyword { keyword, .. }) => {
+            keyword.clone()
+        }
+        EngineError::Schema(SchemaError::InvalidSchema { .. }) => "invalid schema".into(),
+        EngineError::Schema(SchemaError::EmptyLanguage { .. }) => "empty language".into(),
+        EngineError::Schema(SchemaError::InvalidGrammar(_)) => "grammar error".into(),
         other => format!("{other}"),
     }
 }

@@ -153,6 +153,16 @@ impl std::str::FromStr for WeightFormat {
     }
 }
 
+impl std::fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Native => "native",
+            Self::Q8_0 => "q8_0",
+        })
+    }
+}
+
 /// A loaded model: weights on one device, no sequence state.
 pub struct Model {
     pub config: DecoderConfig,

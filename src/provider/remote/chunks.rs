@@ -40,6 +40,9 @@ impl ChunkState {
         }
         // Only the first choice (`n = 1`) is assembled.
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(entries) = choice.logprobs.and_then(|l| l.content) {
+                out.logprobs(entries.into_iter().map(|e| e.into_entry()).collect());
+            }
             let d = choice.delta;
             if let Some(t) = d.reasoning_content.as_deref().or(d.reasoning.as_deref()) {
                 out.thinking(t);

@@ -3,7 +3,8 @@
 //!
 //! Files: `config` (settings and their validation), `wire` (request JSON, chunk types), `http` (timeouts,
 //! retries, error classification), `sse` (event-stream parsing), `chunks` (assembling tool-call deltas by
-//! index), `stream` (one completion end to end), `tokenize` (`count_tokens`).
+//! index), `stream` (one chat completion end to end), `raw` (one legacy `/completions` completion),
+//! `tokenize` (`count_tokens`, the server's `/tokenize` and `/detokenize`).
 //!
 //! Tool calls from a remote model are not constrained by us, so every call's final arguments are checked
 //! against the tool's schema; a bad call arrives marked invalid (see [`ToolCall::invalid`](super::ToolCall))
@@ -12,6 +13,7 @@
 mod chunks;
 pub mod config;
 mod http;
+mod raw;
 pub mod sse;
 mod stream;
 mod tokenize;
@@ -27,8 +29,8 @@ pub use config::{Compat, MaxTokensField, RemoteConfig, Retry, Timeouts};
 
 use super::events::spawn_stream;
 use super::{
-    CompletionRequest, ModelDescriptor, Provider, ProviderError, ProviderStream, TimeoutKind,
-    TokenCount,
+    CompletionRequest, ModelDescriptor, Provider, ProviderError, ProviderStream,
+    RawCompletionRequest, TimeoutKind, TokenCount, Tokenized, TokenizeRequest,
 };
 use config::Resolved;
 
@@ -211,5 +213,30 @@ impl Provider for RemoteProvider {
 
     fn models(&self) -> Vec<ModelDescriptor> {
         self.shared.models()
+    }
+
+    fn describe(&self) -> String {
+        format!("remote {}", self.shared.config.base_url)
+    }
+
+    fn model_identity(&self, model: &str) -> String {
+        format!("{model}|{}", self.shared.config.base_url)
+    }
+
+    fn supports_logprobs(&self) -> bool {
+        true
+    }
+
+    fn stream_raw(&self, request: RawCompletionRequest, cancel: CancellationToken) -> ProviderStream {
+        let shared = self.shared.clone();
+        spawn_stream(cancel, move |tx, cancel| raw::run(shared, request, tx, cancel))
+    }
+
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, ProviderError> {
+        tokenize::tokenize(&self.shared, request).await
+    }
+
+    async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {
+        tokenize::detokenize(&self.shared, model, tokens).await
     }
 }

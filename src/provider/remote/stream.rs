@@ -13,7 +13,7 @@ use super::super::events::EventSender;
 use super::super::{model_or_default, CompletionRequest, ProviderError, StopReason, TimeoutKind};
 use super::chunks::ChunkState;
 use super::sse::{truncate, SseParser};
-use super::wire::{self, Chunk, ChunkChoice, Delta, WireError, WireUsage};
+use super::wire::{self, ChoiceLogprobs, Chunk, ChunkChoice, Delta, WireError, WireUsage};
 use super::{http, Shared};
 
 /// Runs one request, sending its events to `tx`.
@@ -56,7 +56,7 @@ pub(super) async fn run(
     }
 }
 
-/// Reads the event stream until `[DONE]`.
+/// Reads the event stream until `[DONE]`, applying each chat chunk.
 async fn read_events(
     shared: &Shared,
     response: reqwest::Response,
@@ -64,8 +64,32 @@ async fn read_events(
     out: &mut Assembler,
     cancel: &CancellationToken,
 ) -> Result<(), ProviderError> {
+    read_sse(shared, response, cancel, |data| {
+        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+            ProviderError::Protocol(format!(
+                "a stream chunk is not valid JSON ({e}): {}",
+                truncate(data, 300)
+            ))
+        })?;
+        state.apply(chunk, out)?;
+        Ok(state.finish_reason.is_some())
+    })
+    .await
+}
+
+/// Reads an event stream under the idle timeout, handing each event's data to `on_data` (which answers whether
+/// the response is complete so far) until `[DONE]`. A body that ends without `[DONE]` is accepted only when
+/// `on_data` last said complete; an `error` event is a server error.
+pub(super) async fn read_sse(
+    shared: &Shared,
+    response: reqwest::Response,
+    cancel: &CancellationToken,
+    mut on_data: impl FnMut(&str) -> Result<bool, ProviderError>,
+) -> Result<(), ProviderError> {
+    let url = response.url().to_string();
     let mut body = response.bytes_stream();
     let mut sse = SseParser::new();
+    let mut complete = false;
     loop {
         let next = tokio::select! {
             _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
@@ -81,7 +105,7 @@ async fn read_events(
             Ok(Some(Ok(bytes))) => (sse.push(&bytes)?, false),
             Ok(Some(Err(e))) => {
                 return Err(ProviderError::Connect {
-                    url: shared.endpoint("chat/completions").to_string(),
+                    url,
                     message: format!(
                         "the connection broke while streaming: {}",
                         http::error_chain(&e)
@@ -102,16 +126,10 @@ async fn read_events(
                     message: format!("error inside the stream: {}", wire::error_message(data)),
                 });
             }
-            let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
-                ProviderError::Protocol(format!(
-                    "a stream chunk is not valid JSON ({e}): {}",
-                    truncate(data, 300)
-                ))
-            })?;
-            state.apply(chunk, out)?;
+            complete = on_data(data)?;
         }
         if ended {
-            return if state.finish_reason.is_some() {
+            return if complete {
                 Ok(())
             } else {
                 Err(ProviderError::Protocol(
@@ -141,6 +159,7 @@ struct FullChoice {
     index: u32,
     message: Delta,
     finish_reason: Option<String>,
+    logprobs: Option<ChoiceLogprobs>,
 }
 
 /// Reads a JSON completion (a server that does not stream) as if it were one chunk.
@@ -190,6 +209,7 @@ async fn read_json(
                 index: c.index,
                 delta: c.message,
                 finish_reason: c.finish_reason,
+                logprobs: c.logprobs,
             })
             .collect(),
         usage: full.usage,

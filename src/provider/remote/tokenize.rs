@@ -1,6 +1,7 @@
-//! Counting a request's prompt tokens for a remote model, best source first: the server's `/tokenize` (vLLM's,
-//! at the server root, taking chat messages), else the local tokenizer and chat template of the same model
-//! (`remote.tokenizer`), else [`estimate_tokens`] marked `exact: false`.
+//! Tokens of a remote model. Counting a request's prompt tokens, best source first: the server's `/tokenize`
+//! (vLLM's, at the server root, taking chat messages), else the local tokenizer and chat template of the same
+//! model (`remote.tokenizer`), else [`estimate_tokens`] marked `exact: false`. Also the server's own
+//! `/tokenize` and `/detokenize` for the API routes of the same names.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -9,7 +10,8 @@ use serde_json::{json, Value};
 
 use super::super::local::render_prompt;
 use super::super::{
-    estimate_tokens, model_or_default, CompletionRequest, ProviderError, TokenCount,
+    estimate_tokens, model_or_default, CompletionRequest, ProviderError, TokenCount, Tokenized,
+    TokenizeInput, TokenizeRequest,
 };
 use super::{wire, Shared};
 use crate::engine::constraint::format::ToolCallFormat;
@@ -103,10 +105,8 @@ pub(super) async fn count(
     })
 }
 
-/// vLLM's `POST /tokenize` with chat messages. A 404 or 405 marks the endpoint missing for good.
-async fn server_count(shared: &Shared, request: &CompletionRequest) -> Result<u64, ProviderError> {
-    let url = shared.root_endpoint("tokenize");
-    let model = model_or_default(request, &shared.models());
+/// The `/tokenize` body for a chat request: messages, tools, the generation prompt.
+fn chat_body(request: &CompletionRequest, model: &str) -> Value {
     let mut body = json!({
         "model": model,
         "messages": wire::messages(request),
@@ -115,11 +115,106 @@ async fn server_count(shared: &Shared, request: &CompletionRequest) -> Result<u6
     if !request.tools.is_empty() {
         body["tools"] = Value::Array(wire::tools(&request.tools));
     }
+    body
+}
+
+/// vLLM's `POST /tokenize` with chat messages. A 404 or 405 marks the endpoint missing for good.
+async fn server_count(shared: &Shared, request: &CompletionRequest) -> Result<u64, ProviderError> {
+    let model = model_or_default(request, &shared.models());
+    let v = post_root(shared, "tokenize", &chat_body(request, &model), &model).await?;
+    v.get("count")
+        .and_then(Value::as_u64)
+        .or_else(|| {
+            v.get("tokens")
+                .and_then(Value::as_array)
+                .map(|t| t.len() as u64)
+        })
+        .ok_or_else(|| ProviderError::Protocol("/tokenize answered without `count`".into()))
+}
+
+/// The server's own `/tokenize` (vLLM's): text or a rendered chat request. A server without it is
+/// [`ProviderError::Unsupported`].
+pub(super) async fn tokenize(
+    shared: &Shared,
+    request: TokenizeRequest,
+) -> Result<Tokenized, ProviderError> {
+    let model = if request.model.is_empty() {
+        shared.models().first().map(|m| m.id.clone()).unwrap_or_default()
+    } else {
+        request.model.clone()
+    };
+    let body = match &request.input {
+        TokenizeInput::Text {
+            text,
+            add_special_tokens,
+        } => json!({"model": model, "prompt": text, "add_special_tokens": add_special_tokens,
+                    "return_token_strs": true}),
+        TokenizeInput::Chat(chat) => {
+            let mut body = chat_body(chat, &model);
+            body["return_token_strs"] = true.into();
+            body
+        }
+    };
+    let v = post_root(shared, "tokenize", &body, &model)
+        .await
+        .map_err(missing("tokenize"))?;
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        tokens: Vec<u32>,
+        #[serde(default)]
+        token_strs: Option<Vec<String>>,
+        #[serde(default)]
+        max_model_len: u64,
+    }
+    let a: Answer = serde_json::from_value(v)
+        .map_err(|e| ProviderError::Protocol(format!("/tokenize answered {e}")))?;
+    Ok(Tokenized {
+        tokens: a.tokens,
+        token_strs: a.token_strs,
+        max_model_len: a.max_model_len,
+    })
+}
+
+/// The server's own `/detokenize` (vLLM's).
+pub(super) async fn detokenize(
+    shared: &Shared,
+    model: &str,
+    tokens: &[u32],
+) -> Result<String, ProviderError> {
+    let body = json!({"model": model, "tokens": tokens});
+    let v = post_root(shared, "detokenize", &body, model)
+        .await
+        .map_err(missing("detokenize"))?;
+    v.get("prompt")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| ProviderError::Protocol("/detokenize answered without `prompt`".into()))
+}
+
+/// A 404/405 from a root endpoint means the server does not offer it.
+fn missing(what: &'static str) -> impl Fn(ProviderError) -> ProviderError {
+    move |e| match e {
+        ProviderError::NotFound { .. } => ProviderError::Unsupported(format!(
+            "the remote server has no /{what} endpoint"
+        )),
+        other => other,
+    }
+}
+
+/// POSTs `body` to `path` at the server root (where vLLM serves `/tokenize` and `/detokenize`) and parses the
+/// JSON answer. A 404 or 405 for `/tokenize` marks it missing for token counting.
+async fn post_root(
+    shared: &Shared,
+    path: &str,
+    body: &Value,
+    model: &str,
+) -> Result<Value, ProviderError> {
+    let url = shared.root_endpoint(path);
     let mut req = shared
         .client
         .post(url.clone())
         .headers(shared.resolved.headers.clone())
-        .json(&body);
+        .json(body);
     if let Some(key) = &shared.resolved.api_key {
         req = req.bearer_auth(key);
     }
@@ -134,33 +229,29 @@ async fn server_count(shared: &Shared, request: &CompletionRequest) -> Result<u6
             message: super::http::error_chain(&e),
         })?;
     let status = resp.status().as_u16();
-    if status == 404 || status == 405 {
+    if (status == 404 || status == 405) && path == "tokenize" {
         shared.tokenize_missing.store(true, Ordering::Relaxed);
     }
     let text = resp
         .text()
         .await
         .map_err(|e| ProviderError::Protocol(e.to_string()))?;
+    if status == 405 {
+        return Err(ProviderError::NotFound {
+            url: url.to_string(),
+            message: wire::error_message(&text),
+        });
+    }
     if !(200..300).contains(&status) {
         return Err(super::http::classify(
             status,
             wire::error_message(&text),
             &url,
-            &model,
+            model,
             1,
         ));
     }
-    let v: Value = serde_json::from_str(&text).map_err(|e| {
-        ProviderError::Protocol(format!(
-            "/tokenize answered something that is not JSON: {e}"
-        ))
-    })?;
-    v.get("count")
-        .and_then(Value::as_u64)
-        .or_else(|| {
-            v.get("tokens")
-                .and_then(Value::as_array)
-                .map(|t| t.len() as u64)
-        })
-        .ok_or_else(|| ProviderError::Protocol("/tokenize answered without `count`".into()))
+    serde_json::from_str(&text).map_err(|e| {
+        ProviderError::Protocol(format!("/{path} answered something that is not JSON: {e}"))
+    })
 }

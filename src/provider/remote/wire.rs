@@ -5,7 +5,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::super::{
-    CompletionRequest, ContentBlock, Message, ResponseFormat, ToolChoice, ToolSpec,
+    CompletionRequest, ContentBlock, Message, RawCompletionRequest, RawPrompt, ResponseFormat,
+    Sampling, TokenLogprob, ToolSpec, TopLogprob,
 };
 use super::config::{Compat, MaxTokensField};
 
@@ -85,17 +86,7 @@ pub fn chat_body(request: &CompletionRequest, model: &str, compat: &Compat) -> V
     body.insert("stream_options".into(), json!({"include_usage": true}));
     if !request.tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools(&request.tools)));
-        body.insert(
-            "tool_choice".into(),
-            match &request.tool_choice {
-                ToolChoice::Auto => "auto".into(),
-                ToolChoice::None => "none".into(),
-                ToolChoice::Required => "required".into(),
-                ToolChoice::Tool { name } => {
-                    json!({"type": "function", "function": {"name": name}})
-                }
-            },
-        );
+        body.insert("tool_choice".into(), request.tool_choice.to_openai());
         if let Some(p) = request.parallel_tool_calls {
             body.insert("parallel_tool_calls".into(), p.into());
         }
@@ -123,10 +114,45 @@ pub fn chat_body(request: &CompletionRequest, model: &str, compat: &Compat) -> V
         };
         body.insert(field.into(), n.into());
     }
-    if !request.stop.is_empty() {
-        body.insert("stop".into(), json!(request.stop));
+    if let Some(k) = request.logprobs {
+        body.insert("logprobs".into(), true.into());
+        body.insert("top_logprobs".into(), k.into());
     }
-    let s = &request.sampling;
+    put_common(&mut body, &request.stop, &request.sampling);
+    Value::Object(body)
+}
+
+/// The streaming `/completions` body (legacy raw-text completions) for `model`.
+pub fn completions_body(request: &RawCompletionRequest, model: &str) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), model.into());
+    body.insert(
+        "prompt".into(),
+        match &request.prompt {
+            RawPrompt::Text(t) => json!(t),
+            RawPrompt::Tokens(ids) => json!(ids),
+        },
+    );
+    body.insert("stream".into(), true.into());
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    if let Some(n) = request.max_tokens {
+        body.insert("max_tokens".into(), n.into());
+    }
+    if let Some(k) = request.logprobs {
+        body.insert("logprobs".into(), k.into());
+    }
+    if request.ignore_eos {
+        body.insert("ignore_eos".into(), true.into());
+    }
+    put_common(&mut body, &request.stop, &request.sampling);
+    Value::Object(body)
+}
+
+/// Stop strings and the sampling settings that are set.
+fn put_common(body: &mut Map<String, Value>, stop: &[String], s: &Sampling) {
+    if !stop.is_empty() {
+        body.insert("stop".into(), json!(stop));
+    }
     let mut put = |k: &str, v: Option<Value>| {
         if let Some(v) = v {
             body.insert(k.into(), v);
@@ -141,7 +167,6 @@ pub fn chat_body(request: &CompletionRequest, model: &str, compat: &Compat) -> V
     put("top_k", s.top_k.map(|v| json!(v)));
     put("min_p", s.min_p.map(|v| json!(v)));
     put("repetition_penalty", s.repetition_penalty.map(|v| json!(v)));
-    Value::Object(body)
 }
 
 /// One streamed chunk (`chat.completion.chunk`), or an error object a server sends mid-stream.
@@ -164,6 +189,111 @@ pub struct ChunkChoice {
     pub index: u32,
     pub delta: Delta,
     pub finish_reason: Option<String>,
+    /// Present when the request asked for `logprobs`.
+    pub logprobs: Option<ChoiceLogprobs>,
+}
+
+/// A chat choice's `logprobs`: one entry per token of this chunk.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ChoiceLogprobs {
+    pub content: Option<Vec<WireTokenLogprob>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct WireTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Option<Vec<u8>>,
+    pub top_logprobs: Vec<WireTopLogprob>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct WireTopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Option<Vec<u8>>,
+}
+
+impl WireTokenLogprob {
+    pub fn into_entry(self) -> TokenLogprob {
+        let bytes = |b: Option<Vec<u8>>, t: &str| b.unwrap_or_else(|| t.as_bytes().to_vec());
+        TokenLogprob {
+            bytes: bytes(self.bytes, &self.token),
+            token: self.token,
+            logprob: self.logprob,
+            top: self
+                .top_logprobs
+                .into_iter()
+                .map(|t| TopLogprob {
+                    bytes: bytes(t.bytes, &t.token),
+                    token: t.token,
+                    logprob: t.logprob,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One streamed chunk of a legacy `/completions` response.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TextChunk {
+    pub choices: Vec<TextChoice>,
+    pub usage: Option<WireUsage>,
+    pub error: Option<WireError>,
+    pub object: Option<String>,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TextChoice {
+    pub index: u32,
+    pub text: String,
+    pub finish_reason: Option<String>,
+    pub logprobs: Option<TextLogprobs>,
+}
+
+/// The legacy `logprobs` shape: parallel arrays.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TextLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<Option<f32>>,
+    pub top_logprobs: Vec<Option<Map<String, Value>>>,
+}
+
+impl TextLogprobs {
+    pub fn into_entries(self) -> Vec<TokenLogprob> {
+        let mut tops = self.top_logprobs.into_iter();
+        let mut lps = self.token_logprobs.into_iter();
+        self.tokens
+            .into_iter()
+            .map(|token| {
+                let logprob = lps.next().flatten().unwrap_or(f32::NEG_INFINITY);
+                let top = tops
+                    .next()
+                    .flatten()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(t, v)| TopLogprob {
+                        bytes: t.as_bytes().to_vec(),
+                        token: t,
+                        logprob: v.as_f64().unwrap_or(f64::NEG_INFINITY) as f32,
+                    })
+                    .collect();
+                TokenLogprob {
+                    bytes: token.as_bytes().to_vec(),
+                    token,
+                    logprob,
+                    top,
+                }
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -37,19 +37,16 @@ pub async fn chat_completions(
     let req: ChatCompletionRequest = parse_json(body, state.options.max_body_bytes)?;
     let model = state.resolve_model(&req.model)?;
     let (request, opts) = convert::chat_request(req, model.clone())?;
-    if opts.logprobs.is_some() && state.engine.is_none() {
+    if opts.logprobs.is_some() && !state.provider.supports_logprobs() {
         return Err(ApiError::invalid_param(
             "logprobs",
-            "logprobs are only available when this server runs the local engine",
+            "logprobs are not available from this server's provider",
         ));
     }
     let permit = state.admit().await?;
     timer.admitted(permit.queued());
     let cancel = state.shutdown.child_token();
-    let mut pieces = match (opts.logprobs, &state.engine) {
-        (Some(top), Some(engine)) => source::from_engine(engine.clone(), request, top, cancel),
-        _ => source::from_provider(state.provider.clone(), request, cancel),
-    };
+    let mut pieces = source::from_provider(state.provider.clone(), request, cancel);
     // The first piece decides between an HTTP error and a 200.
     let first = match pieces.next().await {
         Some(Piece::Fail(e)) => {

@@ -1,13 +1,16 @@
-//! `POST /v1/completions`: raw text completion on the local engine (no chat template). `prompt` is text, token
-//! ids, or a batch of either (one choice per prompt, generated in turn); `logprobs` returns OpenAI's legacy
-//! shape (`tokens`, `token_logprobs`, `top_logprobs`, `text_offset`); `echo` prepends the prompt; streaming
-//! follows the same rules as chat (first piece decides the status, usage chunk, `[DONE]`).
+//! `POST /v1/completions`: raw text completion (no chat template) through the provider's `stream_raw` — the
+//! local engine, or a remote server that offers it. `prompt` is text, token ids, or a batch of either (one
+//! choice per prompt, generated in turn); `logprobs` returns OpenAI's legacy shape (`tokens`, `token_logprobs`,
+//! `top_logprobs`, `text_offset`); `echo` prepends the prompt; streaming follows the same rules as chat (first
+//! piece decides the status, usage chunk, `[DONE]`).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
 use futures::channel::mpsc;
 use futures::StreamExt;
 use serde_json::{Map, Value};
@@ -19,8 +22,10 @@ use super::types::{
     now_unix, response_id, CompletionChoice, CompletionLogprobs, CompletionResponse,
     CompletionsRequest, PromptField, UsageInfo,
 };
-use crate::engine::generate::{FinishReason, GenerateEvent, GenerateRequest};
-use crate::engine::Engine;
+use crate::provider::{
+    ErrorKind, ErrorReason, Provider, ProviderEvent, RawCompletionRequest, RawPrompt, StopReason,
+    TokenLogprob,
+};
 use crate::server::admission::Permit;
 use crate::server::error::ApiError;
 use crate::server::metrics::{Finished, RequestTimer};
@@ -29,12 +34,16 @@ use crate::server::{parse_json, sse, AppState};
 /// OpenAI's default `max_tokens` for completions.
 const DEFAULT_MAX_TOKENS: u32 = 16;
 
+/// A token's legacy log-probability entry: its text, its log-probability, the alternatives by text.
+type LegacyLogprob = (String, f32, Map<String, Value>);
+
 /// One step of the answer to a batch of prompts.
 enum Step {
     Token {
         index: u32,
         text: String,
-        logprob: Option<(String, f32, Map<String, Value>)>,
+        /// The tokens behind `text` (several when some had no text of their own yet).
+        logprobs: Vec<LegacyLogprob>,
     },
     Finish {
         index: u32,
@@ -52,11 +61,6 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     let mut timer = state.metrics.timer();
     let req: CompletionsRequest = parse_json(body, state.options.max_body_bytes)?;
-    let Some(engine) = state.engine.clone() else {
-        return Err(ApiError::not_implemented(
-            "/v1/completions needs the local engine; this server fronts a remote provider",
-        ));
-    };
     let model = state.resolve_model(&req.model)?;
     if req.n.unwrap_or(1) != 1 {
         return Err(ApiError::invalid_param("n", "only n = 1 is supported"));
@@ -103,38 +107,37 @@ pub async fn completions(
         req.frequency_penalty,
         req.repetition_penalty,
     )?;
-    let prompts = prompt_tokens(&engine, req.prompt)?;
+    let prompts = prompt_list(req.prompt)?;
     let echo = req.echo.unwrap_or(false);
-    let echoed: Vec<String> = if echo {
-        prompts
-            .iter()
-            .map(|p| {
-                engine
-                    .tokenizer()
-                    .decode(p, false)
-                    .map_err(ApiError::from_engine)
-            })
-            .collect::<Result<_, _>>()?
-    } else {
-        vec![String::new(); prompts.len()]
-    };
+    let mut echoed = Vec::with_capacity(prompts.len());
+    for p in &prompts {
+        echoed.push(match p {
+            _ if !echo => String::new(),
+            RawPrompt::Text(t) => t.clone(),
+            RawPrompt::Tokens(ids) => state
+                .provider
+                .detokenize(&model, ids)
+                .await
+                .map_err(|e| ApiError::from_optional_feature(&e))?,
+        });
+    }
     let stop = convert::stop_list(req.stop)?;
-    let requests: Vec<GenerateRequest> = prompts
+    let requests: Vec<RawCompletionRequest> = prompts
         .into_iter()
-        .map(|prompt| GenerateRequest {
+        .map(|prompt| RawCompletionRequest {
+            model: model.clone(),
             prompt,
-            sampling: sampling.to_engine(),
-            max_tokens: Some(max_tokens as usize),
+            sampling: sampling.clone(),
+            max_tokens: Some(max_tokens),
             stop: stop.clone(),
             ignore_eos: req.ignore_eos.unwrap_or(false),
             logprobs: req.logprobs.map(|k| k as usize),
-            constraint: None,
         })
         .collect();
     let permit = state.admit().await?;
     timer.admitted(permit.queued());
     let cancel = state.shutdown.child_token();
-    let mut steps = generate_all(engine, requests, cancel);
+    let mut steps = generate_all(state.provider.clone(), requests, cancel);
     let first = match steps.next().await {
         Some(Step::Fail(e)) => {
             timer.finish(Finished::Error, 0, 0);
@@ -162,47 +165,41 @@ pub async fn completions(
     }
 }
 
-/// The token ids of each prompt (text is tokenized with special tokens parsed, and BOS where the model wants
-/// one); ids outside the vocabulary are a 400.
-fn prompt_tokens(engine: &Engine, prompt: PromptField) -> Result<Vec<Vec<u32>>, ApiError> {
-    let tok = engine.tokenizer();
-    let encode = |text: &str| -> Result<Vec<u32>, ApiError> {
-        let mut ids = tok.encode(text, true).map_err(ApiError::from_engine)?;
-        if let Some(bos) = tok.bos_id().filter(|_| tok.add_bos()) {
-            if ids.first() != Some(&bos) {
-                ids.insert(0, bos);
-            }
-        }
-        Ok(ids)
-    };
-    let prompts = match prompt {
-        PromptField::Text(t) => vec![encode(&t)?],
-        PromptField::Texts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
-        PromptField::Tokens(ids) => vec![ids],
-        PromptField::TokenBatches(b) => b,
+/// The prompts of the request (empty ones are refused here; ids outside the vocabulary by the provider).
+fn prompt_list(prompt: PromptField) -> Result<Vec<RawPrompt>, ApiError> {
+    let prompts: Vec<RawPrompt> = match prompt {
+        PromptField::Text(t) => vec![RawPrompt::Text(t)],
+        PromptField::Texts(ts) => ts.into_iter().map(RawPrompt::Text).collect(),
+        PromptField::Tokens(ids) => vec![RawPrompt::Tokens(ids)],
+        PromptField::TokenBatches(b) => b.into_iter().map(RawPrompt::Tokens).collect(),
     };
     if prompts.is_empty() {
         return Err(ApiError::invalid_param("prompt", "`prompt` is empty"));
     }
-    let vocab = tok.vocab_size();
-    for p in &prompts {
-        if p.is_empty() {
-            return Err(ApiError::invalid_param("prompt", "a prompt is empty"));
-        }
-        if let Some(bad) = p.iter().find(|&&id| id as usize >= vocab) {
-            return Err(ApiError::invalid_param(
-                "prompt",
-                format!("token id {bad} is outside the vocabulary ({vocab} tokens)"),
-            ));
-        }
+    let empty = |p: &RawPrompt| match p {
+        RawPrompt::Text(t) => t.is_empty(),
+        RawPrompt::Tokens(ids) => ids.is_empty(),
+    };
+    if prompts.iter().any(empty) {
+        return Err(ApiError::invalid_param("prompt", "a prompt is empty"));
     }
     Ok(prompts)
 }
 
-/// Generates every request in turn; dropping the stream cancels the one running.
+/// A provider's log-probability entry in the legacy shape.
+fn legacy_logprob(entry: TokenLogprob) -> LegacyLogprob {
+    let top = entry
+        .top
+        .into_iter()
+        .map(|t| (t.token, Value::from(f64::from(t.logprob))))
+        .collect();
+    (entry.token, entry.logprob, top)
+}
+
+/// Generates every request in turn through the provider; dropping the stream cancels the one running.
 fn generate_all(
-    engine: Engine,
-    requests: Vec<GenerateRequest>,
+    provider: Arc<dyn Provider>,
+    requests: Vec<RawCompletionRequest>,
     cancel: CancellationToken,
 ) -> impl futures::Stream<Item = Step> + Send + Unpin {
     let (tx, rx) = mpsc::unbounded::<Step>();
@@ -210,37 +207,30 @@ fn generate_all(
     tokio::spawn(async move {
         for (i, req) in requests.into_iter().enumerate() {
             let index = i as u32;
-            let mut events = engine.generate(req, None, token.clone());
+            let mut events = provider.stream_raw(req, token.clone());
+            let mut pending: Vec<LegacyLogprob> = Vec::new();
             let mut finished = false;
-            while let Some(ev) = events.recv().await {
+            while let Some(ev) = events.next().await {
                 let step = match ev {
-                    GenerateEvent::Token(t) => Step::Token {
-                        index,
-                        text: t.text,
-                        logprob: t.logprob.map(|lp| {
-                            let text = |id: u32| {
-                                String::from_utf8_lossy(&engine.tokenizer().token_bytes(id))
-                                    .into_owned()
-                            };
-                            let top = lp
-                                .top
-                                .iter()
-                                .map(|&(id, l)| (text(id), Value::from(f64::from(l))))
-                                .collect();
-                            (text(t.id), lp.logprob, top)
-                        }),
-                    },
-                    GenerateEvent::Done(s) if s.finish == FinishReason::Cancelled => {
-                        Step::Fail(ApiError::unavailable("the request was cancelled", 1))
+                    ProviderEvent::Logprobs { entries } => {
+                        pending.extend(entries.into_iter().map(legacy_logprob));
+                        continue;
                     }
-                    GenerateEvent::Done(s) => {
+                    ProviderEvent::TextDelta { delta } => Step::Token {
+                        index,
+                        text: delta,
+                        logprobs: std::mem::take(&mut pending),
+                    },
+                    ProviderEvent::Done {
+                        stop_reason, usage, ..
+                    } => {
                         finished = true;
-                        if !s.trailing_text.is_empty()
+                        if !pending.is_empty()
                             && tx
                                 .unbounded_send(Step::Token {
                                     index,
-                                    text: s.trailing_text.clone(),
-                                    logprob: None,
+                                    text: String::new(),
+                                    logprobs: std::mem::take(&mut pending),
                                 })
                                 .is_err()
                         {
@@ -248,27 +238,51 @@ fn generate_all(
                         }
                         Step::Finish {
                             index,
-                            reason: if s.finish == FinishReason::Length {
+                            reason: if stop_reason == StopReason::Length {
                                 "length"
                             } else {
                                 "stop"
                             },
-                            prompt_tokens: s.prompt_tokens as u64,
-                            completion_tokens: s.completion_tokens as u64,
+                            prompt_tokens: usage.input,
+                            completion_tokens: usage.output,
                         }
                     }
-                    GenerateEvent::Error(e) => Step::Fail(ApiError::from_engine(e)),
+                    ProviderEvent::Error {
+                        reason: ErrorReason::Aborted,
+                        ..
+                    } => Step::Fail(ApiError::unavailable("the request was cancelled", 1)),
+                    // Sampling was checked before: a refused request here is a refused prompt.
+                    ProviderEvent::Error {
+                        kind: ErrorKind::InvalidRequest,
+                        message,
+                        ..
+                    } => Step::Fail(
+                        ApiError::from_provider(ErrorKind::InvalidRequest, &message)
+                            .with_param("prompt"),
+                    ),
+                    ProviderEvent::Error {
+                        kind: ErrorKind::Unsupported,
+                        message,
+                        ..
+                    } => Step::Fail(ApiError::not_implemented(message)),
+                    ProviderEvent::Error { kind, message, .. } => {
+                        Step::Fail(ApiError::from_provider(kind, &message))
+                    }
+                    _ => continue,
                 };
                 let fail = matches!(step, Step::Fail(_));
                 if tx.unbounded_send(step).is_err() || fail {
                     token.cancel();
                     return;
                 }
+                if finished {
+                    break;
+                }
             }
             if !finished {
-                let _ = tx.unbounded_send(Step::Fail(ApiError::unavailable(
-                    "the request was cancelled",
-                    1,
+                let _ = tx.unbounded_send(Step::Fail(ApiError::from_provider(
+                    ErrorKind::Internal,
+                    "the answer ended without a result",
                 )));
                 return;
             }
@@ -351,12 +365,14 @@ async fn collect(
             Step::Token {
                 index,
                 text,
-                logprob,
+                logprobs,
             } => {
                 timer.output();
                 let c = &mut choices[index as usize];
-                if let (Some(lp), Some(entry)) = (c.logprobs.as_mut(), logprob) {
-                    push_logprob(lp, c.text.len(), entry);
+                if let Some(lp) = c.logprobs.as_mut() {
+                    for entry in logprobs {
+                        push_logprob(lp, c.text.len(), entry);
+                    }
                 }
                 c.text.push_str(&text);
             }
@@ -438,7 +454,7 @@ fn stream_events(
             Step::Token {
                 index,
                 mut text,
-                logprob,
+                logprobs,
             } => {
                 s.timer.output();
                 let i = index as usize;
@@ -449,7 +465,7 @@ fn stream_events(
                 }
                 let lp = s.batch.logprobs.then(|| {
                     let mut lp = CompletionLogprobs::default();
-                    if let Some(entry) = logprob {
+                    for entry in logprobs {
                         push_logprob(&mut lp, s.offsets[i], entry);
                     }
                     lp

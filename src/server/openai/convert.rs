@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::types::{ChatCompletionRequest, ChatMessage, Content, StopField};
-use crate::engine::constraint;
+use crate::schema::SchemaError;
 use crate::provider::{
     AssistantMessage, CompletionRequest, ContentBlock, InvalidToolCall, InvalidToolCallKind,
     Message, ResponseFormat, Sampling, ToolCall, ToolChoice, ToolResultMessage, ToolSpec,
@@ -81,32 +81,13 @@ pub fn chat_request(
     };
     let tool_choice = match &req.tool_choice {
         None | Some(Value::Null) => ToolChoice::Auto,
-        Some(v) => match constraint::ToolChoice::from_openai(v)
-            .map_err(|e| ApiError::invalid_param("tool_choice", e.to_string()))?
-        {
-            constraint::ToolChoice::None => ToolChoice::None,
-            constraint::ToolChoice::Auto => ToolChoice::Auto,
-            constraint::ToolChoice::Required => ToolChoice::Required,
-            constraint::ToolChoice::Named(name) => ToolChoice::Tool { name },
-        },
+        Some(v) => ToolChoice::from_openai(v)
+            .map_err(|e| ApiError::invalid_param("tool_choice", e.to_string()))?,
     };
     let response_format = match &req.response_format {
         None | Some(Value::Null) => ResponseFormat::Text,
-        Some(v) => match constraint::ResponseFormat::from_openai(v)
-            .map_err(|e| ApiError::invalid_param("response_format", e.to_string()))?
-        {
-            constraint::ResponseFormat::Text => ResponseFormat::Text,
-            constraint::ResponseFormat::JsonObject => ResponseFormat::JsonObject,
-            constraint::ResponseFormat::JsonSchema {
-                name,
-                schema,
-                strict,
-            } => ResponseFormat::JsonSchema {
-                name,
-                schema,
-                strict,
-            },
-        },
+        Some(v) => ResponseFormat::from_openai(v)
+            .map_err(|e| ApiError::invalid_param("response_format", e.to_string()))?,
     };
     let max_tokens = req.max_completion_tokens.or(req.max_tokens);
     let field = if req.max_completion_tokens.is_some() {
@@ -142,6 +123,7 @@ pub fn chat_request(
         max_tokens,
         stop: stop_list(req.stop)?,
         cache_key: req.user.map(|u| format!("openai-user:{u}")),
+        logprobs,
     };
     check_constraint(&request)?;
     Ok((
@@ -156,19 +138,16 @@ pub fn chat_request(
 
 /// Validates tools, `tool_choice` and `response_format` together, as the engine will (400 on failure).
 fn check_constraint(request: &CompletionRequest) -> Result<(), ApiError> {
-    let Some(spec) = crate::provider::local::constraint_spec(request) else {
-        return Ok(());
-    };
-    spec.validate().map_err(|e| {
-        let param = match e {
-            crate::engine::EngineError::InvalidToolChoice(_) => "tool_choice",
-            crate::engine::EngineError::InvalidTool { .. }
-            | crate::engine::EngineError::DuplicateToolName(_) => "tools",
-            _ if request.response_format != ResponseFormat::Text => "response_format",
-            _ => "tools",
-        };
-        ApiError::invalid_param(param, e.to_string())
-    })
+    crate::schema::check_request(&request.tools, &request.tool_choice, &request.response_format)
+        .map_err(|e| {
+            let param = match e {
+                SchemaError::InvalidToolChoice(_) => "tool_choice",
+                SchemaError::InvalidTool { .. } | SchemaError::DuplicateToolName(_) => "tools",
+                _ if request.response_format != ResponseFormat::Text => "response_format",
+                _ => "tools",
+            };
+            ApiError::invalid_param(param, e.to_string())
+        })
 }
 
 /// Sampling settings, checked against the engine's ranges (the error names the parameter).

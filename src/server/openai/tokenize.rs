@@ -4,7 +4,8 @@
 //! […]}`; chat messages are rendered exactly as `/v1/chat/completions` renders them (template, injected tools,
 //! generation prompt, BOS), so `count` equals the `prompt_tokens` a chat completion of the same messages
 //! reports. The answer is `{"count", "max_model_len", "tokens"}` plus `token_strs` when `return_token_strs`.
-//! `/detokenize` takes `{"tokens": […]}` and answers `{"prompt": text}`.
+//! `/detokenize` takes `{"tokens": […]}` and answers `{"prompt": text}`. Both go through the provider (the local
+//! engine's tokenizer, or a remote vLLM's own `/tokenize` and `/detokenize`).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -15,8 +16,7 @@ use serde_json::Value;
 
 use super::convert;
 use super::types::ChatCompletionRequest;
-use crate::engine::Engine;
-use crate::provider::local::render_prompt;
+use crate::provider::{TokenizeInput, TokenizeRequest};
 use crate::server::error::ApiError;
 use crate::server::{parse_json, parse_value, AppState};
 
@@ -62,22 +62,13 @@ pub struct DetokenizeResponse {
     pub prompt: String,
 }
 
-fn local_engine(state: &AppState) -> Result<Engine, ApiError> {
-    state.engine.clone().ok_or_else(|| {
-        ApiError::not_implemented(
-            "tokenizing needs the local engine; this server fronts a remote provider",
-        )
-    })
-}
-
 /// `POST /tokenize`.
 pub async fn tokenize(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     let value: Value = parse_json(body, state.options.max_body_bytes)?;
-    let engine = local_engine(&state)?;
-    let (tokens, strs) = if value.get("messages").is_some() {
+    let (request, strs) = if value.get("messages").is_some() {
         let extras: TokenizeChatExtras = parse_value(value.clone())?;
         if extras.add_generation_prompt == Some(false)
             || extras.continue_final_message == Some(true)
@@ -89,40 +80,34 @@ pub async fn tokenize(
         }
         let chat: ChatCompletionRequest = parse_value(value)?;
         let model = state.resolve_model(&chat.model)?;
-        let (request, _) = convert::chat_request(chat, model)?;
-        let e = engine.clone();
-        let tokens = tokio::task::spawn_blocking(move || {
-            render_prompt(e.template(), e.tokenizer(), e.tool_call_format(), &request)
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("the tokenizing task failed: {e}")))?
-        .map_err(|e| ApiError::from_provider_error(&e))?;
-        (tokens, extras.return_token_strs.unwrap_or(false))
+        let (request, _) = convert::chat_request(chat, model.clone())?;
+        let tokenize = TokenizeRequest {
+            model,
+            input: TokenizeInput::Chat(Box::new(request)),
+        };
+        (tokenize, extras.return_token_strs.unwrap_or(false))
     } else {
         let p: TokenizePrompt = parse_value(value)?;
-        state.resolve_model(&p.model)?;
-        let tok = engine.tokenizer();
-        let mut ids = tok.encode(&p.prompt, true).map_err(ApiError::from_engine)?;
-        if p.add_special_tokens.unwrap_or(true) {
-            if let Some(bos) = tok.bos_id().filter(|_| tok.add_bos()) {
-                if ids.first() != Some(&bos) {
-                    ids.insert(0, bos);
-                }
-            }
-        }
-        (ids, p.return_token_strs.unwrap_or(false))
+        let model = state.resolve_model(&p.model)?;
+        let tokenize = TokenizeRequest {
+            model,
+            input: TokenizeInput::Text {
+                text: p.prompt,
+                add_special_tokens: p.add_special_tokens.unwrap_or(true),
+            },
+        };
+        (tokenize, p.return_token_strs.unwrap_or(false))
     };
-    let token_strs = strs.then(|| {
-        tokens
-            .iter()
-            .map(|&id| String::from_utf8_lossy(&engine.tokenizer().token_bytes(id)).into_owned())
-            .collect()
-    });
+    let tokenized = state
+        .provider
+        .tokenize(request)
+        .await
+        .map_err(|e| ApiError::from_optional_feature(&e))?;
     Ok(Json(TokenizeResponse {
-        count: tokens.len(),
-        max_model_len: engine.info().context_length,
-        tokens,
-        token_strs,
+        count: tokenized.tokens.len(),
+        max_model_len: tokenized.max_model_len as usize,
+        token_strs: if strs { tokenized.token_strs } else { None },
+        tokens: tokenized.tokens,
     }))
 }
 
@@ -132,11 +117,14 @@ pub async fn detokenize(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
     let req: DetokenizeRequest = parse_json(body, state.options.max_body_bytes)?;
-    let engine = local_engine(&state)?;
-    state.resolve_model(&req.model)?;
-    let prompt = engine
-        .tokenizer()
-        .decode(&req.tokens, false)
-        .map_err(|e| ApiError::invalid_param("tokens", e.to_string()))?;
+    let model = state.resolve_model(&req.model)?;
+    let prompt = state
+        .provider
+        .detokenize(&model, &req.tokens)
+        .await
+        .map_err(|e| match e {
+            crate::provider::ProviderError::Unsupported(_) => ApiError::from_optional_feature(&e),
+            other => ApiError::from_provider_error(&other).with_param("tokens"),
+        })?;
     Ok(Json(DetokenizeResponse { prompt }))
 }

@@ -358,13 +358,7 @@ pub struct CompletionResponse {
     pub usage: Option<Option<UsageInfo>>,
 }
 
-/// Seconds since the Unix epoch (`created`).
-pub fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub use crate::env::now_unix;
 
 /// A fresh response id with OpenAI's prefix (`chatcmpl-…`, `cmpl-…`).
 pub fn response_id(prefix: &str) -> String {

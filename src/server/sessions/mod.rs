@@ -1,8 +1,8 @@
-//! Agent sessions over HTTP: the in-process [`Agent`] with its tools, exposed as resources under
-//! `/v1/sessions`. A session is created with a model, a set of built-in tools, a policy and a workspace root
-//! (every file tool is confined to it), and persisted as a JSONL session file through the session store (a
-//! [`Recorder`] appends every transcript message and compaction; a session can be resumed from its file by id).
-//! Its model calls go through the server's admission queue like every other request.
+//! Agent sessions over HTTP: coding sessions of the application layer ([`CodingSession`], the same one `agentd
+//! chat` and `agentd run` drive: system prompt, compaction with grounding and `recall`, the JSONL session file)
+//! exposed as resources under `/v1/sessions`. A session is created with a model, a set of built-in tools, a
+//! policy and a workspace root (every file tool is confined to it); it can be resumed from its file by id. Its
+//! model calls go through the server's admission queue like every other request.
 //!
 //! This file holds the registry of live sessions and what one session is; `routes` has the handlers and
 //! `gate` the provider wrapper that queues the agent's model calls.
@@ -19,8 +19,8 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, AgentEvent};
-use crate::session::{JsonlStore, Recorder};
+use crate::agent::AgentEvent;
+use crate::app::CodingSession;
 
 pub use gate::GatedProvider;
 pub use routes::routes;
@@ -42,10 +42,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// One live session.
 pub struct Session {
     pub id: String,
-    pub agent: Agent,
-    pub store: Arc<JsonlStore>,
-    /// Keeps the store in step with the agent (messages, compactions, branches).
-    pub recorder: Arc<Recorder>,
+    /// The agent, its tools and its session file.
+    pub coding: CodingSession,
     pub info: SessionInfo,
     /// Where the running prompt's events go (the open SSE response), if anyone listens.
     subscriber: Arc<Mutex<Option<mpsc::UnboundedSender<AgentEvent>>>>,
@@ -67,17 +65,11 @@ pub struct SessionInfo {
 }
 
 impl Session {
-    /// Wires `agent` (already attached to `store` through `recorder`, which therefore hears every event first)
-    /// to the event subscriber.
-    pub fn new(
-        agent: Agent,
-        store: Arc<JsonlStore>,
-        recorder: Arc<Recorder>,
-        info: SessionInfo,
-    ) -> Arc<Self> {
+    /// Wires `coding` (whose recorder therefore hears every event first) to the event subscriber.
+    pub fn new(coding: CodingSession, info: SessionInfo) -> Arc<Self> {
         let subscriber: Arc<Mutex<Option<mpsc::UnboundedSender<AgentEvent>>>> = Arc::default();
         let forward = subscriber.clone();
-        agent.subscribe(Arc::new(move |event: AgentEvent| {
+        coding.subscribe(Arc::new(move |event: AgentEvent| {
             let forward = forward.clone();
             async move {
                 if let Some(tx) = lock(&forward).as_ref() {
@@ -88,9 +80,7 @@ impl Session {
         }));
         Arc::new(Self {
             id: info.id.clone(),
-            agent,
-            store,
-            recorder,
+            coding,
             info,
             subscriber,
             prompt_lock: Arc::default(),
@@ -141,7 +131,7 @@ impl Sessions {
     /// Aborts every running agent (shutdown).
     pub fn abort_all(&self) {
         for s in lock(&self.live).values() {
-            s.agent.abort();
+            s.coding.abort();
         }
     }
 

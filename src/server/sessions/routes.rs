@@ -33,13 +33,14 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{GatedProvider, Session, SessionInfo};
-use crate::agent::{Agent, AgentEvent, AgentLoopConfig, AgentMessage};
-use crate::server::error::ApiError;
-use crate::server::openai::types::now_unix;
-use crate::server::{parse_json, sse, AppState};
-use crate::session::{
-    sessions_dir, JsonlStore, Recorder, SessionError, SessionStore, StoreOptions,
+use crate::agent::AgentEvent;
+use crate::app::{
+    sessions, Backend, CodingSession, SessionChoice, SessionSettings, RECALL_TOOL,
 };
+use crate::env::now_unix;
+use crate::server::error::ApiError;
+use crate::server::{parse_json, sse, AppState};
+use crate::session::sessions_dir;
 use crate::tools::policy::Policy;
 use crate::tools::registry::{ToolRegistry, BUILTIN_TOOL_NAMES};
 
@@ -106,17 +107,6 @@ struct Rewind {
     n: usize,
 }
 
-/// A session-store error on a tree operation, as an HTTP error.
-fn tree_error(e: SessionError, param: &str) -> ApiError {
-    match e {
-        SessionError::UnknownEntry(_)
-        | SessionError::NotALeaf(_)
-        | SessionError::RewindTooFar { .. } => ApiError::invalid_param(param, e.to_string()),
-        SessionError::AgentRunning => ApiError::conflict(e.to_string()),
-        other => ApiError::internal(other.to_string()),
-    }
-}
-
 fn session(state: &AppState, id: &str) -> Result<Arc<Session>, ApiError> {
     state
         .sessions
@@ -125,22 +115,13 @@ fn session(state: &AppState, id: &str) -> Result<Arc<Session>, ApiError> {
 }
 
 fn describe(s: &Session) -> Value {
-    let st = s.agent.state();
+    let st = s.coding.agent().state();
     json!({
-        "id": s.info.id, "object": "agent.session", "model": s.info.model, "tools": s.info.tools,
+        "id": s.info.id, "object": "agent.session", "model": st.model, "tools": s.info.tools,
         "policy": s.info.policy, "workspace": s.info.workspace, "path": s.info.path,
         "created": s.info.created, "status": st.status, "message_count": st.messages.len(),
         "last_error": st.last_error,
     })
-}
-
-fn default_system_prompt(workspace: &std::path::Path, tools: &[String]) -> String {
-    format!(
-        "You are a coding agent working in the directory {}. Use the tools ({}) to inspect and change files; \
-         paths are relative to that directory. Answer briefly when you are done.",
-        workspace.display(),
-        tools.join(", ")
-    )
 }
 
 async fn create(
@@ -152,11 +133,11 @@ async fn create(
         return Err(ApiError::unavailable("the server is shutting down", 1));
     }
     let model = state.resolve_model(&req.model)?;
-    let names = req
+    let tools = req
         .tools
         .unwrap_or_else(|| BUILTIN_TOOL_NAMES.iter().map(|s| s.to_string()).collect());
-    let registry = ToolRegistry::builtin(&names)
-        .map_err(|e| ApiError::invalid_param("tools", e.to_string()))?;
+    let builtin: Vec<&String> = tools.iter().filter(|n| *n != RECALL_TOOL).collect();
+    ToolRegistry::builtin(&builtin).map_err(|e| ApiError::invalid_param("tools", e.to_string()))?;
     let policy: Policy = req
         .policy
         .as_deref()
@@ -207,78 +188,66 @@ async fn create(
         .dir
         .clone()
         .unwrap_or_else(|| sessions_dir(&workspace));
-    let store = {
-        let (dir, ws, resume) = (dir.clone(), workspace.clone(), req.resume.clone());
-        tokio::task::spawn_blocking(move || match resume {
-            None => JsonlStore::create(&dir, &ws, StoreOptions::default())
-                .map_err(|e| ApiError::internal(format!("cannot create the session file: {e}"))),
-            Some(id) => {
-                let saved = JsonlStore::list(&dir)
-                    .map_err(|e| ApiError::internal(e.to_string()))?
-                    .into_iter()
-                    .find(|s| s.id == id)
-                    .ok_or_else(|| {
-                        ApiError::not_found(format!("no saved session `{id}` in {}", dir.display()))
-                            .with_param("resume")
-                    })?;
-                JsonlStore::open(&saved.path, StoreOptions::default())
-                    .map_err(|e| ApiError::internal(format!("cannot open the session: {e}")))
-            }
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("opening the session failed: {e}")))??
+    let choice = match &req.resume {
+        None => SessionChoice::CreateNow,
+        Some(id) => {
+            let (d, wanted) = (dir.clone(), id.clone());
+            let saved = tokio::task::spawn_blocking(move || sessions::list(&d))
+                .await
+                .map_err(|e| ApiError::internal(format!("listing sessions failed: {e}")))?
+                .map_err(|e| ApiError::internal(e.to_string()))?
+                .into_iter()
+                .find(|s| s.id == wanted)
+                .ok_or_else(|| {
+                    ApiError::not_found(format!("no saved session `{id}` in {}", dir.display()))
+                        .with_param("resume")
+                })?;
+            SessionChoice::Open(saved.path.display().to_string())
+        }
     };
-    let store = Arc::new(store);
-    let id = store.header().id.clone();
-    let provider = Arc::new(GatedProvider::new(
+    let mut settings = SessionSettings::new(workspace.clone());
+    settings.tools = Some(tools);
+    settings.policy = policy.clone();
+    settings.workspace = Some(workspace.clone());
+    settings.system_prompt = req.system_prompt;
+    settings.max_tokens = req.max_tokens;
+    if let Some(n) = req.max_turns {
+        settings.max_turns = n;
+    }
+    settings.sampling = sampling;
+    settings.sessions_dir = Some(dir);
+    let provider: Arc<dyn crate::provider::Provider> = Arc::new(GatedProvider::new(
         state.provider.clone(),
         state.admission.clone(),
         state.metrics.clone(),
         state.shutdown.clone(),
     ));
-    let mut config = AgentLoopConfig::new(provider);
-    config.model = model.clone();
-    config.sampling = sampling;
-    config.max_tokens = req.max_tokens;
-    if let Some(n) = req.max_turns {
-        config.max_turns = n;
-    }
-    config.cache_key = Some(format!("session:{id}"));
-    config.policy = policy.clone();
-    config.cwd = workspace.clone();
-    config.workspace = Some(workspace.clone());
-    let tool_names: Vec<String> = registry.names().into_iter().map(str::to_string).collect();
-    let system = req
-        .system_prompt
-        .unwrap_or_else(|| default_system_prompt(&workspace, &tool_names));
-    let agent = Agent::new(config, system, registry.iter().cloned().collect());
-    let shared: Arc<dyn SessionStore> = store.clone();
-    let recorder = Recorder::attach(&agent, shared)
-        .map_err(|e| ApiError::internal(format!("cannot load the session: {e}")))?;
-    // A new session records its model; a resumed one keeps its own when this server serves it.
-    let recorded = agent.state().model;
-    if req.resume.is_none() || !req.model.is_empty() || state.resolve_model(&recorded).is_err() {
-        let provider = if state.engine.is_some() {
-            "local"
-        } else {
-            "remote"
-        };
-        recorder
-            .set_model(&agent, provider, &model)
+    let label = provider.describe();
+    let backend = Backend::given(provider, model.clone(), &label);
+    let coding = CodingSession::start(settings, backend, &choice)
+        .await
+        .map_err(|e| ApiError::from_app(e, "workspace"))?;
+    // A resumed session keeps its own model when this server serves it, unless the request names one.
+    if req.resume.is_some() && !req.model.is_empty() && coding.agent().state().model != model {
+        coding
+            .set_model(&model)
             .await
-            .map_err(|e| ApiError::internal(format!("cannot write the session file: {e}")))?;
+            .map_err(|e| ApiError::from_app(e, "model"))?;
     }
-    let model = agent.state().model;
+    let (Some(id), Some(path)) = (coding.session_id(), coding.session_file()) else {
+        return Err(ApiError::internal("the session has no file"));
+    };
+    let tool_names: Vec<String> = coding.tools().into_iter().map(|(name, _)| name).collect();
     let info = SessionInfo {
         id: id.clone(),
-        model,
+        model: coding.agent().state().model,
         tools: tool_names,
         policy: policy.name(),
         workspace,
-        path: store.path().to_path_buf(),
+        path,
         created: now_unix(),
     };
-    let session = Session::new(agent, store, recorder, info);
+    let session = Session::new(coding, info);
     state.sessions.insert(session.clone());
     Ok((StatusCode::CREATED, Json(describe(&session))).into_response())
 }
@@ -304,7 +273,7 @@ async fn remove(
         .sessions
         .remove(&id)
         .ok_or_else(|| ApiError::not_found(format!("no session `{id}`")))?;
-    s.agent.abort();
+    s.coding.abort();
     Ok(Json(
         json!({"id": id, "object": "agent.session", "deleted": true}),
     ))
@@ -312,14 +281,14 @@ async fn remove(
 
 /// Aborts the run when the prompt stream is dropped before the run ended.
 struct AbortOnDrop {
-    agent: Agent,
+    coding: CodingSession,
     finished: bool,
 }
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         if !self.finished {
-            self.agent.abort();
+            self.coding.abort();
         }
     }
 }
@@ -341,10 +310,9 @@ async fn prompt(
     };
     let (tx, rx) = mpsc::unbounded_channel::<AgentEvent>();
     s.listen(tx.clone());
-    let agent = s.agent.clone();
-    let message = AgentMessage::user(req.content);
+    let coding = s.coding.clone();
     tokio::spawn(async move {
-        let outcome = agent.prompt(message).await;
+        let outcome = coding.prompt(&req.content).await;
         if let Err(e) = outcome {
             // Nothing ran: end the stream with the reason.
             let _ = tx.send(AgentEvent::AgentEnd {
@@ -356,7 +324,7 @@ async fn prompt(
         drop(guard);
     });
     let watcher = AbortOnDrop {
-        agent: s.agent.clone(),
+        coding: s.coding.clone(),
         finished: false,
     };
     let events = futures::stream::unfold(
@@ -397,11 +365,10 @@ async fn queue_message(
 ) -> Result<Response, ApiError> {
     let s = session(&state, &id)?;
     let req: Text = parse_json(body, state.options.max_body_bytes)?;
-    let message = AgentMessage::user(req.content);
     if steer {
-        s.agent.steer(message);
+        s.coding.steer(&req.content);
     } else {
-        s.agent.follow_up(message);
+        s.coding.follow_up(&req.content);
     }
     let kind = if steer { "steer" } else { "follow_up" };
     Ok((
@@ -432,8 +399,8 @@ async fn abort(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let s = session(&state, &id)?;
-    let running = s.agent.state().is_running();
-    s.agent.abort();
+    let running = s.coding.is_running();
+    s.coding.abort();
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"id": id, "aborted": running})),
@@ -446,7 +413,7 @@ async fn messages(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let s = session(&state, &id)?;
-    let st = s.agent.state();
+    let st = s.coding.agent().state();
     Ok(Json(
         json!({"id": id, "status": st.status, "messages": st.messages}),
     ))
@@ -457,9 +424,8 @@ async fn entries(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let s = session(&state, &id)?;
-    Ok(Json(
-        json!({"id": id, "leaf": s.store.leaf(), "entries": s.store.entries()}),
-    ))
+    let (entries, leaf) = s.coding.entries();
+    Ok(Json(json!({"id": id, "leaf": leaf, "entries": entries})))
 }
 
 async fn branch(
@@ -476,11 +442,11 @@ async fn branch(
         ));
     };
     let from = req.entry_id.as_deref();
-    s.recorder
-        .branch(&s.agent, from, req.summary)
+    s.coding
+        .branch(from, req.summary)
         .await
-        .map_err(|e| tree_error(e, "entry_id"))?;
-    let messages = s.agent.state().messages;
+        .map_err(|e| ApiError::from_app(e, "entry_id"))?;
+    let messages = s.coding.agent().state().messages;
     Ok(Json(json!({"id": id, "leaf": from, "messages": messages})))
 }
 
@@ -497,10 +463,10 @@ async fn rewind(
         ));
     };
     let leaf = s
-        .recorder
-        .rewind(&s.agent, req.n)
-        .map_err(|e| tree_error(e, "n"))?;
+        .coding
+        .rewind(req.n)
+        .map_err(|e| ApiError::from_app(e, "n"))?;
     Ok(Json(
-        json!({"id": id, "leaf": leaf, "messages": s.agent.state().messages}),
+        json!({"id": id, "leaf": leaf, "messages": s.coding.agent().state().messages}),
     ))
 }

@@ -8,7 +8,7 @@ use agentd::provider::{
     collect, Completion, CompletionRequest, ErrorKind, ErrorReason, Provider, ProviderEvent,
     Sampling, StopReason, ToolCall, ToolChoice,
 };
-use agentd::tools::spec::ToolSpec;
+use agentd::schema::ToolSpec;
 use futures::StreamExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -15,10 +15,11 @@ use agentd::provider::{
     collect, estimate_tokens, CompletionRequest, ErrorKind, LocalProvider, ModelDescriptor,
     Provider, ProviderError, ProviderStream, Sampling, ScriptedProvider, ScriptedReply, TokenCount,
 };
-use agentd::session::{EntryKind, JsonlStore, Recorder, SessionStore, StoreOptions};
+use agentd::app::Recorder;
+use agentd::session::{EntryKind, JsonlStore, SessionStore, StoreOptions};
 use agentd::tools::read::ReadTool;
 use agentd::tools::recall::RecallTool;
-use agentd::tools::spec::ToolSpec;
+use agentd::schema::ToolSpec;
 use agentd::tools::tool::{PolicyTag, Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use futures::FutureExt;

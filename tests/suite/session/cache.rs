@@ -217,7 +217,7 @@ async fn the_local_engine_is_keyed_by_its_exact_prompt_tokens() {
     assert_eq!(p.stats().snapshot().hits, 1);
     let model = local.models()[0].id.clone();
     let key = cache_key(
-        &model,
+        &local.model_identity(&model),
         &PromptKey::Tokens(local.prompt_tokens(&req).unwrap()),
         &req,
     );

@@ -10,7 +10,7 @@ use agentd::agent::{agent_loop, AgentContext, AgentLoopConfig, AgentMessage};
 use agentd::logging::{self, LogTarget};
 use agentd::provider::{ScriptedProvider, ScriptedReply};
 use agentd::session::{JsonlStore, SessionStore, StoreOptions};
-use agentd::tools::spec::ToolSpec;
+use agentd::schema::ToolSpec;
 use agentd::tools::tool::{PolicyTag, Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use futures::StreamExt;

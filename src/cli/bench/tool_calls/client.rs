@@ -26,7 +26,10 @@ pub async fn start_local(engine: EngineArgs) -> anyhow::Result<LocalServer> {
     let engine = tokio::task::spawn_blocking(move || engine.load())
         .await
         .context("loading the model")??;
-    let state = AppState::local(engine, ServerOptions::default());
+    let state = AppState::new(
+        std::sync::Arc::new(agentd::provider::LocalProvider::new(engine)),
+        ServerOptions::default(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding a loopback port for the local server")?;

@@ -11,10 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use super::entry::EntryKind;
-use super::{SessionError, SessionStore};
 use crate::agent::compaction::{Compaction, CompactionReason, Compactor};
 use crate::agent::{Agent, AgentContext, AgentEvent, AgentLoopConfig, AgentMessage};
+use crate::session::{EntryKind, SessionError, SessionStore};
 
 /// The link between one agent and one session store.
 pub struct Recorder {

@@ -1,19 +1,15 @@
-//! The agent's transcript: what the model saw and said, plus our own kinds of message (a shell command the
-//! user ran, compaction and branch summaries, custom entries) — and `convert_to_llm`, which maps all of them to
-//! the three kinds a model understands (user, assistant, tool result).
+//! The transcript that the agent keeps and the session store persists: what the model saw and said, plus our own
+//! kinds of message (a shell command the user ran, compaction and branch summaries, custom entries) — and
+//! `convert_to_llm`, which maps all of them to the three kinds a model understands (user, assistant, tool
+//! result). It sits below both `agent` and `session` so neither imports the other for its data.
 
 use serde::{Deserialize, Serialize};
+
+use crate::env::now_ms;
 
 use crate::provider::{
     AssistantMessage, ContentBlock, Message, StopReason, ToolCall, Usage, UserMessage,
 };
-
-/// Milliseconds since the Unix epoch (Pi's timestamps).
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// One entry of the agent's transcript. Tagged by `role`, snake_case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,38 +1,102 @@
-//! [`CodingSession`]: the agent, its backend and its session file — what the interactive TUI, print, JSON and
-//! RPC modes all drive (Pi's `AgentSession`). Cheap to clone; every method is safe to call from any task.
+//! [`CodingSession`]: the agent, its backend, its tools and its session file — what the interactive TUI, the
+//! print, JSON and RPC modes and the HTTP sessions API all drive (Pi's `AgentSession`). Cheap to clone; every
+//! method is safe to call from any task.
 //!
-//! Persistence is `agentd::session::Recorder`'s: it appends every finished message and every compaction to the
-//! session file. A new session's file is created with its first prompt (or `!cmd`), so opening `agentd chat` and
-//! quitting leaves nothing behind. Switching sessions (`/new`, `/resume`, `/fork`) builds a fresh `Agent` with
-//! the same configuration (a recorder stays subscribed to its agent for life) and moves every listener
-//! registered through [`CodingSession::subscribe`] to it.
+//! Built from [`SessionSettings`] and a [`Backend`]: the tools the settings name (less those the policy forbids),
+//! `recall` when grounding is on, the system prompt (base or custom, `AGENTS.md`/`CLAUDE.md` context files,
+//! skills, working directory and date), automatic compaction with grounding (dropped tool results kept beside
+//! the session file, pointed at from the summary), and the session store with its [`Recorder`].
+//!
+//! Persistence is the [`Recorder`]'s: it appends every finished message and every compaction to the session
+//! file. A new session's file is created with its first prompt (or `!cmd`) unless the caller asks for it now
+//! ([`SessionChoice::CreateNow`]), so opening `agentd chat` and quitting leaves nothing behind. Switching
+//! sessions (`/new`, `/resume`, `/fork`) builds a fresh `Agent` with the same configuration (a recorder stays
+//! subscribed to its agent for life) and moves every listener registered through [`CodingSession::subscribe`]
+//! to it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use agentd::agent::messages::now_ms;
-use agentd::agent::{
-    Agent, AgentEndReason, AgentError, AgentLoopConfig, AgentMessage, CompactionSettings,
-    Compactor, Listener,
-};
-use agentd::provider::{CompletionRequest, Sampling, ToolChoice};
-use agentd::session::{JsonlStore, Recorder, SessionStore, StoreOptions};
-use agentd::tools::bash::BashTool;
-use agentd::tools::policy::Policy;
-use agentd::tools::registry::ToolRegistry;
-use agentd::tools::tool::{Tool, ToolContext, ToolError};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::{
+    Agent, AgentEndReason, AgentLoopConfig, AgentMessage, CompactionSettings, Compactor, Listener,
+};
+use crate::env::now_ms;
+use crate::provider::{CompletionRequest, Sampling, ToolChoice};
+use crate::session::{BlobStore, EntryKind, JsonlStore, SessionStore, StoreOptions};
+use crate::tools::bash::BashTool;
+use crate::tools::policy::Policy;
+use crate::tools::recall::RecallTool;
+use crate::tools::registry::ToolRegistry;
+use crate::tools::tool::{Tool, ToolContext, ToolError};
+
 mod tree_ops;
 
-use super::backend::{self, Backend};
 use super::prompt::{self, PromptInputs};
 use super::sessions::{self, SessionChoice};
-use super::{current_dir, skills, text_or_file, AgentArgs, Failure};
+use super::{skills, AppError, Backend, Recorder};
 
 /// Pi's default tool set.
 pub const DEFAULT_TOOLS: [&str; 4] = ["read", "bash", "edit", "write"];
+
+/// The name of the tool that reads back dropped tool results (registered when grounding is on).
+pub const RECALL_TOOL: &str = "recall";
+
+/// How a coding session is set up: everything a door decides (flags, a request body), nothing it parses.
+#[derive(Debug, Clone)]
+pub struct SessionSettings {
+    /// The tools offered, by name (`None`: [`DEFAULT_TOOLS`]; empty: none). `recall` is added by grounding.
+    pub tools: Option<Vec<String>>,
+    /// What tools may do; tools it forbids are left out (with a warning when they were named).
+    pub policy: Policy,
+    /// The working directory (relative paths resolve against it; context files and skills are found from it).
+    pub cwd: PathBuf,
+    /// Confine the file tools to this directory. When `cwd` is outside it, the workspace becomes the cwd.
+    pub workspace: Option<PathBuf>,
+    /// Replaces the default base prompt.
+    pub system_prompt: Option<String>,
+    /// Appended to the base prompt.
+    pub append_system_prompt: Option<String>,
+    /// Load `AGENTS.md` / `CLAUDE.md` context files.
+    pub context_files: bool,
+    /// List skills in the system prompt.
+    pub skills: bool,
+    pub max_tokens: Option<u32>,
+    /// Model calls per prompt before the run stops.
+    pub max_turns: usize,
+    pub sampling: Sampling,
+    /// Automatic and manual compaction.
+    pub compaction: CompactionSettings,
+    /// Keep tool results that compaction drops beside the session file, point at them from the summary, and
+    /// offer `recall` to read them back. Needs a session file (off with `InMemory`).
+    pub grounding: bool,
+    /// Where session files go (`None`: `$AGENTD_HOME/sessions/<slug of cwd>/`).
+    pub sessions_dir: Option<PathBuf>,
+}
+
+impl SessionSettings {
+    /// The defaults of `agentd chat` in `cwd`: Pi's tools, everything allowed, compaction and grounding on.
+    pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            tools: None,
+            policy: Policy::all(),
+            cwd: cwd.into(),
+            workspace: None,
+            system_prompt: None,
+            append_system_prompt: None,
+            context_files: true,
+            skills: true,
+            max_tokens: None,
+            max_turns: crate::agent::hooks::DEFAULT_MAX_TURNS,
+            sampling: Sampling::default(),
+            compaction: CompactionSettings::default(),
+            grounding: true,
+            sessions_dir: None,
+        }
+    }
+}
 
 /// How full the context is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -55,13 +119,16 @@ struct Inner {
     agent: Mutex<Agent>,
     /// Listeners to move to the next agent on a session switch.
     listeners: Mutex<Vec<Listener>>,
-    /// The current session file and its recorder (`None`: no file yet, or `--no-session`).
+    /// The current session file and its recorder (`None`: no file yet, or in memory only).
     recording: Mutex<Option<Recording>>,
-    /// `false` with `--no-session`.
+    /// `false` for an in-memory session.
     persist: bool,
     backend: Mutex<Backend>,
     cwd: PathBuf,
     workspace: Option<PathBuf>,
+    sessions_dir: PathBuf,
+    compaction: CompactionSettings,
+    grounding: bool,
     report: SetupReport,
 }
 
@@ -92,119 +159,148 @@ fn config_of(agent: &Agent) -> Option<AgentLoopConfig> {
 /// Tools to offer, and warnings about ones left out.
 type OfferedTools = (Vec<Arc<dyn Tool>>, Vec<String>);
 
-/// The tools the flags ask for, less those the policy forbids (with a warning when they were asked for by name).
-fn build_tools(args: &AgentArgs, policy: &Policy) -> anyhow::Result<OfferedTools> {
-    let names: Vec<String> = if args.no_tools {
-        Vec::new()
-    } else {
-        match &args.tools {
-            Some(list) => list
-                .iter()
-                .map(|n| n.trim().to_string())
-                .filter(|n| !n.is_empty())
-                .collect(),
-            None => DEFAULT_TOOLS.iter().map(|s| s.to_string()).collect(),
-        }
+/// The tools the settings ask for, less those the policy forbids (with a warning when they were named).
+fn build_tools(settings: &SessionSettings) -> Result<OfferedTools, AppError> {
+    let named = settings.tools.is_some();
+    let names: Vec<String> = match &settings.tools {
+        Some(list) => list
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty() && n != RECALL_TOOL)
+            .collect(),
+        None => DEFAULT_TOOLS.iter().map(|s| s.to_string()).collect(),
     };
     let registry =
-        ToolRegistry::builtin(&names).map_err(|e| Failure::usage(format!("--tools: {e}")))?;
+        ToolRegistry::builtin(&names).map_err(|e| AppError::usage(format!("tools: {e}")))?;
     let mut warnings = Vec::new();
     let mut tools = Vec::new();
     for tool in registry.iter() {
-        match policy.check(tool.as_ref()) {
+        match settings.policy.check(tool.as_ref()) {
             Ok(()) => tools.push(tool.clone()),
-            Err(why) => {
-                if args.tools.is_some() {
-                    warnings.push(format!("tool `{}` left out: {why}", tool.spec().name));
-                }
+            Err(why) if named => {
+                warnings.push(format!("tool `{}` left out: {why}", tool.spec().name));
             }
+            Err(_) => {}
         }
     }
     Ok((tools, warnings))
 }
 
+/// `tools` with `recall` over `blobs` in place of any earlier `recall`.
+fn with_recall(tools: &[Arc<dyn Tool>], blobs: BlobStore) -> Vec<Arc<dyn Tool>> {
+    let mut out: Vec<Arc<dyn Tool>> = tools
+        .iter()
+        .filter(|t| t.spec().name != RECALL_TOOL)
+        .cloned()
+        .collect();
+    out.push(Arc::new(RecallTool::new(blobs)));
+    out
+}
+
+/// Reads `value` as a file when it names one, else takes it as the text itself (Pi's rule for
+/// `--system-prompt` and `--append-system-prompt`).
+pub fn text_or_file(value: &str) -> Result<String, AppError> {
+    let path = Path::new(value);
+    if value.len() < 4096 && !value.contains('\n') && path.is_file() {
+        return std::fs::read_to_string(path)
+            .map_err(|e| AppError::usage(format!("cannot read {}: {e}", path.display())));
+    }
+    Ok(value.to_string())
+}
+
 impl CodingSession {
-    /// Validates the flags, opens the session (before the model loads, so a bad session fails fast), builds
-    /// the backend, the tools and the system prompt, and restores the session's transcript.
-    pub async fn start(args: &AgentArgs, choice: &SessionChoice) -> anyhow::Result<Self> {
-        let here = current_dir()?;
-        let workspace = match &args.workspace {
-            Some(w) => Some(
-                std::fs::canonicalize(w)
-                    .map_err(|e| Failure::usage(format!("--workspace {}: {e}", w.display())))?,
-            ),
+    /// Validates the settings, opens the session `choice` names, builds the tools and the system prompt, and
+    /// restores the session's transcript. The backend is ready (see [`Backend::connect`]).
+    pub async fn start(
+        settings: SessionSettings,
+        backend: Backend,
+        choice: &SessionChoice,
+    ) -> Result<Self, AppError> {
+        let workspace = match &settings.workspace {
+            Some(w) => Some(std::fs::canonicalize(w).map_err(|e| {
+                AppError::usage(format!("workspace {}: {e}", w.display()))
+            })?),
             None => None,
         };
+        if let Some(w) = workspace.as_ref().filter(|w| !w.is_dir()) {
+            return Err(AppError::usage(format!(
+                "workspace {} is not a directory",
+                w.display()
+            )));
+        }
         // Relative paths resolve against the working directory; outside the workspace that would refuse every
         // path, so the workspace root becomes the working directory then.
         let cwd = match &workspace {
-            Some(w) if !here.starts_with(w) => w.clone(),
-            _ => here,
+            Some(w) if !settings.cwd.starts_with(w) => w.clone(),
+            _ => settings.cwd.clone(),
         };
-        let policy: Policy = args
-            .allow
-            .parse()
-            .map_err(|e| Failure::usage(format!("--allow: {e}")))?;
-        let (tools, mut warnings) = build_tools(args, &policy)?;
-        let custom = args
-            .system_prompt
-            .as_deref()
-            .map(text_or_file)
-            .transpose()?;
-        let append = args
-            .append_system_prompt
-            .as_deref()
-            .map(text_or_file)
-            .transpose()?;
-        let store = sessions::open(choice, &cwd)?;
-        let backend = backend::build(args).await?;
+        if settings.max_turns == 0 {
+            return Err(AppError::usage("max_turns must be at least 1"));
+        }
+        let (tools, mut warnings) = build_tools(&settings)?;
+        let sessions_dir = settings
+            .sessions_dir
+            .clone()
+            .unwrap_or_else(|| crate::session::sessions_dir(&cwd));
+        let persist = *choice != SessionChoice::InMemory;
+        let grounding = settings.grounding && persist;
+        let recall_allowed = settings
+            .policy
+            .check_tags(RECALL_TOOL, &[crate::tools::tool::PolicyTag::ReadOnly])
+            .is_ok();
+        let grounding = grounding && recall_allowed;
+        let tools = if grounding {
+            with_recall(&tools, BlobStore::beside(&sessions_dir))
+        } else {
+            tools
+        };
+        let store = sessions::open(choice, &sessions_dir, &cwd)?;
 
-        let context_files = if args.no_context_files {
-            Vec::new()
-        } else {
+        let context_files = if settings.context_files {
             prompt::context_files(&cwd)
-        };
-        let found = if args.no_skills {
-            Vec::new()
         } else {
+            Vec::new()
+        };
+        let found = if settings.skills {
             let (found, skill_warnings) = skills::discover(&prompt::skill_dirs(&cwd));
             warnings.extend(skill_warnings);
             found
+        } else {
+            Vec::new()
         };
         let tool_names: Vec<String> = tools.iter().map(|t| t.spec().name.clone()).collect();
         let system_prompt = prompt::build(&PromptInputs {
-            custom,
-            append,
+            custom: settings.system_prompt.clone(),
+            append: settings.append_system_prompt.clone(),
             tools: tool_names,
             context_files: context_files.clone(),
             skills: found.clone(),
             cwd: cwd.clone(),
-            date: prompt::today(),
+            date: crate::env::today(),
         });
 
         let mut config = AgentLoopConfig::new(backend.provider.clone());
         config.model = backend.model.clone();
-        config.max_tokens = Some(args.max_tokens);
-        config.max_turns = args.max_turns.max(1);
-        config.sampling = Sampling {
-            temperature: args.temperature,
-            seed: args.seed,
-            ..Sampling::default()
-        };
-        config.policy = policy;
+        config.max_tokens = settings.max_tokens;
+        config.max_turns = settings.max_turns;
+        config.sampling = settings.sampling.clone();
+        config.policy = settings.policy.clone();
         config.cwd = cwd.clone();
         config.workspace = workspace.clone();
-        config.context_policy = Some(Arc::new(Compactor::new(CompactionSettings::default())));
+        config.context_policy = Some(Arc::new(Compactor::new(settings.compaction.clone())));
         let agent = Agent::new(config, system_prompt, tools);
         let session = Self {
             inner: Arc::new(Inner {
                 agent: Mutex::new(agent.clone()),
                 listeners: Mutex::new(Vec::new()),
                 recording: Mutex::new(None),
-                persist: *choice != SessionChoice::InMemory,
+                persist,
                 backend: Mutex::new(backend),
                 cwd,
                 workspace,
+                sessions_dir,
+                compaction: settings.compaction,
+                grounding,
                 report: SetupReport {
                     context_files: context_files.into_iter().map(|f| f.path).collect(),
                     skills: found,
@@ -213,7 +309,11 @@ impl CodingSession {
             }),
         };
         if let Some(store) = store {
+            let created = store.entries().is_empty();
             session.attach(agent, store).await?;
+            if created {
+                session.record_model().await?;
+            }
         }
         Ok(session)
     }
@@ -237,6 +337,16 @@ impl CodingSession {
         &self.inner.cwd
     }
 
+    /// The directory the file tools are confined to, if any.
+    pub fn workspace(&self) -> Option<&Path> {
+        self.inner.workspace.as_deref()
+    }
+
+    /// Where this session's files (and other sessions of its directory) live.
+    pub fn sessions_dir(&self) -> &Path {
+        &self.inner.sessions_dir
+    }
+
     pub fn backend(&self) -> Backend {
         lock(&self.inner.backend).clone()
     }
@@ -256,46 +366,59 @@ impl CodingSession {
             .map(|r| r.recorder.clone())
     }
 
-    fn store(&self) -> Option<Arc<JsonlStore>> {
+    /// The session store, when the session has a file.
+    pub fn store(&self) -> Option<Arc<JsonlStore>> {
         lock(&self.inner.recording)
             .as_ref()
             .map(|r| r.store.clone())
     }
 
-    /// Starts recording `agent` into `store` (loading the store's context into it).
-    fn record_into(&self, agent: &Agent, store: Arc<JsonlStore>) -> anyhow::Result<()> {
-        let recorder = Recorder::attach(agent, store.clone())
-            .map_err(|e| anyhow::anyhow!("session {}: {e}", store.path().display()))?;
-        let blobs = store.blobs();
+    /// The compactor for a session recorded into `store` (grounded in its blobs when grounding is on).
+    fn compactor_for(&self, store: Option<&JsonlStore>) -> Compactor {
+        let compactor = Compactor::new(self.inner.compaction.clone());
+        match store {
+            Some(s) if self.inner.grounding => compactor.with_blobs(s.blobs()),
+            _ => compactor,
+        }
+    }
+
+    /// Starts recording `agent` into `store` (loading the store's context into it); compaction and `recall`
+    /// follow the store's blobs.
+    fn record_into(&self, agent: &Agent, store: Arc<JsonlStore>) -> Result<(), AppError> {
+        let recorder = Recorder::attach(agent, store.clone())?;
         let id = store.header().id;
+        let compactor = self.compactor_for(Some(&store));
         agent.update_config(|c| {
-            c.cache_key = Some(id);
-            c.context_policy = Some(Arc::new(
-                Compactor::new(CompactionSettings::default()).with_blobs(blobs),
-            ));
+            c.cache_key = Some(format!("session:{id}"));
+            c.context_policy = Some(Arc::new(compactor));
         });
+        if self.inner.grounding {
+            agent.set_tools(with_recall(&agent.state().tools, store.blobs()));
+        }
         *lock(&self.inner.recording) = Some(Recording { store, recorder });
         Ok(())
     }
 
-    fn require_recorder(&self) -> anyhow::Result<Arc<Recorder>> {
+    fn require_recorder(&self) -> Result<Arc<Recorder>, AppError> {
         match self.recorder() {
             Some(r) => Ok(r),
-            None if self.inner.persist => anyhow::bail!("the session has no messages yet"),
-            None => anyhow::bail!("sessions are off (--no-session)"),
+            None if self.inner.persist => Err(AppError::usage("the session has no messages yet")),
+            None => Err(AppError::usage("sessions are off (in memory only)")),
         }
     }
 
-    fn require_idle(&self) -> anyhow::Result<()> {
+    fn require_idle(&self) -> Result<(), AppError> {
         if self.is_running() {
-            anyhow::bail!("the agent is running; wait for it or abort it first");
+            return Err(AppError::Busy(
+                "the agent is running; wait for it or abort it first".into(),
+            ));
         }
         Ok(())
     }
 
     /// Makes `agent` current with `store` recorded: loads the store's context into it, keeps dropped tool
     /// results beside the session file, and settles the model (the session's when it can be served).
-    async fn attach(&self, agent: Agent, store: Arc<JsonlStore>) -> anyhow::Result<()> {
+    async fn attach(&self, agent: Agent, store: Arc<JsonlStore>) -> Result<(), AppError> {
         self.record_into(&agent, store)?;
         *lock(&self.inner.agent) = agent.clone();
         let wanted = agent.state().model;
@@ -310,15 +433,26 @@ impl CodingSession {
         Ok(())
     }
 
+    /// Records the current model as a `model_change` entry (a new session file starts with it).
+    async fn record_model(&self) -> Result<(), AppError> {
+        if let Some(r) = self.recorder() {
+            let backend = self.backend();
+            r.set_model(&self.agent(), &backend.describe(), &backend.model_name())
+                .await?;
+        }
+        Ok(())
+    }
+
     /// A fresh agent with the current one's configuration, system prompt, tools and model, carrying every
     /// listener registered through `subscribe`.
-    fn fresh_agent(&self) -> anyhow::Result<Agent> {
+    fn fresh_agent(&self) -> Result<Agent, AppError> {
         let old = self.agent();
         let state = old.state();
         let mut config = config_of(&old)
-            .ok_or_else(|| anyhow::anyhow!("internal: the agent has no configuration"))?;
+            .ok_or_else(|| AppError::failed("internal: the agent has no configuration"))?;
         config.model = state.model.clone();
         config.cache_key = Some(uuid::Uuid::new_v4().to_string());
+        config.context_policy = Some(Arc::new(self.compactor_for(None)));
         let agent = Agent::new(config, state.system_prompt, state.tools);
         for l in lock(&self.inner.listeners).iter() {
             agent.subscribe(l.clone());
@@ -326,35 +460,34 @@ impl CodingSession {
         Ok(agent)
     }
 
-    /// Creates a pending session's file (before its first message) and starts recording.
-    async fn ensure_recording(&self) -> anyhow::Result<()> {
+    /// Creates a pending session's file now (a new session gets one with its first message) and starts
+    /// recording. Nothing happens for a session that has a file or is in memory only.
+    pub async fn ensure_recording(&self) -> Result<(), AppError> {
         if !self.inner.persist || self.recorder().is_some() {
             return Ok(());
         }
-        let store = JsonlStore::create_for_cwd(&self.inner.cwd, StoreOptions::default())
-            .map_err(|e| anyhow::anyhow!("cannot create the session file: {e}"))?;
+        let store = JsonlStore::create(&self.inner.sessions_dir, &self.inner.cwd, StoreOptions::default())?;
         let store = Arc::new(store);
         let agent = self.agent();
         let messages = agent.state().messages;
         // What is already in memory goes into the file first, so attaching loads it back with entry ids.
         for m in messages {
-            store
-                .append(agentd::session::EntryKind::message(m))
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot write the session file: {e}"))?;
+            store.append(EntryKind::message(m)).await?;
         }
-        self.record_into(&agent, store)
+        self.record_into(&agent, store)?;
+        self.record_model().await
     }
 
-    /// Sends a prompt and runs until the agent stops.
-    pub async fn prompt(&self, text: &str) -> anyhow::Result<AgentEndReason> {
+    /// Sends a prompt and runs until the agent stops. A session file that cannot be created is logged and the
+    /// session goes on in memory.
+    pub async fn prompt(&self, text: &str) -> Result<AgentEndReason, AppError> {
         if let Err(e) = self.ensure_recording().await {
             tracing::warn!(error = %e, "continuing without a session file");
         }
         self.agent()
             .prompt(AgentMessage::user(text))
             .await
-            .map_err(|e: AgentError| anyhow::anyhow!("{e}"))
+            .map_err(|e| AppError::Busy(e.to_string()))
     }
 
     pub fn steer(&self, text: &str) {
@@ -374,7 +507,7 @@ impl CodingSession {
         self.store().map(|s| s.path().to_path_buf())
     }
 
-    /// The session id (`None` for `--no-session` or a session without messages yet).
+    /// The session id (`None` in memory, or for a session without messages yet).
     pub fn session_id(&self) -> Option<String> {
         self.store().map(|s| s.header().id)
     }
@@ -395,7 +528,7 @@ impl CodingSession {
         let request = CompletionRequest {
             model: backend.model.clone(),
             system: (!state.system_prompt.is_empty()).then(|| state.system_prompt.clone()),
-            messages: agentd::agent::convert_to_llm(&state.messages),
+            messages: crate::agent::convert_to_llm(&state.messages),
             tools: state.tools.iter().map(|t| t.spec().clone()).collect(),
             tool_choice: if state.tools.is_empty() {
                 ToolChoice::None
@@ -406,7 +539,7 @@ impl CodingSession {
         };
         let (tokens, exact) = match backend.provider.count_tokens(&request).await {
             Ok(c) => (c.tokens, c.exact),
-            Err(_) => (agentd::provider::estimate_tokens(&request), false),
+            Err(_) => (crate::provider::estimate_tokens(&request), false),
         };
         ContextUsage {
             tokens,
@@ -422,7 +555,7 @@ impl CodingSession {
         command: &str,
         exclude: bool,
         cancel: CancellationToken,
-    ) -> anyhow::Result<AgentMessage> {
+    ) -> Result<AgentMessage, AppError> {
         self.require_idle()?;
         let ctx = ToolContext::new(self.inner.cwd.clone()).with_cancel(cancel.clone());
         let (output, exit_code, truncated) = match BashTool::new()
@@ -439,7 +572,7 @@ impl CodingSession {
                 (text, Some(0), truncated)
             }
             Err(ToolError::RespondToModel(text)) => split_exit_note(&text),
-            Err(ToolError::Fatal(e)) => anyhow::bail!("{e}"),
+            Err(ToolError::Fatal(e)) => return Err(AppError::failed(e)),
         };
         let message = AgentMessage::BashExecution {
             command: command.to_string(),
@@ -454,25 +587,22 @@ impl CodingSession {
             tracing::warn!(error = %e, "continuing without a session file");
         }
         let agent = self.agent();
-        let mut messages = agent.state().messages;
-        messages.push(message.clone());
-        match self.store() {
-            Some(store) => {
-                store
-                    .append(agentd::session::EntryKind::message(message.clone()))
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot write the session file: {e}"))?;
-                if let Some(r) = self.recorder() {
-                    r.reload(&agent).map_err(|e| anyhow::anyhow!("{e}"))?;
-                }
+        match (self.store(), self.recorder()) {
+            (Some(store), Some(recorder)) => {
+                store.append(EntryKind::message(message.clone())).await?;
+                recorder.reload(&agent)?;
             }
-            None => agent.set_messages(messages),
+            _ => {
+                let mut messages = agent.state().messages;
+                messages.push(message.clone());
+                agent.set_messages(messages);
+            }
         }
         Ok(message)
     }
 
     /// Loads `name` into the backend (a served model, or another local model) without touching the session.
-    async fn switch_backend(&self, name: &str) -> anyhow::Result<String> {
+    async fn switch_backend(&self, name: &str) -> Result<String, AppError> {
         let mut backend = self.backend();
         backend.switch_model(name).await?;
         let provider = backend.provider.clone();
@@ -485,15 +615,10 @@ impl CodingSession {
     }
 
     /// Switches the model (`/model`, RPC `set_model`): one the backend serves, or another local model, loaded now.
-    pub async fn set_model(&self, name: &str) -> anyhow::Result<String> {
+    pub async fn set_model(&self, name: &str) -> Result<String, AppError> {
         self.require_idle()?;
         let model = self.switch_backend(name).await?;
-        if let Some(r) = self.recorder() {
-            let kind = self.backend().describe();
-            r.set_model(&self.agent(), &kind, &model)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
+        self.record_model().await?;
         Ok(model)
     }
 

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use super::skills::{self, Skill};
+use crate::env::config_dir;
 
 /// The names a context file may have, in order of preference (one per directory).
 pub const CONTEXT_FILE_NAMES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
@@ -25,17 +26,6 @@ running commands, and editing code with your tools. Be concise.";
 pub struct ContextFile {
     pub path: PathBuf,
     pub content: String,
-}
-
-/// The user config directory: `$AGENTD_HOME` when set, else `~/.config/agentd`.
-pub fn config_dir() -> PathBuf {
-    if let Some(h) = std::env::var_os("AGENTD_HOME").filter(|h| !h.is_empty()) {
-        return PathBuf::from(h);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".config").join("agentd")
 }
 
 /// The skill directories: user, then project.
@@ -108,6 +98,9 @@ fn guidelines(tools: &[String]) -> Vec<&'static str> {
     if has("bash") && (has("grep") || has("find") || has("ls")) {
         lines.push("Prefer grep, find and ls over bash for exploring files.");
     }
+    if has("recall") {
+        lines.push("A summary's [ref:xxxxxx] lines point at earlier tool results: recall reads one again.");
+    }
     lines
 }
 
@@ -148,11 +141,6 @@ pub fn build(inputs: &PromptInputs) -> String {
         inputs.date
     ));
     prompt
-}
-
-/// Today's local date.
-pub fn today() -> String {
-    chrono::Local::now().format("%Y-%m-%d").to_string()
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::engine::constraint::schema;
-use crate::engine::error::{EngineError, Result};
+use super::compile as schema;
+use super::{Result, SchemaError};
 
 /// The longest tool name accepted (OpenAI's limit).
 pub const MAX_TOOL_NAME_LEN: usize = 64;
@@ -60,8 +60,8 @@ impl PartialEq for ToolSpec {
 }
 
 impl ToolSpec {
-    /// A validated spec. Errors: [`EngineError::InvalidTool`] (name, non-object parameters),
-    /// [`EngineError::InvalidSchema`], [`EngineError::UnsupportedSchemaKeyword`], [`EngineError::EmptyLanguage`].
+    /// A validated spec. Errors: [`SchemaError::InvalidTool`] (name, non-object parameters),
+    /// [`SchemaError::InvalidSchema`], [`SchemaError::UnsupportedSchemaKeyword`], [`SchemaError::EmptyLanguage`].
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,
@@ -94,7 +94,7 @@ impl ToolSpec {
     ) -> Result<Self> {
         let name = name.into();
         let mut parameters = serde_json::to_value(schemars::schema_for!(T)).map_err(|e| {
-            EngineError::InvalidTool {
+            SchemaError::InvalidTool {
                 name: name.clone(),
                 message: format!("derived schema does not serialize: {e}"),
             }
@@ -110,7 +110,7 @@ impl ToolSpec {
     /// One entry of an OpenAI `tools` array (`{"type": "function", "function": {name, description, parameters}}`)
     /// or a bare `{name, description, parameters}` object, validated.
     pub fn from_openai(tool: &Value) -> Result<Self> {
-        let invalid = |message: String| EngineError::InvalidTool {
+        let invalid = |message: String| SchemaError::InvalidTool {
             name: tool
                 .pointer("/function/name")
                 .or_else(|| tool.get("name"))
@@ -145,7 +145,7 @@ impl ToolSpec {
 
     /// Parses an OpenAI `tools` array.
     pub fn list_from_openai(tools: &Value) -> Result<Vec<Self>> {
-        let items = tools.as_array().ok_or_else(|| EngineError::InvalidTool {
+        let items = tools.as_array().ok_or_else(|| SchemaError::InvalidTool {
             name: "?".into(),
             message: "`tools` must be an array".into(),
         })?;
@@ -173,7 +173,7 @@ impl ToolSpec {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
         if bad_name {
-            return Err(EngineError::InvalidTool {
+            return Err(SchemaError::InvalidTool {
                 name: self.name.clone(),
                 message: format!(
                     "a name must be 1 to {MAX_TOOL_NAME_LEN} ASCII letters, digits, `_`, `-` or `.`"
@@ -184,7 +184,7 @@ impl ToolSpec {
             Value::Object(map) => {
                 if let Some(kind) = map.get("type") {
                     if kind != "object" {
-                        return Err(EngineError::InvalidTool {
+                        return Err(SchemaError::InvalidTool {
                             name: self.name.clone(),
                             message: format!(
                                 "`parameters` must describe an object, not `\"type\": {kind}`"
@@ -195,7 +195,7 @@ impl ToolSpec {
             }
             Value::Bool(_) => {}
             other => {
-                return Err(EngineError::InvalidTool {
+                return Err(SchemaError::InvalidTool {
                     name: self.name.clone(),
                     message: format!("`parameters` must be a JSON Schema object, got {other}"),
                 })
@@ -221,7 +221,7 @@ impl ToolSpec {
         let mut cache = self
             .compiled
             .lock()
-            .map_err(|_| EngineError::Internal("tool validator cache poisoned".into()))?;
+            .map_err(|_| SchemaError::Internal("tool validator cache poisoned".into()))?;
         if let Some((params, validator)) = cache.as_ref() {
             if *params == self.parameters {
                 return Ok(validator.clone());
@@ -275,12 +275,12 @@ mod tests {
         for name in ["", "has space", &"x".repeat(65)] {
             assert!(matches!(
                 ToolSpec::new(name, "", json!({"type": "object"})),
-                Err(EngineError::InvalidTool { .. })
+                Err(SchemaError::InvalidTool { .. })
             ));
         }
         assert!(matches!(
             ToolSpec::new("t", "", json!({"type": "string"})),
-            Err(EngineError::InvalidTool { .. })
+            Err(SchemaError::InvalidTool { .. })
         ));
         assert!(matches!(
             ToolSpec::new(
@@ -288,7 +288,7 @@ mod tests {
                 "",
                 json!({"type": "object", "properties": {"a": {"type": "nope"}}})
             ),
-            Err(EngineError::InvalidSchema { .. })
+            Err(SchemaError::InvalidSchema { .. })
         ));
         assert!(matches!(
             ToolSpec::new(
@@ -296,7 +296,7 @@ mod tests {
                 "",
                 json!({"type": "object", "properties": {"a": {"uniqueItems": true}}})
             ),
-            Err(EngineError::UnsupportedSchemaKeyword { .. })
+            Err(SchemaError::UnsupportedSchemaKeyword { .. })
         ));
     }
 }

@@ -8,6 +8,11 @@
 //! grammar-constrained to a known tool and its arguments schema, so calls from this provider are always valid.
 //! The engine's output assembler turns the generated text into content and tool calls as it streams, so
 //! `tool_call_delta` events carry argument fragments as they are sampled, not all at the end.
+//!
+//! The same engine answers raw-text completions, tokenizing and detokenizing (`raw`), so the server reaches the
+//! model only through [`Provider`].
+
+mod raw;
 
 use tokio_util::sync::CancellationToken;
 
@@ -15,13 +20,14 @@ use super::assemble::Assembler;
 use super::events::{spawn_stream, EventSender};
 use super::remote::wire;
 use super::{
-    CompletionRequest, ModelDescriptor, Provider, ProviderError, ProviderStream, ResponseFormat,
-    StopReason, TokenCount, ToolChoice, Usage,
+    CompletionRequest, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError, ProviderStream,
+    RawCompletionRequest, ResponseFormat, StopReason, TokenCount, TokenLogprob, Tokenized,
+    TokenizeRequest, ToolChoice, TopLogprob, Usage,
 };
 use crate::engine::constraint::assemble::{OutputAssembler, OutputDelta};
 use crate::engine::constraint::format::ToolCallFormat;
-use crate::engine::constraint::{self, ConstraintSpec};
-use crate::engine::generate::{FinishReason, GenerateEvent, GenerateRequest};
+use crate::engine::constraint::ConstraintSpec;
+use crate::engine::generate::{self, FinishReason, GenerateEvent, GenerateRequest};
 use crate::engine::prompt;
 use crate::engine::template::ChatTemplate;
 use crate::engine::tokenizer::Tokenizer;
@@ -34,11 +40,14 @@ const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 #[derive(Clone)]
 pub struct LocalProvider {
     engine: Engine,
+    /// What identifies the loaded weights (see [`Provider::model_identity`]).
+    identity: std::sync::Arc<str>,
 }
 
 impl LocalProvider {
     pub fn new(engine: Engine) -> Self {
-        Self { engine }
+        let identity = weights_identity(&engine).into();
+        Self { engine, identity }
     }
 
     pub fn engine(&self) -> &Engine {
@@ -61,6 +70,33 @@ impl LocalProvider {
             id: info.name.clone(),
             context_window: info.context_length as u64,
             max_output_tokens: info.context_length as u64,
+        }
+    }
+
+    /// The log-probability entry of token `id`, with texts for it and its alternatives.
+    fn logprob_entry(&self, id: u32, lp: &generate::TokenLogprob) -> TokenLogprob {
+        let tokenizer = self.engine.tokenizer();
+        let piece = |t: u32| {
+            let bytes = tokenizer.token_bytes(t);
+            (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+        };
+        let (token, bytes) = piece(id);
+        TokenLogprob {
+            token,
+            bytes,
+            logprob: lp.logprob,
+            top: lp
+                .top
+                .iter()
+                .map(|&(t, logprob)| {
+                    let (token, bytes) = piece(t);
+                    TopLogprob {
+                        token,
+                        bytes,
+                        logprob,
+                    }
+                })
+                .collect(),
         }
     }
 
@@ -98,17 +134,101 @@ impl Provider for LocalProvider {
     fn models(&self) -> Vec<ModelDescriptor> {
         vec![self.descriptor()]
     }
+
+    fn resolve_model(&self, name: &str) -> Option<String> {
+        self.serves(name).then(|| self.engine.info().name.clone())
+    }
+
+    fn describe(&self) -> String {
+        "local".into()
+    }
+
+    /// One sequence at a time: the engine decodes one request after the other.
+    fn concurrency(&self) -> Option<usize> {
+        Some(1)
+    }
+
+    fn model_identity(&self, model: &str) -> String {
+        format!("{model}|{}", self.identity)
+    }
+
+    fn supports_logprobs(&self) -> bool {
+        true
+    }
+
+    fn prefix_cache(&self) -> Option<PrefixCacheCounts> {
+        let (queries, hits, evictions) = self.engine.prefix_cache_stats().snapshot();
+        Some(PrefixCacheCounts {
+            queries,
+            hits,
+            evictions,
+        })
+    }
+
+    fn stream_raw(&self, request: RawCompletionRequest, cancel: CancellationToken) -> ProviderStream {
+        let this = self.clone();
+        spawn_stream(cancel, move |tx, cancel| async move {
+            this.run_raw(request, tx, cancel).await
+        })
+    }
+
+    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, ProviderError> {
+        self.check_model(&request.model)?;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.tokenize_now(&request.input))
+            .await
+            .map_err(|e| ProviderError::Internal(format!("the tokenizing task failed: {e}")))?
+    }
+
+    async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {
+        self.check_model(model)?;
+        self.engine
+            .tokenizer()
+            .decode(tokens, false)
+            .map_err(|e| ProviderError::InvalidRequest {
+                status: 400,
+                message: e.to_string(),
+            })
+    }
+}
+
+/// Path, size, modification time, manifest digest and weight format of the engine's model file.
+fn weights_identity(engine: &Engine) -> String {
+    let info = engine.info();
+    let (size, mtime) = std::fs::metadata(&info.path)
+        .map(|m| {
+            let mtime = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            (m.len(), mtime)
+        })
+        .unwrap_or((0, 0));
+    let digest = info.manifest.as_ref().map_or("", |m| m.sha256.as_str());
+    format!(
+        "{}|{size}|{mtime}|{digest}|{}",
+        info.path.display(),
+        info.weight_format
+    )
 }
 
 impl LocalProvider {
+    /// `Err(UnknownModel)` unless `name` (empty: the default) is this engine's model.
+    fn check_model(&self, name: &str) -> Result<(), ProviderError> {
+        if self.serves(name) {
+            return Ok(());
+        }
+        Err(ProviderError::UnknownModel {
+            model: name.to_string(),
+            message: format!("this engine serves `{}`", self.engine.info().name),
+        })
+    }
+
     async fn run(self, request: CompletionRequest, tx: EventSender, cancel: CancellationToken) {
         let model = self.engine.info().name.clone();
         let mut out = Assembler::new(tx, request.tools.clone(), model);
-        if !self.serves(&request.model) {
-            let err = ProviderError::UnknownModel {
-                model: request.model.clone(),
-                message: format!("this engine serves `{}`", self.engine.info().name),
-            };
+        if let Err(err) = self.check_model(&request.model) {
             out.fail(&err, Usage::default());
             return;
         }
@@ -130,36 +250,25 @@ impl LocalProvider {
             sampling: request.sampling.to_engine(),
             max_tokens: request.max_tokens.map(|n| n as usize),
             stop: request.stop.clone(),
+            logprobs: request.logprobs,
             constraint: constraint_spec(&request),
             ..GenerateRequest::default()
         };
         let mut calls = CallMap::default();
         let mut assembler = self.engine.assembler(&gen);
-        let mut events = self
-            .engine
-            .generate(gen, request.cache_key.clone(), cancel.clone());
+        let mut events =
+            raw::EngineEvents::new(self.engine.generate(gen, request.cache_key.clone(), cancel.clone()));
         let mut output = 0u64;
-        let mut cancelled_at: Option<tokio::time::Instant> = None;
         loop {
-            // A running job stops within a token and reports exact usage; a job still queued behind another
-            // request is only dropped when the engine reaches it, so after a cancel wait a moment, not forever.
-            let ev = match cancelled_at {
-                None => tokio::select! {
-                    ev = events.recv() => ev,
-                    _ = cancel.cancelled() => {
-                        cancelled_at = Some(tokio::time::Instant::now() + CANCEL_GRACE);
-                        continue;
-                    }
-                },
-                Some(deadline) => tokio::time::timeout_at(deadline, events.recv())
-                    .await
-                    .ok()
-                    .flatten(),
+            let Some(ev) = events.next(&cancel).await else {
+                break;
             };
-            let Some(ev) = ev else { break };
             match ev {
                 GenerateEvent::Token(t) => {
                     output += 1;
+                    if let Some(lp) = &t.logprob {
+                        out.logprobs(vec![self.logprob_entry(t.id, lp)]);
+                    }
                     if let Err(e) = feed(&mut assembler, &t.text, &mut calls, &mut out) {
                         cancel.cancel();
                         return out.fail(&e, Usage::new(input, output, 0));
@@ -274,32 +383,11 @@ pub fn constraint_spec(request: &CompletionRequest) -> Option<ConstraintSpec> {
     }
     Some(ConstraintSpec {
         tools: request.tools.clone(),
-        tool_choice: engine_tool_choice(&request.tool_choice),
+        tool_choice: request.tool_choice.clone(),
         parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
-        response_format: match &request.response_format {
-            ResponseFormat::Text => constraint::ResponseFormat::Text,
-            ResponseFormat::JsonObject => constraint::ResponseFormat::JsonObject,
-            ResponseFormat::JsonSchema {
-                name,
-                schema,
-                strict,
-            } => constraint::ResponseFormat::JsonSchema {
-                name: name.clone(),
-                schema: schema.clone(),
-                strict: *strict,
-            },
-        },
+        response_format: request.response_format.clone(),
         format: None,
     })
-}
-
-fn engine_tool_choice(choice: &ToolChoice) -> constraint::ToolChoice {
-    match choice {
-        ToolChoice::Auto => constraint::ToolChoice::Auto,
-        ToolChoice::None => constraint::ToolChoice::None,
-        ToolChoice::Required => constraint::ToolChoice::Required,
-        ToolChoice::Tool { name } => constraint::ToolChoice::Named(name.clone()),
-    }
 }
 
 /// Renders `request` the way the engine's model expects (tools shown through the template or injected into the
@@ -315,7 +403,7 @@ pub fn render_prompt(
         template,
         &wire::messages(request),
         &request.tools,
-        &engine_tool_choice(&request.tool_choice),
+        &request.tool_choice,
         format,
     )
     .map_err(ProviderError::from_engine)?;

@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use super::super::error::{EngineError, Result};
+use super::{Result, SchemaError};
 
 /// Keywords JSON Schema defines but grammar-constrained decoding does not enforce. llguidance refuses most of
 /// them itself; listing them here lets the error name the location. Rejecting is the only honest answer: ignoring
@@ -185,14 +185,14 @@ pub fn check(schema: &Value, what: &str) -> Result<()> {
     match schema {
         Value::Bool(true) => return Ok(()),
         Value::Bool(false) => {
-            return Err(EngineError::EmptyLanguage {
+            return Err(SchemaError::EmptyLanguage {
                 what: what.into(),
                 message: "the schema is `false`".into(),
             })
         }
         Value::Object(_) => {}
         other => {
-            return Err(EngineError::InvalidSchema {
+            return Err(SchemaError::InvalidSchema {
                 location: String::new(),
                 message: format!(
                     "{what}: a schema must be an object or a boolean, not {}",
@@ -210,7 +210,7 @@ pub fn check(schema: &Value, what: &str) -> Result<()> {
 /// the schema), formats checked, remote references refused.
 pub fn validator(schema: &Value) -> Result<jsonschema::Validator> {
     if let Err(e) = jsonschema::meta::validate(schema) {
-        return Err(EngineError::InvalidSchema {
+        return Err(SchemaError::InvalidSchema {
             location: pointer_or_root(e.instance_path.as_str()),
             message: e.to_string(),
         });
@@ -219,7 +219,7 @@ pub fn validator(schema: &Value) -> Result<jsonschema::Validator> {
         .should_validate_formats(true)
         .with_retriever(NoRemoteRefs)
         .build(schema)
-        .map_err(|e| EngineError::InvalidSchema {
+        .map_err(|e| SchemaError::InvalidSchema {
             location: pointer_or_root(e.schema_path.as_str()),
             message: e.to_string(),
         })
@@ -253,7 +253,7 @@ fn find_unsupported(schema: &Value, at: &str) -> Result<()> {
     for (key, value) in map {
         let here = format!("{at}/{}", escape_pointer(key));
         if UNSUPPORTED_KEYWORDS.contains(&key.as_str()) {
-            return Err(EngineError::UnsupportedSchemaKeyword {
+            return Err(SchemaError::UnsupportedSchemaKeyword {
                 keyword: key.clone(),
                 location: here,
             });
@@ -262,7 +262,7 @@ fn find_unsupported(schema: &Value, at: &str) -> Result<()> {
         if key == "format" && may_be_string(map) {
             if let Some(name) = value.as_str() {
                 if !SUPPORTED_FORMATS.contains(&name) {
-                    return Err(EngineError::UnsupportedSchemaKeyword {
+                    return Err(SchemaError::UnsupportedSchemaKeyword {
                         keyword: format!("format: {name}"),
                         location: here,
                     });
@@ -305,7 +305,7 @@ fn may_be_string(map: &Map<String, Value>) -> bool {
 fn compile_standalone(schema: &Value, what: &str) -> Result<()> {
     let options: llguidance::JsonCompileOptions = serde_json::from_value(compact_options())
         .map_err(|e| {
-            EngineError::Internal(format!("compact JSON options do not deserialize: {e}"))
+            SchemaError::Internal(format!("compact JSON options do not deserialize: {e}"))
         })?;
     let builder = llguidance::GrammarBuilder::new(None, llguidance::api::ParserLimits::default());
     match options.json_to_llg(builder, schema.clone()) {
@@ -316,7 +316,7 @@ fn compile_standalone(schema: &Value, what: &str) -> Result<()> {
 
 /// Turns an llguidance compile error into the most specific engine error: an unsupported keyword or format, an
 /// empty language, or a grammar error with llguidance's message.
-pub fn classify_llguidance_error(message: &str, what: &str) -> EngineError {
+pub fn classify_llguidance_error(message: &str, what: &str) -> SchemaError {
     if let Some(rest) = message.split("Unimplemented keys: ").nth(1) {
         let keyword = rest
             .split(['"', '[', ']', ','])
@@ -324,14 +324,14 @@ pub fn classify_llguidance_error(message: &str, what: &str) -> EngineError {
             .unwrap_or(rest)
             .trim()
             .to_string();
-        return EngineError::UnsupportedSchemaKeyword {
+        return SchemaError::UnsupportedSchemaKeyword {
             keyword,
             location: what.into(),
         };
     }
     if let Some(rest) = message.split("Unknown format: ").nth(1) {
         let name = rest.split_whitespace().next().unwrap_or(rest);
-        return EngineError::UnsupportedSchemaKeyword {
+        return SchemaError::UnsupportedSchemaKeyword {
             keyword: format!("format: {name}"),
             location: what.into(),
         };
@@ -355,19 +355,19 @@ pub fn classify_llguidance_error(message: &str, what: &str) -> EngineError {
         ),
     ] {
         if message.contains(needle) {
-            return EngineError::UnsupportedSchemaKeyword {
+            return SchemaError::UnsupportedSchemaKeyword {
                 keyword: keyword.into(),
                 location: format!("{what}, {why}"),
             };
         }
     }
     if message.contains("Unsatisfiable schema") {
-        return EngineError::EmptyLanguage {
+        return SchemaError::EmptyLanguage {
             what: what.into(),
             message: first_line(message),
         };
     }
-    EngineError::InvalidGrammar(format!("{what}: {}", first_line(message)))
+    SchemaError::InvalidGrammar(format!("{what}: {}", first_line(message)))
 }
 
 fn first_line(s: &str) -> String {
@@ -433,7 +433,7 @@ mod tests {
     fn unsupported_keyword_is_named_with_its_location() {
         let s = json!({"type": "object", "properties": {"a": {"not": {"type": "string"}}}});
         match check(&s, "test") {
-            Err(EngineError::UnsupportedSchemaKeyword { keyword, location }) => {
+            Err(SchemaError::UnsupportedSchemaKeyword { keyword, location }) => {
                 assert_eq!(keyword, "not");
                 assert_eq!(location, "/properties/a/not");
             }
@@ -446,7 +446,7 @@ mod tests {
         let s = json!({"type": "string", "format": "ipv5"});
         assert!(matches!(
             check(&s, "test"),
-            Err(EngineError::UnsupportedSchemaKeyword { keyword, .. }) if keyword == "format: ipv5"
+            Err(SchemaError::UnsupportedSchemaKeyword { keyword, .. }) if keyword == "format: ipv5"
         ));
     }
 
@@ -454,7 +454,7 @@ mod tests {
     fn invalid_schema_names_location() {
         let s = json!({"type": "object", "properties": {"a": {"type": "strnig"}}});
         match check(&s, "test") {
-            Err(EngineError::InvalidSchema { location, .. }) => {
+            Err(SchemaError::InvalidSchema { location, .. }) => {
                 assert!(location.contains("/properties/a"), "{location}")
             }
             other => panic!("{other:?}"),
@@ -465,12 +465,12 @@ mod tests {
     fn contradictions_are_empty_languages() {
         assert!(matches!(
             check(&json!(false), "t"),
-            Err(EngineError::EmptyLanguage { .. })
+            Err(SchemaError::EmptyLanguage { .. })
         ));
         let s = json!({"type": "object", "properties": {"a": false}, "required": ["a"]});
         assert!(matches!(
             check(&s, "t"),
-            Err(EngineError::EmptyLanguage { .. })
+            Err(SchemaError::EmptyLanguage { .. })
         ));
     }
 

@@ -1,0 +1,234 @@
+//! The backend a coding session talks to: the in-process engine, an OpenAI-compatible server (vLLM, another
+//! `agentd serve`), or a provider the caller built (the server's admission-gated one; a scripted one in tests).
+//! Every provider made from a configuration goes through [`Config::build_provider`], so the response cache and
+//! the engine settings mean the same in every door. A failure to get a backend is [`AppError::Backend`] with a
+//! message naming what to fix.
+
+use std::sync::Arc;
+
+use crate::cache::CacheStats;
+use crate::config::{Config, ProviderKind};
+use crate::provider::{Provider, ProviderError, RemoteConfig, RemoteProvider};
+
+use super::AppError;
+
+/// Which kind of backend answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendKind {
+    Local,
+    Remote { base_url: String },
+    /// A provider the caller built (described by the label it gave).
+    Given { label: String },
+}
+
+/// A ready provider and what it is. Cheap to clone.
+#[derive(Clone)]
+pub struct Backend {
+    pub provider: Arc<dyn Provider>,
+    pub kind: BackendKind,
+    /// The model requests name (the provider's default when empty).
+    pub model: String,
+    /// The response cache's counters, when the cache is on.
+    pub cache: Option<Arc<CacheStats>>,
+    /// Why the engine runs on another device than asked (for the user), if it does.
+    pub device_note: Option<String>,
+    /// The configuration the provider was built from: how to load another local model (`/model NAME`).
+    config: Option<Config>,
+}
+
+impl Backend {
+    /// A backend over a provider the caller built; `label` names it in `describe` (`"scripted"`, `"local"`).
+    pub fn given(provider: Arc<dyn Provider>, model: impl Into<String>, label: &str) -> Self {
+        let mut model = model.into();
+        if model.is_empty() {
+            model = provider
+                .models()
+                .first()
+                .map(|m| m.id.clone())
+                .unwrap_or_default();
+        }
+        Self {
+            provider,
+            kind: BackendKind::Given {
+                label: label.to_string(),
+            },
+            model,
+            cache: None,
+            device_note: None,
+            config: None,
+        }
+    }
+
+    /// Builds the backend `config` describes. Loads the model (local, off the async workers) or checks the
+    /// server and settles its model (remote: the configured one, else the server's first) now, so a missing
+    /// model or an unreachable server fails before any prompt is taken.
+    pub async fn connect(mut config: Config) -> Result<Self, AppError> {
+        if config.provider == ProviderKind::Remote {
+            let mut remote = config
+                .remote
+                .clone()
+                .ok_or_else(|| AppError::usage("provider = \"remote\" needs a [remote] section"))?;
+            let base_url = remote.base_url.clone();
+            if remote.model.trim().is_empty() {
+                remote.model = first_served_model(&remote).await?;
+            }
+            let probe = RemoteProvider::new(remote.clone()).map_err(|e| AppError::usage(e.to_string()))?;
+            let models = probe
+                .discover()
+                .await
+                .map_err(|e| remote_failure(&base_url, e))?;
+            config.remote = Some(remote);
+            let built = config
+                .build_provider()
+                .map_err(|e| AppError::Backend(format!("remote server {base_url}: {e}")))?;
+            let model = models.first().map(|m| m.id.clone()).unwrap_or_default();
+            return Ok(Self {
+                provider: built.provider,
+                kind: BackendKind::Remote { base_url },
+                model,
+                cache: built.cache,
+                device_note: None,
+                config: Some(config),
+            });
+        }
+        let cfg = config.clone();
+        let built = tokio::task::spawn_blocking(move || cfg.build_provider())
+            .await
+            .map_err(|e| AppError::Backend(format!("the model-loading task failed: {e}")))?
+            .map_err(|e| AppError::Backend(format!("loading the model: {e}")))?;
+        let device_note = built
+            .local
+            .as_ref()
+            .and_then(|l| l.engine().info().device_note.clone());
+        let model = built
+            .provider
+            .models()
+            .first()
+            .map(|m| m.id.clone())
+            .unwrap_or_default();
+        Ok(Self {
+            provider: built.provider,
+            kind: BackendKind::Local,
+            model,
+            cache: built.cache,
+            device_note,
+            config: Some(config),
+        })
+    }
+
+    /// Whether [`switch_model`](Self::switch_model) can load other known models (a local engine built from a
+    /// configuration).
+    pub fn can_load_models(&self) -> bool {
+        self.kind == BackendKind::Local && self.config.is_some()
+    }
+
+    /// The context window of the current model, in tokens (0: unknown).
+    pub fn context_window(&self) -> u64 {
+        let models = self.provider.models();
+        models
+            .iter()
+            .find(|m| m.id == self.model)
+            .or(models.first())
+            .map_or(0, |m| m.context_window)
+    }
+
+    /// The model's display name.
+    pub fn model_name(&self) -> String {
+        if self.model.is_empty() {
+            self.provider
+                .models()
+                .first()
+                .map(|m| m.id.clone())
+                .unwrap_or_default()
+        } else {
+            self.model.clone()
+        }
+    }
+
+    /// A short description for the status line, `get_state` and the session's `model_change` entries.
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            BackendKind::Local => "local".into(),
+            BackendKind::Remote { base_url } => format!("remote {base_url}"),
+            BackendKind::Given { label } => label.clone(),
+        }
+    }
+
+    /// Switches to `name`: a model the provider already serves, or (local engine) another known model or a GGUF
+    /// file, loaded now through the same configuration (cache included).
+    pub async fn switch_model(&mut self, name: &str) -> Result<(), AppError> {
+        let name = name.trim();
+        if let Some(id) = self.provider.resolve_model(name) {
+            self.model = id;
+            return Ok(());
+        }
+        let local = self
+            .config
+            .clone()
+            .filter(|c| c.provider == ProviderKind::Local && self.kind == BackendKind::Local);
+        let Some(mut config) = local else {
+            let ids: Vec<String> = self.provider.models().into_iter().map(|m| m.id).collect();
+            return Err(AppError::usage(format!(
+                "unknown model `{name}`; available: {}",
+                ids.join(", ")
+            )));
+        };
+        if !std::path::Path::new(name).is_file() {
+            // Only known models are loaded by name (an unknown one is not looked for on the network).
+            let manifest = crate::engine::manifest::find(name)
+                .map_err(|e| AppError::usage(e.to_string()))?;
+            if manifest.name == self.model {
+                return Ok(());
+            }
+            config.engine.model = manifest.name;
+        } else {
+            config.engine.model = name.to_string();
+        }
+        let switched = Self::connect(config)
+            .await
+            .map_err(|e| AppError::failed(format!("loading model `{name}`: {e}")))?;
+        *self = switched;
+        Ok(())
+    }
+}
+
+/// The error for a remote server that cannot be used, with a hint where one helps.
+fn remote_failure(base_url: &str, e: ProviderError) -> AppError {
+    let hint = match &e {
+        ProviderError::Connect { .. } | ProviderError::Timeout { .. } => {
+            " (is the server running? start one with `agentd serve` or `vllm serve`)"
+        }
+        ProviderError::NotFound { .. } => {
+            " (the URL should be the API root, usually ending in /v1)"
+        }
+        _ => "",
+    };
+    AppError::Backend(format!("remote server {base_url}: {e}{hint}"))
+}
+
+/// Asks the server for its models (a placeholder model name lets the provider do the request) and takes the
+/// first one.
+async fn first_served_model(remote: &RemoteConfig) -> Result<String, AppError> {
+    let probe = RemoteConfig {
+        model: "?".into(),
+        ..remote.clone()
+    };
+    let provider = RemoteProvider::new(probe).map_err(|e| AppError::usage(e.to_string()))?;
+    match provider.discover().await {
+        Ok(models) => Ok(models.first().map(|m| m.id.clone()).unwrap_or_default()),
+        Err(ProviderError::UnknownModel { message, .. }) => {
+            // "the server serves: a, b": the first listed one.
+            let served = message.rsplit(": ").next().unwrap_or_default();
+            let first = served.split(", ").next().unwrap_or_default().trim();
+            if first.is_empty() {
+                Err(AppError::Backend(format!(
+                    "remote server {}: it serves no model",
+                    remote.base_url
+                )))
+            } else {
+                Ok(first.to_string())
+            }
+        }
+        Err(e) => Err(remote_failure(&remote.base_url, e)),
+    }
+}

@@ -1,0 +1,34 @@
+//! The application layer: the coding session as a library — the agent with its backend, tools, policy,
+//! workspace, system prompt (`AGENTS.md`/`CLAUDE.md`, skills), compaction with grounding and `recall`, and the
+//! session store with its recorder. Every door builds sessions here: `agentd chat`, `agentd run` (all modes) and
+//! the HTTP sessions API, so a session compacts, grounds and recalls the same whichever door it came through.
+//! `cli/` keeps flags and the terminal UI; `server/` keeps routes.
+//!
+//! Files: `coding_session` ([`CodingSession`] and its tree operations), `backend` ([`Backend`]: the provider
+//! built from a [`crate::config::Config`], or one the caller made), `prompt` (the system prompt and context
+//! files), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `recorder`
+//! ([`Recorder`]: the glue between an `Agent` and a `SessionStore`), `error` ([`AppError`]).
+//!
+//! ## Where things live
+//! - **Config dir** (`AGENTS.md`/`CLAUDE.md`, `skills/`): [`crate::env::config_dir`].
+//! - **Sessions**: `$AGENTD_HOME/sessions/<directory slug>/` unless [`SessionSettings::sessions_dir`] says
+//!   otherwise; dropped tool results in `refs/` beside them.
+//! - **Project**: `AGENTS.md` (else `CLAUDE.md`) in the working directory and every ancestor up to `/`;
+//!   skills in `.agentd/skills/*/SKILL.md` of the working directory.
+
+pub mod backend;
+pub mod coding_session;
+mod error;
+pub mod prompt;
+pub mod recorder;
+pub mod sessions;
+pub mod skills;
+
+pub use backend::{Backend, BackendKind};
+pub use coding_session::{
+    text_or_file, CodingSession, ContextUsage, SessionSettings, SetupReport, DEFAULT_TOOLS,
+    RECALL_TOOL,
+};
+pub use error::AppError;
+pub use recorder::Recorder;
+pub use sessions::SessionChoice;

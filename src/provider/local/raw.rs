@@ -1,0 +1,190 @@
+//! The local engine's raw side: completions of raw text or token ids (no chat template, no tools), tokenizing
+//! and detokenizing — what the server's `/v1/completions`, `/tokenize` and `/detokenize` ask the provider for.
+//! Also [`EngineEvents`], the generation-event reader both completion kinds share (cancellation with a grace
+//! period for the engine's exact usage).
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+
+use super::super::assemble::Assembler;
+use super::super::events::EventSender;
+use super::super::{
+    ProviderError, RawCompletionRequest, RawPrompt, StopReason, Tokenized, TokenizeInput, Usage,
+};
+use super::{render_prompt, LocalProvider, CANCEL_GRACE};
+use crate::engine::generate::{FinishReason, GenerateEvent, GenerateRequest};
+
+/// The events of one engine job, read so that a cancel does not wait forever: a running job stops within a
+/// token and reports exact usage; a job still queued behind another is only dropped when the engine reaches it,
+/// so after a cancel the reader waits [`CANCEL_GRACE`], not longer.
+pub(super) struct EngineEvents {
+    rx: UnboundedReceiver<GenerateEvent>,
+    cancelled_at: Option<tokio::time::Instant>,
+}
+
+impl EngineEvents {
+    pub(super) fn new(rx: UnboundedReceiver<GenerateEvent>) -> Self {
+        Self {
+            rx,
+            cancelled_at: None,
+        }
+    }
+
+    /// The next event; `None` when the job ended without one (dropped, or the grace after a cancel ran out).
+    pub(super) async fn next(&mut self, cancel: &CancellationToken) -> Option<GenerateEvent> {
+        loop {
+            match self.cancelled_at {
+                None => tokio::select! {
+                    ev = self.rx.recv() => return ev,
+                    _ = cancel.cancelled() => {
+                        self.cancelled_at = Some(tokio::time::Instant::now() + CANCEL_GRACE);
+                    }
+                },
+                Some(deadline) => {
+                    return tokio::time::timeout_at(deadline, self.rx.recv())
+                        .await
+                        .ok()
+                        .flatten()
+                }
+            }
+        }
+    }
+}
+
+impl LocalProvider {
+    /// `text` as token ids: special tokens parsed, and the model's BOS prepended where it wants one and
+    /// `add_special_tokens` is set.
+    fn text_tokens(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ProviderError> {
+        let tok = self.engine.tokenizer();
+        let mut ids = tok.encode(text, true).map_err(ProviderError::from_engine)?;
+        if add_special_tokens {
+            if let Some(bos) = tok.bos_id().filter(|_| tok.add_bos()) {
+                if ids.first() != Some(&bos) {
+                    ids.insert(0, bos);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Tokenizes text, or a chat request rendered as a completion of it would be.
+    pub(super) fn tokenize_now(&self, input: &TokenizeInput) -> Result<Tokenized, ProviderError> {
+        let tokens = match input {
+            TokenizeInput::Text {
+                text,
+                add_special_tokens,
+            } => self.text_tokens(text, *add_special_tokens)?,
+            TokenizeInput::Chat(request) => render_prompt(
+                self.engine.template(),
+                self.engine.tokenizer(),
+                self.engine.tool_call_format(),
+                request,
+            )?,
+        };
+        let tokenizer = self.engine.tokenizer();
+        let token_strs = tokens
+            .iter()
+            .map(|&id| String::from_utf8_lossy(&tokenizer.token_bytes(id)).into_owned())
+            .collect();
+        Ok(Tokenized {
+            tokens,
+            token_strs: Some(token_strs),
+            max_model_len: self.engine.info().context_length as u64,
+        })
+    }
+
+    /// The prompt of a raw request as token ids, checked: not empty, every id in the vocabulary.
+    fn raw_prompt(&self, prompt: &RawPrompt) -> Result<Vec<u32>, ProviderError> {
+        let invalid = |message: String| ProviderError::InvalidRequest {
+            status: 400,
+            message,
+        };
+        let ids = match prompt {
+            RawPrompt::Text(text) => self.text_tokens(text, true)?,
+            RawPrompt::Tokens(ids) => ids.clone(),
+        };
+        if ids.is_empty() {
+            return Err(invalid("the prompt is empty".into()));
+        }
+        let vocab = self.engine.tokenizer().vocab_size();
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(invalid(format!(
+                "token id {bad} is outside the vocabulary ({vocab} tokens)"
+            )));
+        }
+        Ok(ids)
+    }
+
+    /// Runs one raw completion, sending its events to `tx`.
+    pub(super) async fn run_raw(
+        self,
+        request: RawCompletionRequest,
+        tx: EventSender,
+        cancel: CancellationToken,
+    ) {
+        let model = self.engine.info().name.clone();
+        let mut out = Assembler::new(tx, Vec::new(), model);
+        if let Err(err) = self.check_model(&request.model) {
+            return out.fail(&err, Usage::default());
+        }
+        let this = self.clone();
+        let prompt = request.prompt.clone();
+        let prompt = match tokio::task::spawn_blocking(move || this.raw_prompt(&prompt)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return out.fail(&e, Usage::default()),
+            Err(e) => {
+                let err = ProviderError::Internal(format!("the tokenizing task failed: {e}"));
+                return out.fail(&err, Usage::default());
+            }
+        };
+        let input = prompt.len() as u64;
+        out.start();
+        let gen = GenerateRequest {
+            prompt,
+            sampling: request.sampling.to_engine(),
+            max_tokens: request.max_tokens.map(|n| n as usize),
+            stop: request.stop.clone(),
+            ignore_eos: request.ignore_eos,
+            logprobs: request.logprobs,
+            constraint: None,
+        };
+        let mut events = EngineEvents::new(self.engine.generate(gen, None, cancel.clone()));
+        let mut output = 0u64;
+        while let Some(ev) = events.next(&cancel).await {
+            match ev {
+                GenerateEvent::Token(t) => {
+                    output += 1;
+                    if let Some(lp) = &t.logprob {
+                        out.logprobs(vec![self.logprob_entry(t.id, lp)]);
+                    }
+                    out.text(&t.text);
+                }
+                GenerateEvent::Done(s) => {
+                    out.text(&s.trailing_text);
+                    let usage = Usage::new(
+                        s.prompt_tokens as u64,
+                        s.completion_tokens as u64,
+                        s.cached_tokens as u64,
+                    );
+                    return match s.finish {
+                        FinishReason::Eos | FinishReason::StopString => {
+                            out.done(StopReason::Stop, usage)
+                        }
+                        FinishReason::Length => out.done(StopReason::Length, usage),
+                        FinishReason::Cancelled => out.fail(&ProviderError::Cancelled, usage),
+                    };
+                }
+                GenerateEvent::Error(e) => {
+                    let usage = Usage::new(input, output, 0);
+                    return out.fail(&ProviderError::from_engine(e), usage);
+                }
+            }
+        }
+        let err = if cancel.is_cancelled() {
+            ProviderError::Cancelled
+        } else {
+            ProviderError::Internal("the engine stopped without a result".into())
+        };
+        out.fail(&err, Usage::new(input, output, 0));
+    }
+}
