@@ -1,8 +1,10 @@
 //! `agentd run`: the non-interactive modes (Pi's `-p`, `--mode json`, `--mode rpc`).
 //!
-//! - **print** (`-p`, the default): each message is a prompt; the final answer of each is printed to stdout.
+//! - **text** (the default; `-p`): each message is a prompt; the final answer of each is printed to stdout.
 //!   With no message and a piped stdin, stdin is the prompt.
-//! - **json** (`--mode json`): every `AgentEvent` as one JSON object per line on stdout.
+//! - **json** (`--mode json`, also `-p --mode json`): every `AgentEvent` as one JSON object per line on stdout.
+//!
+//! As in Pi, `-p` means "non-interactive" and `--mode` picks the output, so the two combine in either order.
 //! - **rpc** (`--mode rpc`): JSON-line commands on stdin, responses and events on stdout (see `run/rpc.rs`).
 //!
 //! Exit codes (see `agent_setup`): 0 ok, 1 the run failed, 2 usage, 3 backend unavailable, 130 aborted.
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use agentd::agent::AgentEndReason;
 
-use super::agent_setup::sessions::{self, SessionChoice};
+use agentd::app::{sessions, SessionChoice};
 use super::agent_setup::{exit, finish, AgentArgs, CodingSession, Failure};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -34,10 +36,12 @@ pub enum Mode {
 pub struct RunArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
-    /// Print mode (the default): print the final answer and exit.
-    #[arg(short = 'p', long = "print", conflicts_with = "mode")]
+    /// Non-interactive (Pi's `-p`): run the prompts and exit. `run` never asks anything, so this only says so;
+    /// it combines with any `--mode` (`-p --mode json "…"` streams the events as JSON lines).
+    #[arg(short = 'p', long = "print")]
     pub print: bool,
-    /// Output mode.
+    /// What goes to stdout: the final answer (text), every event as a JSON line (json), or the RPC protocol
+    /// (rpc).
     #[arg(long, value_enum, default_value = "text")]
     pub mode: Mode,
     /// Print the system prompt, then its exact token count on stderr, and exit.
@@ -60,7 +64,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 async fn run_async(args: RunArgs) -> anyhow::Result<u8> {
-    let mut choice = SessionChoice::from_args(&args.agent);
+    let mut choice = args.agent.session_choice();
     if choice == SessionChoice::Pick {
         choice = pick_on_terminal(&super::agent_setup::current_dir()?)?;
     }
@@ -82,7 +86,7 @@ async fn run_async(args: RunArgs) -> anyhow::Result<u8> {
             ));
         }
     }
-    let session = CodingSession::start(&args.agent, &choice).await?;
+    let session = args.agent.start_session(&choice).await?;
     for w in &session.report().warnings {
         eprintln!("warning: {w}");
     }
@@ -116,7 +120,7 @@ fn pick_on_terminal(cwd: &std::path::Path) -> anyhow::Result<SessionChoice> {
             "--resume needs an interactive terminal to pick a session; use --session ID",
         ));
     }
-    let list = sessions::list(cwd)?;
+    let list = sessions::list(&agentd::session::sessions_dir(cwd)).map_err(Failure::from_app)?;
     if list.is_empty() {
         return Err(Failure::usage(format!(
             "no sessions for {} yet",

@@ -137,7 +137,7 @@ fn print_mode_prints_the_answer_after_a_real_read_call() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["read", "bash", "edit", "write"]);
+    assert_eq!(tools, ["read", "bash", "edit", "write", "recall"]);
     let last = requests[1]["messages"]
         .as_array()
         .unwrap()
@@ -191,6 +191,28 @@ fn json_mode_streams_every_event_as_one_json_line() {
     assert!(sb.session_files().is_empty(), "--no-session wrote a file");
 }
 
+/// Pi's scripts write `-p` with `--mode json` in either order: `-p` is "non-interactive", `--mode` the output.
+#[test]
+fn print_flag_combines_with_json_mode_in_either_order() {
+    for args in [
+        ["run", "-p", "--mode", "json", "--no-session", "read my notes"],
+        ["run", "--mode", "json", "-p", "--no-session", "read my notes"],
+    ] {
+        let sb = Sandbox::new(read_then_answer());
+        std::fs::write(sb.cwd.join("notes.txt"), "milk\n").unwrap();
+        let out = run(sb.cmd(&args));
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        let events: Vec<Value> = out
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{args:?}: {l}: {e}")))
+            .collect();
+        assert_eq!(events.first().unwrap()["type"], "agent_start", "{args:?}");
+        assert_eq!(events.last().unwrap()["type"], "agent_end", "{args:?}");
+        assert_eq!(events.last().unwrap()["reason"], "completed");
+    }
+}
+
 #[test]
 fn failures_and_aborts_have_their_exit_codes() {
     // A model error: exit 1 with the error on stderr.
@@ -222,7 +244,7 @@ fn failures_and_aborts_have_their_exit_codes() {
 #[test]
 fn bad_input_gets_clear_messages_and_usage_exit_codes() {
     let sb = Sandbox::new(json!(["unused"]));
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &["run", "-p", "hi", "--tools", "read,frobnicate"],
             "unknown tool 'frobnicate'",
@@ -240,10 +262,6 @@ fn bad_input_gets_clear_messages_and_usage_exit_codes() {
             "--workspace /no/such/dir",
         ),
         (&["run"], "nothing to prompt"),
-        (
-            &["run", "-p", "hi", "--mode", "json"],
-            "cannot be used with",
-        ),
     ];
     for (args, needle) in cases {
         let out = run(sb.cmd(args));

@@ -2,6 +2,7 @@
 //! engine and on scripted providers, our RemoteProvider pointed at the server (the provider contract through the
 //! vLLM path), agent sessions, and a bounded load test.
 
+mod cache;
 mod load;
 mod openai;
 mod remote;
@@ -45,12 +46,13 @@ impl TestServer {
 
     /// On the shared real engine.
     pub async fn local(options: ServerOptions) -> Self {
-        Self::start(AppState::local(common::engine().clone(), options)).await
+        let provider = agentd::provider::LocalProvider::new(common::engine().clone());
+        Self::start(AppState::new(Arc::new(provider), options)).await
     }
 
-    /// On any provider (no engine: completions and tokenize answer 501).
+    /// On any provider (one without raw completions or a tokenizer: those routes answer 501).
     pub async fn with_provider(provider: Arc<dyn Provider>, options: ServerOptions) -> Self {
-        Self::start(AppState::new(provider, None, options)).await
+        Self::start(AppState::new(provider, options)).await
     }
 
     pub fn url(&self, path: &str) -> String {
