@@ -18,11 +18,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::{context_tokens, count, model_descriptor, ContextPolicy};
 use super::hooks::{AgentContext, AgentLoopConfig};
-use crate::env::now_ms;
-use crate::transcript::AgentMessage;
 use super::summary;
+use crate::env::now_ms;
 use crate::provider::{collect, CompletionRequest, Message, Sampling, ToolCall, ToolChoice};
 use crate::session::blobs::BlobStore;
+use crate::transcript::AgentMessage;
 
 /// Tool-result text kept per result in the transcript shown to the summariser.
 const MAX_RESULT_CHARS: usize = 2_000;

@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::compaction::Compaction;
 use super::hooks::{AgentContext, AgentLoopConfig};
-use crate::transcript::AgentMessage;
 use crate::provider::{
     estimate_tokens, CompletionRequest, ModelDescriptor, TokenCount, ToolChoice,
 };
+use crate::transcript::AgentMessage;
 
 /// Decides when the transcript must shrink. Like `transform_context`, it never fails: trouble is logged and
 /// answered with `None` (the loop then carries on, and a real overflow ends the turn with the provider's error).

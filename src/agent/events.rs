@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::compaction::{CompactionDetails, CompactionReason};
-use crate::transcript::{AgentMessage, ToolResult};
 use crate::provider::ProviderEvent;
+use crate::transcript::{AgentMessage, ToolResult};
 
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

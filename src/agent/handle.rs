@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{AgentEndReason, AgentEvent};
 use super::hooks::{AgentContext, AgentLoopConfig, MessageSource};
-use crate::transcript::AgentMessage;
 use super::run::{self, Emitter};
 use crate::tools::tool::Tool;
+use crate::transcript::AgentMessage;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::transcript::{AgentMessage, ToolResult};
 use crate::provider::{Message, Provider, Sampling, ToolCall, ToolChoice};
 use crate::tools::policy::Policy;
 use crate::tools::tool::Tool;
+use crate::transcript::{AgentMessage, ToolResult};
 
 /// Rewrites the transcript before each model call (compaction, pruning). Never fails: on trouble it returns
 /// its input.

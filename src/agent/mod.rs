@@ -9,6 +9,7 @@ pub mod hooks;
 pub mod run;
 pub mod summary;
 
+pub use crate::transcript::{convert_to_llm, AgentMessage, AssistantTurn, ToolResult};
 pub use compaction::{
     Compaction, CompactionDetails, CompactionReason, CompactionSettings, Compactor,
 };
@@ -19,5 +20,4 @@ pub use hooks::{
     AfterToolCall, AfterToolCallHook, AgentContext, AgentLoopConfig, BeforeToolCall,
     BeforeToolCallHook,
 };
-pub use crate::transcript::{convert_to_llm, AgentMessage, AssistantTurn, ToolResult};
 pub use run::agent_loop;

@@ -14,9 +14,9 @@ use super::context::prompt_request;
 use super::events::{AgentEndReason, AgentEvent};
 use super::hooks::{AgentContext, AgentLoopConfig, BeforeToolCall};
 use crate::env::now_ms;
-use crate::transcript::{AgentMessage, AssistantTurn, ToolResult};
 use crate::provider::{ContentBlock, ErrorKind, ErrorReason, ProviderEvent, StopReason, ToolCall};
 use crate::tools::tool::{PolicyTag, Tool, ToolContext, ToolError};
+use crate::transcript::{AgentMessage, AssistantTurn, ToolResult};
 
 /// The result text of calls skipped because the user queued a steering message.
 pub const SKIPPED_FOR_STEERING: &str = "Skipped due to queued user message.";

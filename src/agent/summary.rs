@@ -5,8 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::transcript::AgentMessage;
 use crate::provider::{ContentBlock, ToolCall};
+use crate::transcript::AgentMessage;
 
 /// The sections every summary has, in order.
 pub const SECTIONS: [&str; 6] = [

@@ -16,9 +16,13 @@ use super::AppError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendKind {
     Local,
-    Remote { base_url: String },
+    Remote {
+        base_url: String,
+    },
     /// A provider the caller built (described by the label it gave).
-    Given { label: String },
+    Given {
+        label: String,
+    },
 }
 
 /// A ready provider and what it is. Cheap to clone.
@@ -72,7 +76,8 @@ impl Backend {
             if remote.model.trim().is_empty() {
                 remote.model = first_served_model(&remote).await?;
             }
-            let probe = RemoteProvider::new(remote.clone()).map_err(|e| AppError::usage(e.to_string()))?;
+            let probe =
+                RemoteProvider::new(remote.clone()).map_err(|e| AppError::usage(e.to_string()))?;
             let models = probe
                 .discover()
                 .await
@@ -175,8 +180,8 @@ impl Backend {
         };
         if !std::path::Path::new(name).is_file() {
             // Only known models are loaded by name (an unknown one is not looked for on the network).
-            let manifest = crate::engine::manifest::find(name)
-                .map_err(|e| AppError::usage(e.to_string()))?;
+            let manifest =
+                crate::engine::manifest::find(name).map_err(|e| AppError::usage(e.to_string()))?;
             if manifest.name == self.model {
                 return Ok(());
             }

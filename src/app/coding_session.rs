@@ -217,9 +217,10 @@ impl CodingSession {
         choice: &SessionChoice,
     ) -> Result<Self, AppError> {
         let workspace = match &settings.workspace {
-            Some(w) => Some(std::fs::canonicalize(w).map_err(|e| {
-                AppError::usage(format!("workspace {}: {e}", w.display()))
-            })?),
+            Some(w) => Some(
+                std::fs::canonicalize(w)
+                    .map_err(|e| AppError::usage(format!("workspace {}: {e}", w.display())))?,
+            ),
             None => None,
         };
         if let Some(w) = workspace.as_ref().filter(|w| !w.is_dir()) {
@@ -466,7 +467,11 @@ impl CodingSession {
         if !self.inner.persist || self.recorder().is_some() {
             return Ok(());
         }
-        let store = JsonlStore::create(&self.inner.sessions_dir, &self.inner.cwd, StoreOptions::default())?;
+        let store = JsonlStore::create(
+            &self.inner.sessions_dir,
+            &self.inner.cwd,
+            StoreOptions::default(),
+        )?;
         let store = Arc::new(store);
         let agent = self.agent();
         let messages = agent.state().messages;

@@ -99,7 +99,9 @@ fn guidelines(tools: &[String]) -> Vec<&'static str> {
         lines.push("Prefer grep, find and ls over bash for exploring files.");
     }
     if has("recall") {
-        lines.push("A summary's [ref:xxxxxx] lines point at earlier tool results: recall reads one again.");
+        lines.push(
+            "A summary's [ref:xxxxxx] lines point at earlier tool results: recall reads one again.",
+        );
     }
     lines
 }

@@ -36,7 +36,9 @@ pub fn list(dir: &Path) -> Result<Vec<SessionInfo>, AppError> {
 pub fn find(dir: &Path, spec: &str) -> Result<PathBuf, AppError> {
     let spec = spec.trim();
     if spec.is_empty() {
-        return Err(AppError::usage("a session needs a file path or a session id"));
+        return Err(AppError::usage(
+            "a session needs a file path or a session id",
+        ));
     }
     let as_path = PathBuf::from(spec);
     if as_path.is_file() {

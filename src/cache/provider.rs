@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CacheStats, ResponseCache};
 use crate::provider::{
-    CompletionRequest, LocalProvider, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError, ProviderEvent,
-    ProviderStream, RawCompletionRequest, TokenCount, Tokenized, TokenizeRequest,
+    CompletionRequest, LocalProvider, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError,
+    ProviderEvent, ProviderStream, RawCompletionRequest, TokenCount, TokenizeRequest, Tokenized,
 };
 
 /// The prompt part of a cache key.
@@ -291,7 +291,11 @@ impl Provider for CachingProvider {
     }
 
     /// Raw completions are not cached.
-    fn stream_raw(&self, request: RawCompletionRequest, cancel: CancellationToken) -> ProviderStream {
+    fn stream_raw(
+        &self,
+        request: RawCompletionRequest,
+        cancel: CancellationToken,
+    ) -> ProviderStream {
         self.inner.stream_raw(request, cancel)
     }
 

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use agentd::agent::AgentEndReason;
 
-use agentd::app::{sessions, SessionChoice};
 use super::agent_setup::{exit, finish, AgentArgs, CodingSession, Failure};
+use agentd::app::{sessions, SessionChoice};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {

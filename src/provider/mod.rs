@@ -87,7 +87,11 @@ pub trait Provider: Send + Sync {
 
     /// A raw-text completion (no chat template, no tools). Providers that cannot do it end the stream with an
     /// `unsupported` error.
-    fn stream_raw(&self, request: RawCompletionRequest, cancel: CancellationToken) -> ProviderStream {
+    fn stream_raw(
+        &self,
+        request: RawCompletionRequest,
+        cancel: CancellationToken,
+    ) -> ProviderStream {
         let _ = (request, cancel);
         unsupported_stream("raw text completions are not available from this provider")
     }
@@ -242,12 +246,12 @@ impl ProviderError {
             EngineError::PromptTooLong { .. } => ProviderError::ContextOverflow {
                 message: e.to_string(),
             },
-            EngineError::InvalidSampling(_)
-            | EngineError::EmptyPrompt
-            | EngineError::Schema(_) => ProviderError::InvalidRequest {
-                status: 400,
-                message: e.to_string(),
-            },
+            EngineError::InvalidSampling(_) | EngineError::EmptyPrompt | EngineError::Schema(_) => {
+                ProviderError::InvalidRequest {
+                    status: 400,
+                    message: e.to_string(),
+                }
+            }
             other => ProviderError::Engine(other),
         }
     }

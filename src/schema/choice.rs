@@ -59,7 +59,9 @@ impl ToolChoice {
             Self::Auto => Value::from("auto"),
             Self::None => Value::from("none"),
             Self::Required => Value::from("required"),
-            Self::Tool { name } => serde_json::json!({"type": "function", "function": {"name": name}}),
+            Self::Tool { name } => {
+                serde_json::json!({"type": "function", "function": {"name": name}})
+            }
         }
     }
 
@@ -185,10 +187,14 @@ mod tests {
             ToolChoice::from_openai(&json!("required")).unwrap(),
             ToolChoice::Required
         );
-        let named = ToolChoice::from_openai(&json!({"type": "function", "function": {"name": "f"}}))
-            .unwrap();
+        let named =
+            ToolChoice::from_openai(&json!({"type": "function", "function": {"name": "f"}}))
+                .unwrap();
         assert_eq!(named, ToolChoice::Tool { name: "f".into() });
-        assert_eq!(named.to_openai(), json!({"type": "function", "function": {"name": "f"}}));
+        assert_eq!(
+            named.to_openai(),
+            json!({"type": "function", "function": {"name": "f"}})
+        );
         assert_eq!(
             serde_json::to_value(&named).unwrap(),
             json!({"type": "tool", "name": "f"})
@@ -217,7 +223,8 @@ mod tests {
                 strict: false
             }
         );
-        let back: ResponseFormat = serde_json::from_value(serde_json::to_value(&f).unwrap()).unwrap();
+        let back: ResponseFormat =
+            serde_json::from_value(serde_json::to_value(&f).unwrap()).unwrap();
         assert_eq!(back, f);
         assert!(matches!(
             ResponseFormat::from_openai(&json!({"type": "xml"})),

@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::app::AppError;
-use crate::session::SessionError;
 use crate::provider::{ErrorKind, ProviderError};
+use crate::session::SessionError;
 
 /// An error answer. What the client should do is implied by the status (see the module doc).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::entry::{EntryKind, SessionEntry, SessionHeader};
 use super::{Location, SessionError};
 use crate::env::now_ms;
-use crate::transcript::AgentMessage;
 use crate::provider::ContentBlock;
+use crate::transcript::AgentMessage;
 
 /// The model in effect on a path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

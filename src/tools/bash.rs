@@ -21,11 +21,11 @@ use serde_json::json;
 use tokio::io::AsyncReadExt as _;
 use tokio::time::Instant;
 
-use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, truncate_tail, Limits, TruncatedBy};
+use crate::schema::ToolSpec;
 
 /// How long to keep reading after the shell exited, for output still in flight (or held by background jobs).
 const EXIT_GRACE: Duration = Duration::from_millis(200);

@@ -11,11 +11,11 @@ use similar::{DiffTag, TextDiff};
 
 use super::policy::resolve_path;
 use super::read::binary_reason;
-use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::write::atomic_write;
+use crate::schema::ToolSpec;
 
 const BOM: char = '\u{feff}';
 

@@ -12,11 +12,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::policy::resolve_path;
-use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
+use crate::schema::ToolSpec;
 
 /// Results returned when the call gives no limit.
 pub const DEFAULT_FIND_LIMIT: usize = 1000;

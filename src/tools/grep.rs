@@ -15,13 +15,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::find::{walk_builder, PathGlob};
 use super::policy::resolve_path;
-use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{
     format_size, truncate_head, truncate_line, Limits, DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS,
 };
+use crate::schema::ToolSpec;
 
 /// Matches returned when the call gives no limit.
 pub const DEFAULT_GREP_LIMIT: usize = 100;

@@ -10,11 +10,11 @@ use serde_json::json;
 
 use super::find::walk_builder;
 use super::policy::resolve_path;
-use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
+use crate::schema::ToolSpec;
 
 /// Entries listed when the call gives no limit.
 pub const DEFAULT_LS_LIMIT: usize = 500;

@@ -7,11 +7,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::policy::resolve_path;
-use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, split_lines, truncate_head, Limits, DEFAULT_MAX_BYTES};
+use crate::schema::ToolSpec;
 
 /// How many leading bytes are inspected to decide whether a file is binary.
 const BINARY_SNIFF_BYTES: usize = 8 * 1024;

@@ -8,10 +8,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
+use crate::schema::ToolSpec;
 use crate::session::blobs::BlobStore;
 
 /// Arguments of `recall`.

@@ -10,9 +10,9 @@ use super::find::FindTool;
 use super::grep::GrepTool;
 use super::ls::LsTool;
 use super::read::ReadTool;
-use crate::schema::ToolSpec;
 use super::tool::Tool;
 use super::write::WriteTool;
+use crate::schema::ToolSpec;
 
 /// The built-in tools, in the order `ToolRegistry::coding` registers them.
 pub const BUILTIN_TOOL_NAMES: [&str; 7] = ["read", "write", "edit", "bash", "ls", "find", "grep"];

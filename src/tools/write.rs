@@ -11,10 +11,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::policy::resolve_path;
-use crate::schema::ToolSpec;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
+use crate::schema::ToolSpec;
 
 /// Arguments of `write`.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -195,8 +195,22 @@ fn json_mode_streams_every_event_as_one_json_line() {
 #[test]
 fn print_flag_combines_with_json_mode_in_either_order() {
     for args in [
-        ["run", "-p", "--mode", "json", "--no-session", "read my notes"],
-        ["run", "--mode", "json", "-p", "--no-session", "read my notes"],
+        [
+            "run",
+            "-p",
+            "--mode",
+            "json",
+            "--no-session",
+            "read my notes",
+        ],
+        [
+            "run",
+            "--mode",
+            "json",
+            "-p",
+            "--no-session",
+            "read my notes",
+        ],
     ] {
         let sb = Sandbox::new(read_then_answer());
         std::fs::write(sb.cwd.join("notes.txt"), "milk\n").unwrap();

@@ -4,7 +4,6 @@
 
 use std::sync::OnceLock;
 
-use agentd::schema::SchemaError;
 use agentd::engine::constraint::assemble::{OutputAssembler, OutputDelta};
 use agentd::engine::constraint::format::ToolCallFormat;
 use agentd::engine::constraint::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
@@ -12,6 +11,7 @@ use agentd::engine::generate::FinishReason;
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::tokenizer::Tokenizer;
 use agentd::engine::EngineError;
+use agentd::schema::SchemaError;
 use agentd::schema::ToolSpec;
 use serde_json::{json, Value};
 
@@ -316,7 +316,9 @@ fn bad_input_is_a_clear_error() {
         "{e}"
     );
     // tool_choice naming a tool that is not there.
-    let e = compile_err(&spec(ToolChoice::Tool { name: "delete".into() }));
+    let e = compile_err(&spec(ToolChoice::Tool {
+        name: "delete".into(),
+    }));
     assert!(
         matches!(&e, EngineError::Schema(SchemaError::InvalidToolChoice(m)) if m.contains("delete")),
         "{e}"
@@ -324,7 +326,9 @@ fn bad_input_is_a_clear_error() {
     // Duplicate names.
     let mut dup = spec(ToolChoice::Auto);
     dup.tools.push(dup.tools[0].clone());
-    assert!(matches!(compile_err(&dup), EngineError::Schema(SchemaError::DuplicateToolName(n)) if n == "get_weather"));
+    assert!(
+        matches!(compile_err(&dup), EngineError::Schema(SchemaError::DuplicateToolName(n)) if n == "get_weather")
+    );
     // `required` with no tools.
     let required = ConstraintSpec {
         tool_choice: ToolChoice::Required,

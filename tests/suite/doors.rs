@@ -236,7 +236,10 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
         );
     }
     let http_ref = only_ref(&http_file);
-    assert_eq!(http_ref, reference, "the same result was dropped and stored");
+    assert_eq!(
+        http_ref, reference,
+        "the same result was dropped and stored"
+    );
     for r in replies(&part_two(&http_ref)) {
         provider.push(r);
     }
@@ -267,7 +270,10 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
     assert_eq!(cli.len(), 2, "two compactions: {cli:#?}");
     assert_eq!(cli, http);
     let first = cli[0]["summary"].as_str().unwrap();
-    assert!(first.contains(&format!("[ref:{}", &reference[..6])), "{first}");
+    assert!(
+        first.contains(&format!("[ref:{}", &reference[..6])),
+        "{first}"
+    );
     assert!(first.contains("summary 1"), "{first}");
     server.shutdown().await.unwrap();
 }

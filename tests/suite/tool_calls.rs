@@ -4,14 +4,14 @@
 
 use std::sync::OnceLock;
 
-use agentd::schema::SchemaError;
 use agentd::engine::constraint::assemble::OutputDelta;
-use agentd::schema::compile::{validator, violations};
 use agentd::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
 use agentd::engine::generate::{FinishReason, GenerateEvent, GenerateRequest};
 use agentd::engine::prompt::render_chat;
 use agentd::engine::sampler::SamplingParams;
 use agentd::engine::{Completion, Engine, EngineError, EngineOptions};
+use agentd::schema::compile::{validator, violations};
+use agentd::schema::SchemaError;
 use agentd::schema::ToolSpec;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -255,11 +255,16 @@ fn bad_requests_fail_before_generation() {
         SamplingParams::greedy(),
         8,
     );
-    req.constraint = Some(tools_spec(ToolChoice::Tool { name: "delete_everything".into() }));
+    req.constraint = Some(tools_spec(ToolChoice::Tool {
+        name: "delete_everything".into(),
+    }));
     let err = engine
         .generate_blocking(req, CancellationToken::new(), |_| {})
         .unwrap_err();
-    assert!(matches!(err, EngineError::Schema(SchemaError::InvalidToolChoice(_))), "{err}");
+    assert!(
+        matches!(err, EngineError::Schema(SchemaError::InvalidToolChoice(_))),
+        "{err}"
+    );
 }
 
 #[test]
@@ -268,7 +273,9 @@ fn async_stream_shows_argument_fragments() {
     let req = request(
         engine,
         "Read README.md",
-        tools_spec(ToolChoice::Tool { name: "read_file".into() }),
+        tools_spec(ToolChoice::Tool {
+            name: "read_file".into(),
+        }),
         SamplingParams::greedy(),
         64,
     );
@@ -347,7 +354,9 @@ fn qwen_calls_through_its_special_tokens() {
     let close = engine.tokenizer().token_id("</tool_call>").unwrap();
     for choice in [
         ToolChoice::Required,
-        ToolChoice::Tool { name: "get_weather".into() },
+        ToolChoice::Tool {
+            name: "get_weather".into(),
+        },
     ] {
         let mut spec = tools_spec(choice.clone());
         spec.parallel_tool_calls = false;

@@ -8,7 +8,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentMessage, CompactionReason};
-use crate::session::{EntryKind, JsonlStore, SessionEntry, SessionInfo, SessionStore, StoreOptions};
+use crate::session::{
+    EntryKind, JsonlStore, SessionEntry, SessionInfo, SessionStore, StoreOptions,
+};
 
 use super::{config_of, lock, AppError, CodingSession};
 use crate::app::sessions;
@@ -32,9 +34,8 @@ impl CodingSession {
     pub async fn resume(&self, spec: &str) -> Result<PathBuf, AppError> {
         self.require_idle()?;
         let path = sessions::find(&self.inner.sessions_dir, spec)?;
-        let store = JsonlStore::open(&path, StoreOptions::default()).map_err(|e| {
-            AppError::usage(format!("cannot open session {}: {e}", path.display()))
-        })?;
+        let store = JsonlStore::open(&path, StoreOptions::default())
+            .map_err(|e| AppError::usage(format!("cannot open session {}: {e}", path.display())))?;
         let agent = self.fresh_agent()?;
         self.attach(agent, Arc::new(store)).await?;
         Ok(path)
@@ -121,7 +122,11 @@ impl CodingSession {
     }
 
     /// Continues from entry `from` (`None`: a new root), recording `summary` of the branch left when given.
-    pub async fn branch(&self, from: Option<&str>, summary: Option<String>) -> Result<(), AppError> {
+    pub async fn branch(
+        &self,
+        from: Option<&str>,
+        summary: Option<String>,
+    ) -> Result<(), AppError> {
         self.require_idle()?;
         let recorder = self.require_recorder()?;
         recorder.branch(&self.agent(), from, summary).await?;

@@ -32,8 +32,8 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 use tokio::sync::mpsc;
 
-use agentd::app::SessionChoice;
 use super::agent_setup::{exit, finish, AgentArgs, CodingSession, Failure};
+use agentd::app::SessionChoice;
 use app::{App, UiEvent};
 
 #[derive(Debug, clap::Args)]

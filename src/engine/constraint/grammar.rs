@@ -21,8 +21,8 @@ use llguidance::api::TopLevelGrammar;
 use serde_json::Value;
 
 use super::format::ToolCallFormat;
-use crate::schema::compile::{close_objects, with_compact_options};
 use super::{ConstraintSpec, ResponseFormat, ToolChoice};
+use crate::schema::compile::{close_objects, with_compact_options};
 
 /// Free text that never contains `<tool_call>` (special tokens are never text: their bytes are not UTF-8).
 const HERMES_TEXT: &str = r"TEXT: /(?s:.*)/ & ~/(?s:.*)<tool_call>(?s:.*)/";

@@ -23,8 +23,8 @@ use toktrie_hf_tokenizers::ByteTokenizer;
 use super::error::{EngineError, Result};
 use super::sampler::Sampler;
 use super::tokenizer::Tokenizer;
-pub use crate::schema::{ResponseFormat, ToolChoice};
 use crate::schema::compile as schema;
+pub use crate::schema::{ResponseFormat, ToolChoice};
 use crate::schema::{SchemaError, ToolSpec};
 use assemble::OutputAssembler;
 use format::ToolCallFormat;
@@ -186,15 +186,17 @@ impl GrammarFactory {
         let parser = self
             .factory
             .create_parser(source.to_top_level())
-            .map_err(|e| EngineError::from(schema::classify_llguidance_error(&format!("{e:#}"), what)))?;
+            .map_err(|e| {
+                EngineError::from(schema::classify_llguidance_error(&format!("{e:#}"), what))
+            })?;
         let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
             return Err(schema::classify_llguidance_error(&e, what).into());
         }
         // An empty language shows as a first step that allows nothing.
-        let first = matcher
-            .compute_mask()
-            .map_err(|e| EngineError::from(schema::classify_llguidance_error(&format!("{e:#}"), what)))?;
+        let first = matcher.compute_mask().map_err(|e| {
+            EngineError::from(schema::classify_llguidance_error(&format!("{e:#}"), what))
+        })?;
         if first.is_zero() {
             return Err(SchemaError::EmptyLanguage {
                 what: what.into(),

@@ -20,9 +20,9 @@ use super::super::prompt::render_chat;
 use super::super::sampler::SamplingParams;
 use super::super::tokenizer::Tokenizer;
 use super::format::ToolCallFormat;
-use crate::schema::SchemaError;
-use crate::schema::compile::{to_compact_string, validator, violations};
 use super::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
+use crate::schema::compile::{to_compact_string, validator, violations};
+use crate::schema::SchemaError;
 
 /// One schema file.
 #[derive(Debug, Clone)]

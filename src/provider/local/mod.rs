@@ -21,8 +21,8 @@ use super::events::{spawn_stream, EventSender};
 use super::remote::wire;
 use super::{
     CompletionRequest, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError, ProviderStream,
-    RawCompletionRequest, ResponseFormat, StopReason, TokenCount, TokenLogprob, Tokenized,
-    TokenizeRequest, ToolChoice, TopLogprob, Usage,
+    RawCompletionRequest, ResponseFormat, StopReason, TokenCount, TokenLogprob, TokenizeRequest,
+    Tokenized, ToolChoice, TopLogprob, Usage,
 };
 use crate::engine::constraint::assemble::{OutputAssembler, OutputDelta};
 use crate::engine::constraint::format::ToolCallFormat;
@@ -165,7 +165,11 @@ impl Provider for LocalProvider {
         })
     }
 
-    fn stream_raw(&self, request: RawCompletionRequest, cancel: CancellationToken) -> ProviderStream {
+    fn stream_raw(
+        &self,
+        request: RawCompletionRequest,
+        cancel: CancellationToken,
+    ) -> ProviderStream {
         let this = self.clone();
         spawn_stream(cancel, move |tx, cancel| async move {
             this.run_raw(request, tx, cancel).await
@@ -256,8 +260,11 @@ impl LocalProvider {
         };
         let mut calls = CallMap::default();
         let mut assembler = self.engine.assembler(&gen);
-        let mut events =
-            raw::EngineEvents::new(self.engine.generate(gen, request.cache_key.clone(), cancel.clone()));
+        let mut events = raw::EngineEvents::new(self.engine.generate(
+            gen,
+            request.cache_key.clone(),
+            cancel.clone(),
+        ));
         let mut output = 0u64;
         loop {
             let Some(ev) = events.next(&cancel).await else {

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::super::assemble::Assembler;
 use super::super::events::EventSender;
 use super::super::{
-    ProviderError, RawCompletionRequest, RawPrompt, StopReason, Tokenized, TokenizeInput, Usage,
+    ProviderError, RawCompletionRequest, RawPrompt, StopReason, TokenizeInput, Tokenized, Usage,
 };
 use super::{render_prompt, LocalProvider, CANCEL_GRACE};
 use crate::engine::generate::{FinishReason, GenerateEvent, GenerateRequest};

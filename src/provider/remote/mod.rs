@@ -30,7 +30,7 @@ pub use config::{Compat, MaxTokensField, RemoteConfig, Retry, Timeouts};
 use super::events::spawn_stream;
 use super::{
     CompletionRequest, ModelDescriptor, Provider, ProviderError, ProviderStream,
-    RawCompletionRequest, TimeoutKind, TokenCount, Tokenized, TokenizeRequest,
+    RawCompletionRequest, TimeoutKind, TokenCount, TokenizeRequest, Tokenized,
 };
 use config::Resolved;
 
@@ -227,9 +227,15 @@ impl Provider for RemoteProvider {
         true
     }
 
-    fn stream_raw(&self, request: RawCompletionRequest, cancel: CancellationToken) -> ProviderStream {
+    fn stream_raw(
+        &self,
+        request: RawCompletionRequest,
+        cancel: CancellationToken,
+    ) -> ProviderStream {
         let shared = self.shared.clone();
-        spawn_stream(cancel, move |tx, cancel| raw::run(shared, request, tx, cancel))
+        spawn_stream(cancel, move |tx, cancel| {
+            raw::run(shared, request, tx, cancel)
+        })
     }
 
     async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, ProviderError> {

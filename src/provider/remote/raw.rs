@@ -36,9 +36,8 @@ pub(super) async fn run(
     let response = match http::post(&shared, &url, &body, &model, &cancel).await {
         Ok(r) => r,
         Err(ProviderError::NotFound { .. }) => {
-            let e = ProviderError::Unsupported(
-                "the remote server has no /completions endpoint".into(),
-            );
+            let e =
+                ProviderError::Unsupported("the remote server has no /completions endpoint".into());
             return out.fail(&e, Usage::default());
         }
         Err(e) => return out.fail(&e, Usage::default()),

@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::super::local::render_prompt;
 use super::super::{
-    estimate_tokens, model_or_default, CompletionRequest, ProviderError, TokenCount, Tokenized,
-    TokenizeInput, TokenizeRequest,
+    estimate_tokens, model_or_default, CompletionRequest, ProviderError, TokenCount, TokenizeInput,
+    TokenizeRequest, Tokenized,
 };
 use super::{wire, Shared};
 use crate::engine::constraint::format::ToolCallFormat;
@@ -139,7 +139,11 @@ pub(super) async fn tokenize(
     request: TokenizeRequest,
 ) -> Result<Tokenized, ProviderError> {
     let model = if request.model.is_empty() {
-        shared.models().first().map(|m| m.id.clone()).unwrap_or_default()
+        shared
+            .models()
+            .first()
+            .map(|m| m.id.clone())
+            .unwrap_or_default()
     } else {
         request.model.clone()
     };
@@ -194,9 +198,9 @@ pub(super) async fn detokenize(
 /// A 404/405 from a root endpoint means the server does not offer it.
 fn missing(what: &'static str) -> impl Fn(ProviderError) -> ProviderError {
     move |e| match e {
-        ProviderError::NotFound { .. } => ProviderError::Unsupported(format!(
-            "the remote server has no /{what} endpoint"
-        )),
+        ProviderError::NotFound { .. } => {
+            ProviderError::Unsupported(format!("the remote server has no /{what} endpoint"))
+        }
         other => other,
     }
 }

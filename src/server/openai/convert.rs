@@ -5,12 +5,12 @@
 use serde_json::Value;
 
 use super::types::{ChatCompletionRequest, ChatMessage, Content, StopField};
-use crate::schema::SchemaError;
 use crate::provider::{
     AssistantMessage, CompletionRequest, ContentBlock, InvalidToolCall, InvalidToolCallKind,
     Message, ResponseFormat, Sampling, ToolCall, ToolChoice, ToolResultMessage, ToolSpec,
     UserMessage,
 };
+use crate::schema::SchemaError;
 use crate::server::error::ApiError;
 
 /// The most alternatives `top_logprobs` may ask for (OpenAI's and vLLM's default limit).
@@ -138,16 +138,20 @@ pub fn chat_request(
 
 /// Validates tools, `tool_choice` and `response_format` together, as the engine will (400 on failure).
 fn check_constraint(request: &CompletionRequest) -> Result<(), ApiError> {
-    crate::schema::check_request(&request.tools, &request.tool_choice, &request.response_format)
-        .map_err(|e| {
-            let param = match e {
-                SchemaError::InvalidToolChoice(_) => "tool_choice",
-                SchemaError::InvalidTool { .. } | SchemaError::DuplicateToolName(_) => "tools",
-                _ if request.response_format != ResponseFormat::Text => "response_format",
-                _ => "tools",
-            };
-            ApiError::invalid_param(param, e.to_string())
-        })
+    crate::schema::check_request(
+        &request.tools,
+        &request.tool_choice,
+        &request.response_format,
+    )
+    .map_err(|e| {
+        let param = match e {
+            SchemaError::InvalidToolChoice(_) => "tool_choice",
+            SchemaError::InvalidTool { .. } | SchemaError::DuplicateToolName(_) => "tools",
+            _ if request.response_format != ResponseFormat::Text => "response_format",
+            _ => "tools",
+        };
+        ApiError::invalid_param(param, e.to_string())
+    })
 }
 
 /// Sampling settings, checked against the engine's ranges (the error names the parameter).

@@ -9,9 +9,9 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::provider::{
-    AssistantMessage, CompletionRequest, ErrorKind, ErrorReason, ModelDescriptor, PrefixCacheCounts, Provider,
-    ProviderError, ProviderEvent, ProviderStream, RawCompletionRequest, StopReason, TokenCount,
-    Tokenized, TokenizeRequest, Usage,
+    AssistantMessage, CompletionRequest, ErrorKind, ErrorReason, ModelDescriptor,
+    PrefixCacheCounts, Provider, ProviderError, ProviderEvent, ProviderStream,
+    RawCompletionRequest, StopReason, TokenCount, TokenizeRequest, Tokenized, Usage,
 };
 use crate::server::admission::Admission;
 use crate::server::metrics::{Finished, Metrics};
@@ -155,7 +155,11 @@ impl Provider for GatedProvider {
         self.inner.supports_logprobs()
     }
 
-    fn stream_raw(&self, request: RawCompletionRequest, cancel: CancellationToken) -> ProviderStream {
+    fn stream_raw(
+        &self,
+        request: RawCompletionRequest,
+        cancel: CancellationToken,
+    ) -> ProviderStream {
         self.inner.stream_raw(request, cancel)
     }
 

@@ -34,9 +34,7 @@ use tokio::sync::mpsc;
 
 use super::{GatedProvider, Session, SessionInfo};
 use crate::agent::AgentEvent;
-use crate::app::{
-    sessions, Backend, CodingSession, SessionChoice, SessionSettings, RECALL_TOOL,
-};
+use crate::app::{sessions, Backend, CodingSession, SessionChoice, SessionSettings, RECALL_TOOL};
 use crate::env::now_unix;
 use crate::server::error::ApiError;
 use crate::server::{parse_json, sse, AppState};

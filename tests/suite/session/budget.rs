@@ -11,15 +11,15 @@ use agentd::agent::summary::SUMMARY_SYSTEM_PROMPT;
 use agentd::agent::{
     Agent, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig, AgentMessage,
 };
+use agentd::app::Recorder;
 use agentd::provider::{
     collect, estimate_tokens, CompletionRequest, ErrorKind, LocalProvider, ModelDescriptor,
     Provider, ProviderError, ProviderStream, Sampling, ScriptedProvider, ScriptedReply, TokenCount,
 };
-use agentd::app::Recorder;
+use agentd::schema::ToolSpec;
 use agentd::session::{EntryKind, JsonlStore, SessionStore, StoreOptions};
 use agentd::tools::read::ReadTool;
 use agentd::tools::recall::RecallTool;
-use agentd::schema::ToolSpec;
 use agentd::tools::tool::{PolicyTag, Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use futures::FutureExt;
