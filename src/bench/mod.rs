@@ -1,11 +1,15 @@
 //! Benchmark building blocks that `agentd bench` and the integration tests share: a streaming OpenAI Chat
 //! Completions client that times every chunk as it arrives ([`openai_client`]), and the pure arithmetic over
-//! those timings ([`metrics`]): percentiles, per-metric summaries, the share of valid tool calls, A/B pairing.
+//! those timings ([`metrics`]): percentiles, per-metric summaries, the share of valid tool calls, A/B pairing;
+//! the loopback load generator of `agentd bench load` ([`loadgen`]); the JSON Schema validity suite of
+//! `agentd bench schemas` ([`schema_suite`]).
 //!
 //! Nothing here asserts a speed: the CLI prints what it measures, the tests check the arithmetic.
 
+pub mod loadgen;
 pub mod metrics;
 pub mod openai_client;
+pub mod schema_suite;
 
 pub use metrics::{
     ab_schedule, pair_ratios, percentile, CallRecord, Distribution, PairedRatios, RequestSample,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use agentd::server::loadgen::{self, LoadOptions};
+use agentd::bench::loadgen::{self, LoadOptions};
 use agentd::server::{self, AppState, ServerOptions};
 use anyhow::Context;
 use serde::Serialize;

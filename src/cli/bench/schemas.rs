@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use agentd::engine::constraint::suite::{self, CaseReport, Generation, SuiteSummary};
+use agentd::bench::schema_suite::{self as suite, CaseReport, Generation, SuiteSummary};
 use anyhow::Context;
 use serde::Serialize;
 

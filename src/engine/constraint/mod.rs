@@ -13,7 +13,6 @@ pub mod assemble;
 pub mod format;
 pub mod grammar;
 pub mod schema;
-pub mod suite;
 
 use std::time::Instant;
 

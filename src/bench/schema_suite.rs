@@ -13,15 +13,15 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::super::actor::Engine;
-use super::super::error::{EngineError, Result};
-use super::super::generate::{FinishReason, GenerateRequest};
-use super::super::prompt::render_chat;
-use super::super::sampler::SamplingParams;
-use super::super::tokenizer::Tokenizer;
-use super::format::ToolCallFormat;
-use super::schema::{to_compact_string, validator, violations};
-use super::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
+use crate::engine::actor::Engine;
+use crate::engine::constraint::format::ToolCallFormat;
+use crate::engine::constraint::schema::{to_compact_string, validator, violations};
+use crate::engine::constraint::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
+use crate::engine::error::{EngineError, Result};
+use crate::engine::generate::{FinishReason, GenerateRequest};
+use crate::engine::prompt::render_chat;
+use crate::engine::sampler::SamplingParams;
+use crate::engine::tokenizer::Tokenizer;
 
 /// One schema file.
 #[derive(Debug, Clone)]
