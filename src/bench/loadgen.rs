@@ -1,13 +1,16 @@
 //! A loopback load generator for the server (the client side of `agentd bench load` and of the load test):
 //! many concurrent streaming chat clients, some of which hang up after their first token. Every finished
 //! response is checked for the stream's shape (role chunk first, one id, exactly one `finish_reason`, the usage
-//! chunk, `[DONE]` last); timings give throughput and time-to-first-token percentiles.
+//! chunk, `[DONE]` last); timings give throughput and time-to-first-token percentiles. The event stream is read
+//! with the remote provider's [`SseParser`], so the bench frames SSE exactly as agentd's own client does.
 
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
+
+use crate::provider::remote::sse::{SseEvent, SseParser};
 
 /// What load to send.
 #[derive(Debug, Clone)]
@@ -209,41 +212,35 @@ async fn one(
         return outcome;
     }
     let mut body = resp.bytes_stream();
-    let mut buf = String::new();
+    let mut parser = SseParser::new();
     let mut events: Vec<Value> = Vec::new();
-    'read: while let Some(chunk) = body.next().await {
-        let Ok(chunk) = chunk else {
-            outcome.error = Some("the stream broke off".into());
-            break;
-        };
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else {
-                continue;
-            };
-            let ev: Value = if data == "[DONE]" {
-                Value::String(data.into())
-            } else {
-                match serde_json::from_str(data) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        outcome.error = Some(format!("an event is not JSON ({e}): {data}"));
-                        break 'read;
-                    }
-                }
-            };
-            let content = ev["choices"][0]["delta"]["content"]
-                .as_str()
-                .is_some_and(|s| !s.is_empty());
-            if content && outcome.ttft.is_none() {
-                outcome.ttft = Some(started.elapsed().as_secs_f64());
-                if disconnect {
-                    outcome.disconnected = true;
-                    break 'read;
-                }
+    let mut ended = false;
+    while !ended {
+        let batch = match body.next().await {
+            Some(Ok(chunk)) => parser.push(&chunk),
+            Some(Err(_)) => {
+                outcome.error = Some("the stream broke off".into());
+                break;
             }
-            events.push(ev);
+            None => {
+                ended = true;
+                parser.finish()
+            }
+        };
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(e) => {
+                outcome.error = Some(format!("a malformed event stream: {e}"));
+                break;
+            }
+        };
+        match take_events(batch, &mut events, &mut outcome, started, disconnect) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                outcome.error = Some(e);
+                break;
+            }
         }
     }
     drop(body);
@@ -258,6 +255,37 @@ async fn one(
         }
     }
     outcome
+}
+
+/// Records the `data` payloads of `batch` (`[DONE]` as the JSON string `"[DONE]"`), stamping the first content
+/// chunk. `Ok(true)`: this request hangs up now (its first token arrived and it is one that disconnects).
+fn take_events(
+    batch: Vec<SseEvent>,
+    events: &mut Vec<Value>,
+    outcome: &mut Outcome,
+    started: Instant,
+    disconnect: bool,
+) -> Result<bool, String> {
+    for SseEvent { data, .. } in batch {
+        let ev: Value = if data == "[DONE]" {
+            Value::String(data)
+        } else {
+            serde_json::from_str(&data)
+                .map_err(|e| format!("an event is not JSON ({e}): {data}"))?
+        };
+        let content = ev["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty());
+        if content && outcome.ttft.is_none() {
+            outcome.ttft = Some(started.elapsed().as_secs_f64());
+            if disconnect {
+                outcome.disconnected = true;
+                return Ok(true);
+            }
+        }
+        events.push(ev);
+    }
+    Ok(false)
 }
 
 /// Checks a whole streamed chat answer; returns its usage (prompt, completion).
@@ -327,6 +355,33 @@ mod tests {
         assert_eq!(percentile(&v, 99.0), 99.0);
         assert_eq!(percentile(&[3.0], 99.0), 3.0);
         assert!(percentile(&[], 50.0).is_nan());
+    }
+
+    /// The bytes go through the provider's SSE parser: CRLF framing and keep-alive comments are fine, and the
+    /// first content chunk is stamped.
+    #[test]
+    fn reads_events_with_the_provider_parser() {
+        let mut parser = SseParser::new();
+        let mut batch = parser
+            .push(b": keep-alive\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\r\n\r\ndata: [DO")
+            .unwrap();
+        batch.extend(parser.push(b"NE]").unwrap());
+        batch.extend(parser.finish().unwrap());
+        let mut outcome = Outcome {
+            client: 0,
+            disconnected: false,
+            ttft: None,
+            e2e: 0.0,
+            completion_tokens: 0,
+            prompt_tokens: 0,
+            error: None,
+        };
+        let mut events = Vec::new();
+        let hang_up = take_events(batch, &mut events, &mut outcome, Instant::now(), false);
+        assert_eq!(hang_up, Ok(false));
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1], json!("[DONE]"));
+        assert!(outcome.ttft.is_some());
     }
 
     #[test]
