@@ -10,6 +10,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::stats::Distribution;
 use crate::provider::remote::sse::{SseEvent, SseParser};
 
 /// What load to send.
@@ -52,7 +53,7 @@ pub struct LoadReport {
     pub wall_secs: f64,
 }
 
-/// Percentiles and rates of a report.
+/// Percentiles (as [`super::stats`] defines them; NaN when there is no value) and rates of a report.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadSummary {
     pub requests: usize,
@@ -68,17 +69,6 @@ pub struct LoadSummary {
     pub e2e_p99: f64,
 }
 
-/// The `p`-th percentile (0–100) by nearest rank; NaN for no values.
-pub fn percentile(values: &[f64], p: f64) -> f64 {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
 impl LoadReport {
     pub fn failures(&self) -> Vec<&Outcome> {
         self.outcomes.iter().filter(|o| o.error.is_some()).collect()
@@ -91,7 +81,9 @@ impl LoadReport {
             .filter(|o| o.error.is_none() && !o.disconnected)
             .collect();
         let ttft: Vec<f64> = self.outcomes.iter().filter_map(|o| o.ttft).collect();
+        let ttft = Distribution::of(&ttft);
         let e2e: Vec<f64> = done.iter().map(|o| o.e2e).collect();
+        let e2e = Distribution::of(&e2e);
         let tokens: u64 = done.iter().map(|o| o.completion_tokens).sum();
         LoadSummary {
             requests: self.outcomes.len(),
@@ -101,10 +93,10 @@ impl LoadReport {
             wall_secs: self.wall_secs,
             requests_per_sec: done.len() as f64 / self.wall_secs.max(1e-9),
             output_tokens_per_sec: tokens as f64 / self.wall_secs.max(1e-9),
-            ttft_p50: percentile(&ttft, 50.0),
-            ttft_p99: percentile(&ttft, 99.0),
-            e2e_p50: percentile(&e2e, 50.0),
-            e2e_p99: percentile(&e2e, 99.0),
+            ttft_p50: ttft.map_or(f64::NAN, |d| d.p50),
+            ttft_p99: ttft.map_or(f64::NAN, |d| d.p99),
+            e2e_p50: e2e.map_or(f64::NAN, |d| d.p50),
+            e2e_p99: e2e.map_or(f64::NAN, |d| d.p99),
         }
     }
 }
@@ -336,26 +328,9 @@ pub fn check_stream(events: &[Value]) -> Result<(u64, u64), String> {
     }
 }
 
-/// This process's resident memory in MiB (Linux `VmRSS`); `None` elsewhere.
-pub fn rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50.0), 50.0);
-        assert_eq!(percentile(&v, 99.0), 99.0);
-        assert_eq!(percentile(&[3.0], 99.0), 3.0);
-        assert!(percentile(&[], 50.0).is_nan());
-    }
 
     /// The bytes go through the provider's SSE parser: CRLF framing and keep-alive comments are fine, and the
     /// first content chunk is stamped.

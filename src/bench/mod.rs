@@ -1,6 +1,7 @@
 //! Benchmark building blocks that `agentd bench` and the integration tests share: a streaming OpenAI Chat
 //! Completions client that times every chunk as it arrives ([`openai_client`]), and the pure arithmetic over
-//! those timings ([`metrics`]): percentiles, per-metric summaries, the share of valid tool calls, A/B pairing;
+//! those timings ([`metrics`]): per-metric summaries, the share of valid tool calls, A/B pairing; the one
+//! percentile definition every bench uses ([`stats`]);
 //! the loopback load generator of `agentd bench load` ([`loadgen`]); the JSON Schema validity suite of
 //! `agentd bench schemas` ([`schema_suite`]).
 //!
@@ -10,12 +11,13 @@ pub mod loadgen;
 pub mod metrics;
 pub mod openai_client;
 pub mod schema_suite;
+pub mod stats;
 
 pub use metrics::{
-    ab_schedule, pair_ratios, percentile, CallRecord, Distribution, PairedRatios, RequestSample,
-    Side, Summary,
+    ab_schedule, pair_ratios, CallRecord, PairedRatios, RequestSample, Side, Summary,
 };
 pub use openai_client::{request_body, ChatClient};
+pub use stats::{percentile, Distribution, Spread};
 
 /// Why the bench client could not do what it was asked (a streamed request never fails: its problems are
 /// recorded in [`RequestSample::error`]).

@@ -3,6 +3,7 @@
 //! token-for-token identical: the difference is pure overhead); then a JSON-schema reply and a required tool call
 //! show the effect of forced tokens. Reports constraint time per sampled token (p50/p99) and decode tok/s.
 
+use agentd::bench::stats::{Distribution, Spread};
 use agentd::engine::constraint::{ConstraintSpec, ConstraintStats, ResponseFormat, ToolChoice};
 use agentd::engine::generate::GenerateRequest;
 use agentd::engine::prompt::render_chat;
@@ -14,7 +15,6 @@ use serde::Serialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::stats::Summary;
 use crate::cli::engine_args::EngineArgs;
 
 #[derive(Debug, clap::Args)]
@@ -35,7 +35,7 @@ struct Scenario {
     name: &'static str,
     /// Completion tokens of the last repetition.
     tokens: usize,
-    decode_tok_s: Summary,
+    decode_tok_s: Spread,
     /// Only under a grammar.
     constraint: Option<ConstraintFigures>,
 }
@@ -91,14 +91,6 @@ fn tools() -> anyhow::Result<Vec<ToolSpec>> {
     ])
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 fn prompt(engine: &Engine, user: &str, spec: Option<&ConstraintSpec>) -> anyhow::Result<Vec<u32>> {
     let messages = [json!({"role": "user", "content": user})];
     let (tools, choice) = match spec {
@@ -150,14 +142,16 @@ fn measure(
             last = Some(c);
         }
     }
-    steps.sort_by(|a, b| a.total_cmp(b));
-    masks.sort_by(|a, b| a.total_cmp(b));
+    let steps = Distribution::of(&steps);
+    let masks = Distribution::of(&masks);
+    let us =
+        |d: Option<Distribution>, f: fn(Distribution) -> f64| d.map_or(f64::NAN, |d| f(d) * 1e6);
     let figures = last.map(|c| ConstraintFigures {
-        step_us_p50: percentile(&steps, 0.5) * 1e6,
-        step_us_p99: percentile(&steps, 0.99) * 1e6,
-        step_us_max: steps.last().copied().unwrap_or(f64::NAN) * 1e6,
-        mask_us_p50: percentile(&masks, 0.5) * 1e6,
-        mask_us_p99: percentile(&masks, 0.99) * 1e6,
+        step_us_p50: us(steps, |d| d.p50),
+        step_us_p99: us(steps, |d| d.p99),
+        step_us_max: us(steps, |d| d.max),
+        mask_us_p50: us(masks, |d| d.p50),
+        mask_us_p99: us(masks, |d| d.p99),
         overhead_pct: 100.0 * constraint_secs / decode_secs.max(1e-9),
         sampled: c.sampled_tokens,
         masked: c.masked_tokens,
@@ -167,7 +161,7 @@ fn measure(
     Ok(Scenario {
         name,
         tokens,
-        decode_tok_s: Summary::of(&speeds).context("no measurements")?,
+        decode_tok_s: Spread::of(&speeds).context("no measurements")?,
         constraint: figures,
     })
 }

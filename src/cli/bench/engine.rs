@@ -6,8 +6,8 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::stats::{peak_rss_mb, Summary};
 use crate::cli::engine_args::EngineArgs;
+use agentd::bench::stats::{peak_rss_mb, Spread};
 
 #[derive(Debug, clap::Args)]
 pub struct EngineBenchArgs {
@@ -33,9 +33,9 @@ struct Report {
     prompt_tokens: usize,
     gen_tokens: usize,
     reps: usize,
-    prefill_tok_s: Summary,
-    decode_tok_s: Summary,
-    ttft_s: Summary,
+    prefill_tok_s: Spread,
+    decode_tok_s: Spread,
+    ttft_s: Spread,
     peak_rss_mb: Option<f64>,
 }
 
@@ -105,9 +105,9 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
         prompt_tokens: args.prompt_tokens,
         gen_tokens: args.gen_tokens,
         reps: args.reps,
-        prefill_tok_s: Summary::of(&prefill).context("no measurements")?,
-        decode_tok_s: Summary::of(&decode).context("no measurements")?,
-        ttft_s: Summary::of(&ttft).context("no measurements")?,
+        prefill_tok_s: Spread::of(&prefill).context("no measurements")?,
+        decode_tok_s: Spread::of(&decode).context("no measurements")?,
+        ttft_s: Spread::of(&ttft).context("no measurements")?,
         peak_rss_mb: peak_rss_mb(),
     };
     if args.json {

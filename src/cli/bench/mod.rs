@@ -4,7 +4,6 @@ mod constraint;
 mod engine;
 mod load;
 mod schemas;
-pub mod stats;
 mod tool_calls;
 
 #[derive(Debug, clap::Subcommand)]
