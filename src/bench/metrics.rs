@@ -15,55 +15,12 @@
 //!   sends one, else the number of output chunks;
 //! - **valid share**: valid calls / (calls made + requests that had to call and made none).
 //!
-//! Percentiles interpolate linearly between closest ranks (numpy's default), so p50 of `[1, 2, 3, 4]` is 2.5.
+//! Every distribution is a [`Distribution`]: percentiles as [`super::stats`] defines them (linear interpolation
+//! between closest ranks, numpy's default), so p50 of `[1, 2, 3, 4]` is 2.5.
 
 use serde::{Deserialize, Serialize};
 
-/// The `p`-th percentile (0–100) of `sorted` (ascending, finite), by linear interpolation between the closest
-/// ranks: rank `h = (n − 1)·p/100`, value `x[⌊h⌋] + (h − ⌊h⌋)·(x[⌊h⌋+1] − x[⌊h⌋])`. `None` when empty.
-pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    let n = sorted.len();
-    if n == 0 {
-        return None;
-    }
-    let h = (n - 1) as f64 * p.clamp(0.0, 100.0) / 100.0;
-    let lo = h.floor() as usize;
-    let hi = (lo + 1).min(n - 1);
-    Some(sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo]))
-}
-
-/// The spread of one metric over repetitions.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Distribution {
-    pub n: usize,
-    pub mean: f64,
-    pub min: f64,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
-impl Distribution {
-    /// Over the finite values of `values`; `None` when there are none.
-    pub fn of(values: &[f64]) -> Option<Self> {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        Some(Self {
-            n,
-            mean: v.iter().sum::<f64>() / n as f64,
-            min: v[0],
-            p50: percentile(&v, 50.0)?,
-            p90: percentile(&v, 90.0)?,
-            p99: percentile(&v, 99.0)?,
-            max: v[n - 1],
-        })
-    }
-}
+use super::stats::{percentile, Distribution};
 
 /// One tool call as it was streamed, checked against the offered tools.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -248,17 +205,5 @@ pub fn pair_ratios(a: &[Option<f64>], b: &[Option<f64>]) -> PairedRatios {
     PairedRatios {
         median: percentile(&present, 50.0),
         ratios,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentile_interpolates() {
-        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), Some(2.5));
-        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
-        assert_eq!(percentile(&[], 50.0), None);
     }
 }

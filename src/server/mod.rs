@@ -9,7 +9,6 @@
 pub mod admission;
 pub mod auth;
 pub mod error;
-pub mod loadgen;
 pub mod metrics;
 pub mod openai;
 pub mod sessions;

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use agentd::engine::constraint::suite::{self, CaseReport, Generation, SuiteSummary};
+use agentd::bench::schema_suite::{self as suite, CaseReport, Generation, SuiteSummary};
 
 use super::common;
 

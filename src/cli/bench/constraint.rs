@@ -1,20 +1,10 @@
-//! `agentd bench constraint`: what grammar-constrained decoding costs. The same greedy prompt is decoded
-//! unconstrained and under a grammar that allows the same text (tools with `tool_choice: none`, so the output is
-//! token-for-token identical: the difference is pure overhead); then a JSON-schema reply and a required tool call
-//! show the effect of forced tokens. Reports constraint time per sampled token (p50/p99) and decode tok/s.
+//! `agentd bench constraint`: what grammar-constrained decoding costs — constraint time per sampled token
+//! (p50/p99) and decode tok/s, unconstrained and under grammars. Flags and printing; the measurement (and what
+//! each scenario is) is `agentd::bench::constraint`.
 
-use agentd::engine::constraint::{ConstraintSpec, ConstraintStats, ResponseFormat, ToolChoice};
-use agentd::engine::generate::GenerateRequest;
-use agentd::engine::prompt::render_chat;
-use agentd::engine::sampler::SamplingParams;
-use agentd::engine::Engine;
-use agentd::schema::ToolSpec;
-use anyhow::{bail, Context};
-use serde::Serialize;
-use serde_json::json;
-use tokio_util::sync::CancellationToken;
+use agentd::bench::constraint::{self, ConstraintBenchOptions};
+use anyhow::bail;
 
-use super::stats::Summary;
 use crate::cli::engine_args::EngineArgs;
 
 #[derive(Debug, clap::Args)]
@@ -30,237 +20,16 @@ pub struct ConstraintBenchArgs {
     pub json: bool,
 }
 
-#[derive(Serialize)]
-struct Scenario {
-    name: &'static str,
-    /// Completion tokens of the last repetition.
-    tokens: usize,
-    decode_tok_s: Summary,
-    /// Only under a grammar.
-    constraint: Option<ConstraintFigures>,
-}
-
-#[derive(Serialize)]
-struct ConstraintFigures {
-    /// Constraint time per sampled token (check, mask when rejected, commit, forced tokens), microseconds.
-    step_us_p50: f64,
-    step_us_p99: f64,
-    step_us_max: f64,
-    /// Full-mask computations (rejected tokens only), microseconds.
-    mask_us_p50: f64,
-    mask_us_p99: f64,
-    /// Constraint time as a share of decode time, percent.
-    overhead_pct: f64,
-    sampled: usize,
-    masked: usize,
-    forced: usize,
-    compile_ms: f64,
-}
-
-#[derive(Serialize)]
-struct Report {
-    model: String,
-    device: String,
-    threads: usize,
-    parser_factory_build_secs: f64,
-    max_tokens: usize,
-    reps: usize,
-    scenarios: Vec<Scenario>,
-}
-
-fn tools() -> anyhow::Result<Vec<ToolSpec>> {
-    Ok(vec![
-        ToolSpec::new(
-            "get_weather",
-            "Current weather in a city",
-            json!({"type": "object", "properties": {"city": {"type": "string"},
-                "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}),
-        )?,
-        ToolSpec::new(
-            "read_file",
-            "Read a text file",
-            json!({"type": "object", "properties": {"path": {"type": "string"},
-                "offset": {"type": "integer", "minimum": 1}}, "required": ["path"]}),
-        )?,
-        ToolSpec::new(
-            "add",
-            "Add two numbers",
-            json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-                "required": ["a", "b"]}),
-        )?,
-    ])
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn prompt(engine: &Engine, user: &str, spec: Option<&ConstraintSpec>) -> anyhow::Result<Vec<u32>> {
-    let messages = [json!({"role": "user", "content": user})];
-    let (tools, choice) = match spec {
-        Some(s) => (s.tools.as_slice(), s.tool_choice.clone()),
-        None => (&[][..], ToolChoice::Auto),
-    };
-    let text = render_chat(
-        engine.template(),
-        &messages,
-        tools,
-        &choice,
-        engine.tool_call_format(),
-    )?;
-    Ok(engine.tokenizer().encode(&text, true)?)
-}
-
-fn measure(
-    engine: &Engine,
-    name: &'static str,
-    prompt: &[u32],
-    constraint: Option<ConstraintSpec>,
-    args: &ConstraintBenchArgs,
-) -> anyhow::Result<Scenario> {
-    let mut speeds = Vec::new();
-    let mut steps: Vec<f64> = Vec::new();
-    let mut masks: Vec<f64> = Vec::new();
-    let mut last: Option<ConstraintStats> = None;
-    let mut tokens = 0;
-    let mut constraint_secs = 0.0;
-    let mut decode_secs = 0.0;
-    for rep in 0..args.reps {
-        let req = GenerateRequest {
-            prompt: prompt.to_vec(),
-            sampling: SamplingParams::greedy(),
-            max_tokens: Some(args.max_tokens),
-            constraint: constraint.clone(),
-            ..Default::default()
-        };
-        let s = engine
-            .generate_blocking(req, CancellationToken::new(), |_| {})
-            .with_context(|| format!("{name}, repetition {rep}"))?;
-        tokens = s.completion_tokens;
-        speeds.push(s.completion_tokens.saturating_sub(1) as f64 / s.decode_secs.max(1e-9));
-        decode_secs += s.decode_secs;
-        if let Some(c) = s.constraint {
-            steps.extend(&c.step_secs);
-            masks.extend(&c.mask_secs);
-            constraint_secs += c.step_secs.iter().sum::<f64>();
-            last = Some(c);
-        }
-    }
-    steps.sort_by(|a, b| a.total_cmp(b));
-    masks.sort_by(|a, b| a.total_cmp(b));
-    let figures = last.map(|c| ConstraintFigures {
-        step_us_p50: percentile(&steps, 0.5) * 1e6,
-        step_us_p99: percentile(&steps, 0.99) * 1e6,
-        step_us_max: steps.last().copied().unwrap_or(f64::NAN) * 1e6,
-        mask_us_p50: percentile(&masks, 0.5) * 1e6,
-        mask_us_p99: percentile(&masks, 0.99) * 1e6,
-        overhead_pct: 100.0 * constraint_secs / decode_secs.max(1e-9),
-        sampled: c.sampled_tokens,
-        masked: c.masked_tokens,
-        forced: c.forced_tokens,
-        compile_ms: c.compile_secs * 1e3,
-    });
-    Ok(Scenario {
-        name,
-        tokens,
-        decode_tok_s: Summary::of(&speeds).context("no measurements")?,
-        constraint: figures,
-    })
-}
-
 pub fn run(args: ConstraintBenchArgs) -> anyhow::Result<()> {
     if args.reps == 0 || args.max_tokens < 2 {
         bail!("--reps must be >= 1 and --max-tokens >= 2");
     }
     let engine = args.engine.load()?;
-    let factory = engine.grammar_factory()?;
-    let tools = tools()?;
-    let story = "Write a long, detailed story about a lighthouse keeper and a storm.";
-    let text_only = ConstraintSpec {
-        tools: tools.clone(),
-        tool_choice: ToolChoice::None,
-        ..ConstraintSpec::default()
-    };
-    // `tool_choice: none` hides the tools from the prompt, so both runs see the same prompt.
-    let story_prompt = prompt(&engine, story, None)?;
-    // Warm-up.
-    let warm = GenerateRequest {
-        prompt: story_prompt.clone(),
-        sampling: SamplingParams::greedy(),
-        max_tokens: Some(4),
-        ..Default::default()
-    };
-    engine.generate_blocking(warm, CancellationToken::new(), |_| {})?;
-
-    let person = ConstraintSpec {
-        response_format: ResponseFormat::JsonSchema {
-            name: "person".into(),
-            schema: json!({"type": "object", "properties": {
-                "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
-                "city": {"type": "string"},
-                "hobbies": {"type": "array", "items": {"type": "string"}, "maxItems": 5}},
-                "required": ["name", "age", "city", "hobbies"], "additionalProperties": false}),
-            strict: true,
-        },
-        ..ConstraintSpec::default()
-    };
-    let person_prompt = prompt(&engine, "Describe a fictional person as JSON.", None)?;
-    let required = ConstraintSpec {
-        tools,
-        tool_choice: ToolChoice::Required,
-        ..ConstraintSpec::default()
-    };
-    let weather_prompt = prompt(
-        &engine,
-        "What is the weather in Paris and in Oslo?",
-        Some(&required),
-    )?;
-
-    let scenarios = vec![
-        measure(&engine, "unconstrained text", &story_prompt, None, &args)?,
-        measure(
-            &engine,
-            "text grammar (tools, tool_choice none)",
-            &story_prompt,
-            Some(text_only),
-            &args,
-        )?,
-        measure(
-            &engine,
-            "unconstrained, JSON prompt",
-            &person_prompt,
-            None,
-            &args,
-        )?,
-        measure(
-            &engine,
-            "json_schema reply",
-            &person_prompt,
-            Some(person),
-            &args,
-        )?,
-        measure(
-            &engine,
-            "required tool call (3 tools)",
-            &weather_prompt,
-            Some(required),
-            &args,
-        )?,
-    ];
-    let info = engine.info();
-    let report = Report {
-        model: info.name.clone(),
-        device: info.device.clone(),
-        threads: agentd::engine::device::cpu_threads(),
-        parser_factory_build_secs: factory.build_secs(),
+    let opts = ConstraintBenchOptions {
         max_tokens: args.max_tokens,
         reps: args.reps,
-        scenarios,
     };
+    let report = constraint::run(&engine, &opts)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());

@@ -1,12 +1,9 @@
-//! `agentd bench engine`: prefill and decode tokens per second on a synthetic prompt of a given length.
+//! `agentd bench engine`: prefill and decode tokens per second on a synthetic prompt of a given length. Flags
+//! and printing; the measurement is `agentd::bench::engine`.
 
-use agentd::engine::generate::GenerateRequest;
-use agentd::engine::sampler::SamplingParams;
+use agentd::bench::engine::{self, EngineBenchOptions};
 use anyhow::{bail, Context};
-use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
-use super::stats::{peak_rss_mb, Summary};
 use crate::cli::engine_args::EngineArgs;
 
 #[derive(Debug, clap::Args)]
@@ -24,25 +21,6 @@ pub struct EngineBenchArgs {
     pub json: bool,
 }
 
-#[derive(Serialize)]
-struct Report {
-    model: String,
-    device: String,
-    threads: usize,
-    weight_bytes: usize,
-    prompt_tokens: usize,
-    gen_tokens: usize,
-    reps: usize,
-    prefill_tok_s: Summary,
-    decode_tok_s: Summary,
-    ttft_s: Summary,
-    peak_rss_mb: Option<f64>,
-}
-
-const FILLER: &str = "The engine keeps the model on its own thread. Each request carries a reply channel and a \
-cancellation token; prompts are rendered with the chat template and tokenized before they reach the model. \
-fn main() { let xs: Vec<u32> = (0..10).collect(); println!(\"{:?}\", xs); } ";
-
 pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
     if args.reps == 0 || args.gen_tokens < 2 || args.prompt_tokens == 0 {
         bail!("--reps must be >= 1, --gen-tokens >= 2 and --prompt-tokens >= 1");
@@ -58,58 +36,21 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
             args.prompt_tokens + args.gen_tokens
         );
     }
-    let mut text = String::new();
-    let mut prompt = Vec::new();
-    while prompt.len() < args.prompt_tokens {
-        text.push_str(FILLER);
-        prompt = engine.tokenizer().encode(&text, false)?;
-    }
-    prompt.truncate(args.prompt_tokens);
-    let request = || GenerateRequest {
-        prompt: prompt.clone(),
-        sampling: SamplingParams::greedy(),
-        max_tokens: Some(args.gen_tokens),
-        ignore_eos: true,
-        ..Default::default()
+    let opts = EngineBenchOptions {
+        prompt_tokens: args.prompt_tokens,
+        gen_tokens: args.gen_tokens,
+        reps: args.reps,
     };
-    // Warm-up: page in the weights and grow the buffers once.
-    let mut warm = request();
-    warm.prompt.truncate(16);
-    warm.max_tokens = Some(4);
-    engine.generate_blocking(warm, CancellationToken::new(), |_| {})?;
-
-    let (mut prefill, mut decode, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
-    for rep in 0..args.reps {
-        let s = engine
-            .generate_blocking(request(), CancellationToken::new(), |_| {})
-            .with_context(|| format!("repetition {rep}"))?;
-        prefill.push(s.prompt_tokens as f64 / s.prefill_secs);
-        // The decode phase runs one forward pass per token after the first.
-        decode.push((s.completion_tokens - 1) as f64 / s.decode_secs);
-        ttft.push(s.ttft_secs);
+    let report = engine::measure(&engine, &opts, |rep, f| {
         if !args.json {
             eprintln!(
                 "rep {}: prefill {:.1} tok/s, decode {:.1} tok/s",
                 rep + 1,
-                prefill[rep],
-                decode[rep]
+                f.prefill_tok_s,
+                f.decode_tok_s
             );
         }
-    }
-    let info = engine.info();
-    let report = Report {
-        model: info.name.clone(),
-        device: info.device.clone(),
-        threads: agentd::engine::device::cpu_threads(),
-        weight_bytes: info.weight_bytes,
-        prompt_tokens: args.prompt_tokens,
-        gen_tokens: args.gen_tokens,
-        reps: args.reps,
-        prefill_tok_s: Summary::of(&prefill).context("no measurements")?,
-        decode_tok_s: Summary::of(&decode).context("no measurements")?,
-        ttft_s: Summary::of(&ttft).context("no measurements")?,
-        peak_rss_mb: peak_rss_mb(),
-    };
+    })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

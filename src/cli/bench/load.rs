@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use agentd::server::loadgen::{self, LoadOptions};
+use agentd::bench::loadgen::{self, LoadOptions};
+use agentd::bench::stats;
 use agentd::server::{self, AppState, ServerOptions};
 use anyhow::Context;
 use serde::Serialize;
@@ -101,9 +102,9 @@ pub fn run(args: LoadBenchArgs) -> anyhow::Result<()> {
             timeout: Duration::from_secs(1800),
         };
         let in_process = stop.is_some();
-        let rss_before = in_process.then(loadgen::rss_mb).flatten();
+        let rss_before = in_process.then(stats::rss_mb).flatten();
         let report = loadgen::run(opts).await;
-        let rss_after = in_process.then(loadgen::rss_mb).flatten();
+        let rss_after = in_process.then(stats::rss_mb).flatten();
         if let Some(tx) = stop {
             let _ = tx.send(());
         }

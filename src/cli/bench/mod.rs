@@ -1,10 +1,10 @@
-//! `agentd bench …`: benchmarks. Speed is measured here, never asserted in tests.
+//! `agentd bench …`: the benchmarks' flags and printing. What they measure, and the arithmetic, is the library's
+//! `agentd::bench`; speed is measured there and printed here, never asserted in tests.
 
 mod constraint;
 mod engine;
 mod load;
 mod schemas;
-pub mod stats;
 mod tool_calls;
 
 #[derive(Debug, clap::Subcommand)]

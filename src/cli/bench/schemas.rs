@@ -1,10 +1,13 @@
 //! `agentd bench schemas`: the schema validity suite over `../shared/schemas/` (or `--dir`): admission, grammar
-//! vs. test documents, and constrained generations validated with `jsonschema`. Prints the table (or `--json`).
+//! vs. test documents, and constrained generations validated with `jsonschema`. Prints the table (or `--json`);
+//! the suite itself is `agentd::bench::schema_suite`.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use agentd::engine::constraint::suite::{self, CaseReport, Generation, SuiteSummary};
+use agentd::bench::schema_suite::{
+    self as suite, CaseReport, Generation, SuiteOptions, SuiteSummary,
+};
 use anyhow::Context;
 use serde::Serialize;
 
@@ -65,21 +68,13 @@ pub fn run(args: SchemasBenchArgs) -> anyhow::Result<()> {
         sampling.repetition_penalty = p;
     }
     sampling.validate()?;
-    let mut reports = Vec::with_capacity(cases.len());
-    let mut compiled_seen = 0usize;
-    for case in &cases {
-        let mut report = suite::check_documents(&factory, engine.tokenizer(), case);
-        if report.rejected.is_none() {
-            if !args.no_generate && compiled_seen.is_multiple_of(every) {
-                report.generation = Some(suite::generate_one(
-                    &engine,
-                    case,
-                    &sampling,
-                    args.max_tokens,
-                ));
-            }
-            compiled_seen += 1;
-        }
+    let opts = SuiteOptions {
+        every,
+        max_tokens: args.max_tokens,
+        sampling,
+        generate: !args.no_generate,
+    };
+    let reports = suite::run(&engine, &factory, &cases, &opts, |case, report| {
         if args.verbose {
             let outcome = match (&report.rejected, &report.generation) {
                 (Some(kind), _) => format!("rejected ({kind})"),
@@ -98,20 +93,9 @@ pub fn run(args: SchemasBenchArgs) -> anyhow::Result<()> {
                 report.invalid_accepted
             );
         }
-        reports.push(report);
-    }
+    });
     let summary = SuiteSummary::of(&reports);
-    let problems: Vec<CaseReport> = reports
-        .iter()
-        .filter(|r| {
-            r.invalid_accepted > 0
-                || matches!(
-                    r.generation,
-                    Some(Generation::Invalid { .. } | Generation::Error { .. })
-                )
-        })
-        .cloned()
-        .collect();
+    let problems = suite::problems(&reports);
     if args.json {
         let report = Report {
             model: engine.info().name.clone(),

@@ -12,7 +12,6 @@
 pub mod assemble;
 pub mod format;
 pub mod grammar;
-pub mod suite;
 
 use std::time::Instant;
 

@@ -7,7 +7,7 @@
 
 mod layers;
 pub mod llama;
-mod q4_1;
+pub mod q4_1;
 pub mod qwen2;
 
 use candle_core::quantized::{GgmlDType, QTensor};

@@ -32,8 +32,8 @@ struct BlockQ8_1 {
     qs: [i8; QK],
 }
 
-/// A `[rows, cols]` Q4_1 weight matrix used as `x @ Wᵀ`.
-pub(super) struct Q4_1Matrix {
+/// A `[rows, cols]` Q4_1 weight matrix used as `x @ Wᵀ` (public for `benches/q4_1.rs`).
+pub struct Q4_1Matrix {
     blocks: Vec<BlockQ4_1>,
     rows: usize,
     cols: usize,

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use agentd::server::loadgen::{self, LoadOptions};
+use agentd::bench::loadgen::{self, LoadOptions};
 
 use super::get;
 

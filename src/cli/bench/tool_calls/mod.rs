@@ -4,25 +4,43 @@
 //! p50/p90/p99 over repetitions after a warm-up. `--compare URL2` runs the two endpoints alternately (A B A B …)
 //! and reports pair-by-pair ratios, so a noisy machine does not decide the comparison.
 //!
-//! Files: `scenarios` (the workloads), `client` (the endpoints, `--local`), `metrics` (runs → report),
-//! `report` (table, JSON, plot). The measuring client and the arithmetic are the library's `agentd::bench`.
+//! Files here: this one (flags, the run), `client` (the endpoints, `--local`), `report` (table, JSON, plot). The
+//! workloads, the measuring client and the arithmetic are the library's `agentd::bench` (`tool_calls`).
 
 mod client;
-mod metrics;
 mod report;
-mod scenarios;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use agentd::bench::{ab_schedule, ChatClient, Side};
+use agentd::bench::tool_calls::{self, EndpointInfo, RequestSettings, RunPlan, Scenario, Target};
+use agentd::bench::{ChatClient, Side};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::engine_args::EngineArgs;
-use metrics::{EndpointInfo, RunInfo, UnitRun};
-use scenarios::{RequestSettings, Scenario, Target};
+
+/// `--scenario` (the library's [`Scenario`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ScenarioArg {
+    /// One named tool call on a short prompt (the llama.cpp anchor's request).
+    Forced,
+    /// tool_choice auto over the coding tools.
+    Auto,
+    /// A scripted 10-turn coding session whose transcript grows with real tool results.
+    Agent,
+}
+
+impl From<ScenarioArg> for Scenario {
+    fn from(s: ScenarioArg) -> Self {
+        match s {
+            ScenarioArg::Forced => Scenario::Forced,
+            ScenarioArg::Auto => Scenario::Auto,
+            ScenarioArg::Agent => Scenario::Agent,
+        }
+    }
+}
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["endpoint", "local"])))]
@@ -43,7 +61,7 @@ pub struct ToolCallsBenchArgs {
     /// forced: one named tool call on a short prompt; auto: tool_choice auto over the coding tools; agent: a
     /// scripted 10-turn session whose transcript grows with real tool results.
     #[arg(long, value_enum, default_value = "forced")]
-    scenario: Scenario,
+    scenario: ScenarioArg,
     /// Measured repetitions: requests, or sessions for `agent` [default: 20; 3 for agent].
     #[arg(long)]
     reps: Option<usize>,
@@ -84,12 +102,14 @@ pub struct ToolCallsBenchArgs {
 /// The flags, checked.
 struct Config {
     args: ToolCallsBenchArgs,
+    scenario: Scenario,
     reps: usize,
 }
 
 impl Config {
     fn from_args(args: ToolCallsBenchArgs) -> anyhow::Result<Self> {
-        let reps = args.reps.unwrap_or(match args.scenario {
+        let scenario = Scenario::from(args.scenario);
+        let reps = args.reps.unwrap_or(match scenario {
             Scenario::Agent => 3,
             Scenario::Forced | Scenario::Auto => 20,
         });
@@ -98,10 +118,14 @@ impl Config {
         anyhow::ensure!(args.max_tokens >= 1, "--max-tokens must be at least 1");
         anyhow::ensure!(args.timeout >= 1, "--timeout must be at least 1 second");
         anyhow::ensure!(
-            args.plot.is_none() || args.scenario == Scenario::Agent,
+            args.plot.is_none() || scenario == Scenario::Agent,
             "--plot draws latency per turn: it needs --scenario agent"
         );
-        Ok(Self { args, reps })
+        Ok(Self {
+            args,
+            scenario,
+            reps,
+        })
     }
 
     fn engine_args(&self) -> EngineArgs {
@@ -127,16 +151,6 @@ pub fn run(args: ToolCallsBenchArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(run_config(config))
-}
-
-fn load_average() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    Some(
-        text.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
-    )
 }
 
 fn progress(len: u64) -> ProgressBar {
@@ -193,61 +207,25 @@ async fn run_config(config: Config) -> anyhow::Result<()> {
         None => None,
     };
 
-    let settings = RequestSettings {
-        max_tokens: args.max_tokens,
-        nonce: !args.warm,
-    };
-    let total_units = args.warmup + config.reps;
-    let batches = total_units.div_ceil(args.concurrency);
-    let sides = if b.is_some() { 2 } else { 1 };
-    let bar = progress((total_units * args.scenario.turns() * sides) as u64);
-    let tick = || bar.inc(1);
-    let schedule = if b.is_some() {
-        ab_schedule(batches)
-    } else {
-        vec![Side::A; batches]
-    };
-    let load_before = load_average();
-    let started = Instant::now();
-    let mut runs = Vec::new();
-    for (i, side) in schedule.into_iter().enumerate() {
-        let batch = i / sides;
-        let units = batch * args.concurrency..((batch + 1) * args.concurrency).min(total_units);
-        let target = match (side, &b) {
-            (Side::B, Some((client, model))) => Target { client, model },
-            _ => Target {
-                client: &client_a,
-                model: &model_a,
-            },
-        };
-        let results = futures::future::join_all(
-            units
-                .clone()
-                .map(|u| scenarios::run_unit(args.scenario, &target, u, &settings, &tick)),
-        )
-        .await;
-        for (unit, turns) in units.zip(results) {
-            runs.push(UnitRun {
-                side,
-                unit,
-                warmup: unit < args.warmup,
-                turns: turns?,
-            });
-        }
-    }
-    bar.finish_and_clear();
-    let run = RunInfo {
-        scenario: args.scenario,
+    let plan = RunPlan {
+        scenario: config.scenario,
         reps: config.reps,
         warmup: args.warmup,
         concurrency: args.concurrency,
-        max_tokens: args.max_tokens,
-        nonce: settings.nonce,
-        load_before,
-        load_after: load_average(),
-        wall_s: started.elapsed().as_secs_f64(),
+        settings: RequestSettings {
+            max_tokens: args.max_tokens,
+            nonce: !args.warm,
+        },
     };
-    let report = metrics::build(run, endpoints, runs, args.scenario);
+    let bar = progress(plan.total_requests(endpoints.len()) as u64);
+    let tick = || bar.inc(1);
+    let a = Target {
+        client: &client_a,
+        model: &model_a,
+    };
+    let b = b.as_ref().map(|(client, model)| Target { client, model });
+    let report = tool_calls::run(&plan, endpoints, a, b, &tick).await?;
+    bar.finish_and_clear();
     if let Some(path) = &args.plot {
         report::plot(&report, path)?;
         eprintln!("plot written to {}", path.display());

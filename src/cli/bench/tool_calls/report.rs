@@ -4,11 +4,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use agentd::bench::tool_calls::{Report, TurnReport};
 use agentd::bench::{Distribution, PairedRatios, Side, Summary};
 use anyhow::Context;
 use plotters::prelude::*;
-
-use super::metrics::{Report, TurnReport};
 
 fn side_name(side: Side) -> &'static str {
     match side {

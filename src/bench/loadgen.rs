@@ -1,13 +1,17 @@
 //! A loopback load generator for the server (the client side of `agentd bench load` and of the load test):
 //! many concurrent streaming chat clients, some of which hang up after their first token. Every finished
 //! response is checked for the stream's shape (role chunk first, one id, exactly one `finish_reason`, the usage
-//! chunk, `[DONE]` last); timings give throughput and time-to-first-token percentiles.
+//! chunk, `[DONE]` last); timings give throughput and time-to-first-token percentiles. The event stream is read
+//! with the remote provider's [`SseParser`], so the bench frames SSE exactly as agentd's own client does.
 
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
+
+use super::stats::Distribution;
+use crate::provider::remote::sse::{SseEvent, SseParser};
 
 /// What load to send.
 #[derive(Debug, Clone)]
@@ -49,7 +53,7 @@ pub struct LoadReport {
     pub wall_secs: f64,
 }
 
-/// Percentiles and rates of a report.
+/// Percentiles (as [`super::stats`] defines them; NaN when there is no value) and rates of a report.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadSummary {
     pub requests: usize,
@@ -65,17 +69,6 @@ pub struct LoadSummary {
     pub e2e_p99: f64,
 }
 
-/// The `p`-th percentile (0–100) by nearest rank; NaN for no values.
-pub fn percentile(values: &[f64], p: f64) -> f64 {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
 impl LoadReport {
     pub fn failures(&self) -> Vec<&Outcome> {
         self.outcomes.iter().filter(|o| o.error.is_some()).collect()
@@ -88,7 +81,9 @@ impl LoadReport {
             .filter(|o| o.error.is_none() && !o.disconnected)
             .collect();
         let ttft: Vec<f64> = self.outcomes.iter().filter_map(|o| o.ttft).collect();
+        let ttft = Distribution::of(&ttft);
         let e2e: Vec<f64> = done.iter().map(|o| o.e2e).collect();
+        let e2e = Distribution::of(&e2e);
         let tokens: u64 = done.iter().map(|o| o.completion_tokens).sum();
         LoadSummary {
             requests: self.outcomes.len(),
@@ -98,10 +93,10 @@ impl LoadReport {
             wall_secs: self.wall_secs,
             requests_per_sec: done.len() as f64 / self.wall_secs.max(1e-9),
             output_tokens_per_sec: tokens as f64 / self.wall_secs.max(1e-9),
-            ttft_p50: percentile(&ttft, 50.0),
-            ttft_p99: percentile(&ttft, 99.0),
-            e2e_p50: percentile(&e2e, 50.0),
-            e2e_p99: percentile(&e2e, 99.0),
+            ttft_p50: ttft.map_or(f64::NAN, |d| d.p50),
+            ttft_p99: ttft.map_or(f64::NAN, |d| d.p99),
+            e2e_p50: e2e.map_or(f64::NAN, |d| d.p50),
+            e2e_p99: e2e.map_or(f64::NAN, |d| d.p99),
         }
     }
 }
@@ -209,41 +204,35 @@ async fn one(
         return outcome;
     }
     let mut body = resp.bytes_stream();
-    let mut buf = String::new();
+    let mut parser = SseParser::new();
     let mut events: Vec<Value> = Vec::new();
-    'read: while let Some(chunk) = body.next().await {
-        let Ok(chunk) = chunk else {
-            outcome.error = Some("the stream broke off".into());
-            break;
-        };
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else {
-                continue;
-            };
-            let ev: Value = if data == "[DONE]" {
-                Value::String(data.into())
-            } else {
-                match serde_json::from_str(data) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        outcome.error = Some(format!("an event is not JSON ({e}): {data}"));
-                        break 'read;
-                    }
-                }
-            };
-            let content = ev["choices"][0]["delta"]["content"]
-                .as_str()
-                .is_some_and(|s| !s.is_empty());
-            if content && outcome.ttft.is_none() {
-                outcome.ttft = Some(started.elapsed().as_secs_f64());
-                if disconnect {
-                    outcome.disconnected = true;
-                    break 'read;
-                }
+    let mut ended = false;
+    while !ended {
+        let batch = match body.next().await {
+            Some(Ok(chunk)) => parser.push(&chunk),
+            Some(Err(_)) => {
+                outcome.error = Some("the stream broke off".into());
+                break;
             }
-            events.push(ev);
+            None => {
+                ended = true;
+                parser.finish()
+            }
+        };
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(e) => {
+                outcome.error = Some(format!("a malformed event stream: {e}"));
+                break;
+            }
+        };
+        match take_events(batch, &mut events, &mut outcome, started, disconnect) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                outcome.error = Some(e);
+                break;
+            }
         }
     }
     drop(body);
@@ -258,6 +247,37 @@ async fn one(
         }
     }
     outcome
+}
+
+/// Records the `data` payloads of `batch` (`[DONE]` as the JSON string `"[DONE]"`), stamping the first content
+/// chunk. `Ok(true)`: this request hangs up now (its first token arrived and it is one that disconnects).
+fn take_events(
+    batch: Vec<SseEvent>,
+    events: &mut Vec<Value>,
+    outcome: &mut Outcome,
+    started: Instant,
+    disconnect: bool,
+) -> Result<bool, String> {
+    for SseEvent { data, .. } in batch {
+        let ev: Value = if data == "[DONE]" {
+            Value::String(data)
+        } else {
+            serde_json::from_str(&data)
+                .map_err(|e| format!("an event is not JSON ({e}): {data}"))?
+        };
+        let content = ev["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty());
+        if content && outcome.ttft.is_none() {
+            outcome.ttft = Some(started.elapsed().as_secs_f64());
+            if disconnect {
+                outcome.disconnected = true;
+                return Ok(true);
+            }
+        }
+        events.push(ev);
+    }
+    Ok(false)
 }
 
 /// Checks a whole streamed chat answer; returns its usage (prompt, completion).
@@ -308,25 +328,35 @@ pub fn check_stream(events: &[Value]) -> Result<(u64, u64), String> {
     }
 }
 
-/// This process's resident memory in MiB (Linux `VmRSS`); `None` elsewhere.
-pub fn rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The bytes go through the provider's SSE parser: CRLF framing and keep-alive comments are fine, and the
+    /// first content chunk is stamped.
     #[test]
-    fn percentiles_by_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50.0), 50.0);
-        assert_eq!(percentile(&v, 99.0), 99.0);
-        assert_eq!(percentile(&[3.0], 99.0), 3.0);
-        assert!(percentile(&[], 50.0).is_nan());
+    fn reads_events_with_the_provider_parser() {
+        let mut parser = SseParser::new();
+        let mut batch = parser
+            .push(b": keep-alive\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\r\n\r\ndata: [DO")
+            .unwrap();
+        batch.extend(parser.push(b"NE]").unwrap());
+        batch.extend(parser.finish().unwrap());
+        let mut outcome = Outcome {
+            client: 0,
+            disconnected: false,
+            ttft: None,
+            e2e: 0.0,
+            completion_tokens: 0,
+            prompt_tokens: 0,
+            error: None,
+        };
+        let mut events = Vec::new();
+        let hang_up = take_events(batch, &mut events, &mut outcome, Instant::now(), false);
+        assert_eq!(hang_up, Ok(false));
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1], json!("[DONE]"));
+        assert!(outcome.ttft.is_some());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The schema validity suite (JSONSchemaBench files in `../shared/schemas/`), shared by the test suite and
-//! `agentd bench schemas`.
+//! `agentd bench schemas` (which runs it with [`run`] and prints [`SuiteSummary::table`]).
 //!
 //! For each schema: either it is rejected up front with a clear error, or (a) the grammar accepts each valid test
 //! document and rejects each invalid one (documents tokenized and fed to a matcher), and (b) a real generation
@@ -13,14 +13,14 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::super::actor::Engine;
-use super::super::error::{EngineError, Result};
-use super::super::generate::{FinishReason, GenerateRequest};
-use super::super::prompt::render_chat;
-use super::super::sampler::SamplingParams;
-use super::super::tokenizer::Tokenizer;
-use super::format::ToolCallFormat;
-use super::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
+use crate::engine::actor::Engine;
+use crate::engine::constraint::format::ToolCallFormat;
+use crate::engine::constraint::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
+use crate::engine::error::{EngineError, Result};
+use crate::engine::generate::{FinishReason, GenerateRequest};
+use crate::engine::prompt::render_chat;
+use crate::engine::sampler::SamplingParams;
+use crate::engine::tokenizer::Tokenizer;
 use crate::schema::compile::{to_compact_string, validator, violations};
 use crate::schema::SchemaError;
 
@@ -246,6 +246,61 @@ pub fn generate_one(
     outcome.unwrap_or_else(|e| Generation::Error {
         message: e.to_string(),
     })
+}
+
+/// How a whole run of the suite goes (`agentd bench schemas`).
+#[derive(Debug, Clone)]
+pub struct SuiteOptions {
+    /// Generate for every `every`-th compiled schema only (1 = all; 0 counts as 1).
+    pub every: usize,
+    pub max_tokens: usize,
+    /// The generations' sampling (usually [`suite_sampling`]).
+    pub sampling: SamplingParams,
+    /// `false`: only admission and test documents.
+    pub generate: bool,
+}
+
+/// Runs the suite over `cases` in order: admission and test documents for each, a generation for every
+/// `every`-th compiled one. `on_case` sees each report as it is finished (progress output).
+pub fn run(
+    engine: &Engine,
+    factory: &GrammarFactory,
+    cases: &[SchemaCase],
+    opts: &SuiteOptions,
+    mut on_case: impl FnMut(&SchemaCase, &CaseReport),
+) -> Vec<CaseReport> {
+    let every = opts.every.max(1);
+    let mut reports = Vec::with_capacity(cases.len());
+    let mut compiled_seen = 0usize;
+    for case in cases {
+        let mut report = check_documents(factory, engine.tokenizer(), case);
+        if report.rejected.is_none() {
+            if opts.generate && compiled_seen.is_multiple_of(every) {
+                report.generation =
+                    Some(generate_one(engine, case, &opts.sampling, opts.max_tokens));
+            }
+            compiled_seen += 1;
+        }
+        on_case(case, &report);
+        reports.push(report);
+    }
+    reports
+}
+
+/// The reports that show a bug: an invalid test document accepted, or a generation that finished invalid or
+/// failed.
+pub fn problems(reports: &[CaseReport]) -> Vec<CaseReport> {
+    reports
+        .iter()
+        .filter(|r| {
+            r.invalid_accepted > 0
+                || matches!(
+                    r.generation,
+                    Some(Generation::Invalid { .. } | Generation::Error { .. })
+                )
+        })
+        .cloned()
+        .collect()
 }
 
 /// The suite's table.

@@ -15,18 +15,18 @@
 
 use std::path::Path;
 
-use agentd::bench::{request_body, ChatClient, RequestSample};
-use agentd::provider::{
-    estimate_tokens, AssistantMessage, CompletionRequest, ContentBlock, Message, Sampling,
-    ToolCall, ToolChoice, ToolSpec,
-};
-use agentd::tools::registry::ToolRegistry;
-use agentd::tools::tool::ToolContext;
-use anyhow::Context;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+use crate::bench::{request_body, BenchError, ChatClient, RequestSample};
+use crate::provider::{
+    estimate_tokens, AssistantMessage, CompletionRequest, ContentBlock, Message, Sampling,
+    ToolCall, ToolChoice, ToolSpec,
+};
+use crate::tools::registry::ToolRegistry;
+use crate::tools::tool::ToolContext;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scenario {
     /// One named tool call on a short prompt (the llama.cpp anchor's request).
@@ -91,7 +91,7 @@ pub async fn run_unit(
     unit: usize,
     settings: &RequestSettings,
     on_request: &(dyn Fn() + Sync),
-) -> anyhow::Result<Vec<Turn>> {
+) -> Result<Vec<Turn>, BenchError> {
     let turns = match scenario {
         Scenario::Forced | Scenario::Auto => {
             let request = single_request(scenario, unit, settings)?;
@@ -124,7 +124,7 @@ fn system(base: &str, settings: &RequestSettings) -> String {
 }
 
 /// The `forced` tool: the anchor's `get_weather`.
-pub fn weather_tool() -> anyhow::Result<ToolSpec> {
+pub fn weather_tool() -> Result<ToolSpec, BenchError> {
     Ok(ToolSpec::new(
         "get_weather",
         "Get the current weather for a city.",
@@ -151,7 +151,7 @@ fn single_request(
     scenario: Scenario,
     unit: usize,
     settings: &RequestSettings,
-) -> anyhow::Result<CompletionRequest> {
+) -> Result<CompletionRequest, BenchError> {
     let (system_base, user, tools, tool_choice) = match scenario {
         Scenario::Forced => (
             ASSISTANT,
@@ -292,13 +292,15 @@ const AGENT_SCRIPT: [(&str, &str); 10] = [
     ("read", r#"{"path": "src/lib.rs", "offset": 21}"#),
 ];
 
-fn write_project(root: &Path) -> anyhow::Result<()> {
+fn write_project(root: &Path) -> Result<(), BenchError> {
     for (path, text) in PROJECT {
         let file = root.join(path);
         if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| BenchError::Workload(format!("creating {}: {e}", dir.display())))?;
         }
-        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+        std::fs::write(&file, text)
+            .map_err(|e| BenchError::Workload(format!("writing {}: {e}", file.display())))?;
     }
     Ok(())
 }
@@ -307,8 +309,12 @@ async fn agent_session(
     target: &Target<'_>,
     settings: &RequestSettings,
     on_request: &(dyn Fn() + Sync),
-) -> anyhow::Result<Vec<Turn>> {
-    let project = tempfile::tempdir().context("creating the agent scenario's project directory")?;
+) -> Result<Vec<Turn>, BenchError> {
+    let project = tempfile::tempdir().map_err(|e| {
+        BenchError::Workload(format!(
+            "creating the agent scenario's project directory: {e}"
+        ))
+    })?;
     write_project(project.path())?;
     let registry = ToolRegistry::coding();
     let ctx = ToolContext::new(project.path()).with_workspace(project.path());
@@ -334,12 +340,18 @@ async fn agent_session(
             prompt_estimate: estimate_tokens(&request),
             sample,
         });
-        let arguments: Value = serde_json::from_str(args)
-            .with_context(|| format!("agent script turn {}: arguments", i + 1))?;
+        let arguments: Value = serde_json::from_str(args).map_err(|e| {
+            BenchError::Workload(format!("agent script turn {}: arguments: {e}", i + 1))
+        })?;
         let call = ToolCall::new(format!("call_bench_{}", i + 1), *tool, arguments);
         let result = match registry.get(tool) {
             Some(t) => t.call(call.arguments.clone(), &ctx).await,
-            None => anyhow::bail!("agent script turn {}: no tool `{tool}`", i + 1),
+            None => {
+                return Err(BenchError::Workload(format!(
+                    "agent script turn {}: no tool `{tool}`",
+                    i + 1
+                )))
+            }
         };
         let (content, is_error) = match result {
             Ok(out) => (out.content, false),

@@ -1,9 +1,10 @@
 //! From the runs of a bench to its report: per-endpoint summaries over the measured units (warm-up left out),
-//! per-turn summaries for the agent scenario, and the pair-by-pair A/B ratios of `--compare`. The arithmetic
-//! itself is `agentd::bench::metrics`.
+//! per-turn summaries for the agent scenario, and the pair-by-pair A/B ratios of `--compare`. The per-request
+//! arithmetic is [`crate::bench::metrics`], percentiles are [`crate::bench::stats`].
 
-use agentd::bench::{pair_ratios, PairedRatios, RequestSample, Side, Summary};
 use serde::Serialize;
+
+use crate::bench::{pair_ratios, Distribution, PairedRatios, RequestSample, Side, Summary};
 
 use super::scenarios::{Scenario, Turn};
 
@@ -175,7 +176,7 @@ fn turn_report<'a>(
         Some(d) => (d.p50, true),
         None => {
             let estimates: Vec<f64> = turns.iter().map(|t| t.prompt_estimate as f64).collect();
-            let p50 = agentd::bench::Distribution::of(&estimates).map_or(0.0, |d| d.p50);
+            let p50 = Distribution::of(&estimates).map_or(0.0, |d| d.p50);
             (p50, false)
         }
     };
