@@ -7,6 +7,7 @@ mod constraint;
 mod doors;
 mod fetch;
 mod generate;
+mod layers;
 mod provider;
 mod schemas;
 mod server;

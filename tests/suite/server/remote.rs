@@ -158,3 +158,46 @@ async fn json_cancellation_and_errors_through_the_server() {
     let c = collect(bad.stream(story(2), CancellationToken::new())).await;
     assert_eq!(c.error.unwrap().kind, ErrorKind::Auth);
 }
+
+/// A server fronting another one (its provider is the remote one): `/tokenize`, `/detokenize`,
+/// `/v1/completions` and chat `logprobs` go through the provider to the back server's own routes, and answer
+/// what the back server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_on_a_remote_provider_tokenizes_completes_and_reports_logprobs() {
+    use super::post;
+    let back = TestServer::local(ServerOptions::default()).await;
+    let front = super::TestServer::with_provider(
+        std::sync::Arc::new(provider(&back).await),
+        ServerOptions::default(),
+    )
+    .await;
+    let body = json!({"prompt": "Hello there", "return_token_strs": true});
+    let (s1, direct) = post(&back.url("/tokenize"), &body).await;
+    let (s2, fronted) = post(&front.url("/tokenize"), &body).await;
+    assert_eq!((s1, s2), (200, 200), "{fronted}");
+    assert_eq!(direct["tokens"], fronted["tokens"]);
+    assert_eq!(fronted["max_model_len"], 8192);
+    assert_eq!(direct["token_strs"], fronted["token_strs"]);
+    let (s, text) = post(&front.url("/detokenize"), &json!({"tokens": direct["tokens"]})).await;
+    assert_eq!(s, 200, "{text}");
+    assert_eq!(text["prompt"], "Hello there");
+
+    let completion = json!({"prompt": "The capital of France is", "max_tokens": 5, "temperature": 0,
+                             "logprobs": 2});
+    let (s1, direct) = post(&back.url("/v1/completions"), &completion).await;
+    let (s2, fronted) = post(&front.url("/v1/completions"), &completion).await;
+    assert_eq!((s1, s2), (200, 200), "{fronted}");
+    assert_eq!(direct["choices"][0]["text"], fronted["choices"][0]["text"]);
+    assert_eq!(fronted["usage"]["completion_tokens"], 5);
+    let lp = &fronted["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 5, "{lp}");
+    assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 2, "{lp}");
+
+    let chat = json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4,
+                      "temperature": 0, "logprobs": true, "top_logprobs": 3});
+    let (s, r) = post(&front.url("/v1/chat/completions"), &chat).await;
+    assert_eq!(s, 200, "{r}");
+    let content = r["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len(), 4, "{r}");
+    assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 3);
+}
