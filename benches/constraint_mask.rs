@@ -18,15 +18,12 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agentd::engine::constraint::format::ToolCallFormat;
-use agentd::engine::constraint::{
-    Constraint, ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice,
-};
+use agentd::engine::constraint::{Constraint, ConstraintSpec, GrammarFactory, ToolChoice};
 use agentd::engine::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::sampler::{Sampler, SamplingParams};
 use agentd::engine::tokenizer::Tokenizer;
 use agentd::schema::ToolSpec;
-use serde_json::json;
 
 const MODEL: &str = "smollm2-135m-instruct";
 
@@ -76,46 +73,13 @@ const CASES: [&str; 4] = [
 ];
 
 fn tools() -> Vec<ToolSpec> {
-    let tool = |name: &str, description: &str, schema| {
-        ToolSpec::new(name, description, schema).expect("a valid bench tool")
-    };
-    vec![
-        tool(
-            "get_weather",
-            "Current weather in a city",
-            json!({"type": "object", "properties": {"city": {"type": "string"},
-                "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}),
-        ),
-        tool(
-            "read_file",
-            "Read a text file",
-            json!({"type": "object", "properties": {"path": {"type": "string"},
-                "offset": {"type": "integer", "minimum": 1}}, "required": ["path"]}),
-        ),
-        tool(
-            "add",
-            "Add two numbers",
-            json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-                "required": ["a", "b"]}),
-        ),
-    ]
+    agentd::bench::constraint::tools().expect("the bench's tools are valid")
 }
 
 /// The request, the text already generated at this position, and a valid rest of the output (to check that the
 /// prefix was consumed whole).
 fn case(name: &str) -> (ConstraintSpec, &'static str, &'static str) {
-    let person = ConstraintSpec {
-        response_format: ResponseFormat::JsonSchema {
-            name: "person".into(),
-            schema: json!({"type": "object", "properties": {
-                "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
-                "city": {"type": "string"},
-                "hobbies": {"type": "array", "items": {"type": "string"}, "maxItems": 5}},
-                "required": ["name", "age", "city", "hobbies"], "additionalProperties": false}),
-            strict: true,
-        },
-        ..ConstraintSpec::default()
-    };
+    let person = agentd::bench::constraint::person_spec();
     let required = ConstraintSpec {
         tools: tools(),
         tool_choice: ToolChoice::Required,

@@ -258,16 +258,7 @@ async fn stream_assistant(
     };
     let request = prompt_request(context, &messages, config);
     let session_id = config.cache_key.clone().unwrap_or_default();
-    let model = if request.model.is_empty() {
-        config
-            .provider
-            .models()
-            .first()
-            .map(|m| m.id.clone())
-            .unwrap_or_default()
-    } else {
-        request.model.clone()
-    };
+    let model = crate::provider::named_or_default(&request.model, &config.provider.models());
     tracing::info!(
         name: "llm.request_start",
         session_id = %session_id,

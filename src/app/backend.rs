@@ -43,14 +43,7 @@ pub struct Backend {
 impl Backend {
     /// A backend over a provider the caller built; `label` names it in `describe` (`"scripted"`, `"local"`).
     pub fn given(provider: Arc<dyn Provider>, model: impl Into<String>, label: &str) -> Self {
-        let mut model = model.into();
-        if model.is_empty() {
-            model = provider
-                .models()
-                .first()
-                .map(|m| m.id.clone())
-                .unwrap_or_default();
-        }
+        let model = crate::provider::named_or_default(&model.into(), &provider.models());
         Self {
             provider,
             kind: BackendKind::Given {
@@ -139,15 +132,7 @@ impl Backend {
 
     /// The model's display name.
     pub fn model_name(&self) -> String {
-        if self.model.is_empty() {
-            self.provider
-                .models()
-                .first()
-                .map(|m| m.id.clone())
-                .unwrap_or_default()
-        } else {
-            self.model.clone()
-        }
+        crate::provider::named_or_default(&self.model, &self.provider.models())
     }
 
     /// A short description for the status line, `get_state` and the session's `model_change` entries.

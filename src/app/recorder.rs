@@ -201,28 +201,8 @@ impl Recorder {
         focus: Option<&str>,
     ) -> Result<Compaction, SessionError> {
         self.idle(agent)?;
-        let state = agent.state();
-        let mut config: Option<AgentLoopConfig> = None;
-        agent.update_config(|c| config = Some(c.clone()));
-        let Some(mut config) = config else {
-            return Err(SessionError::AgentRunning);
-        };
-        config.model = state.model.clone();
-        let context = AgentContext {
-            system_prompt: state.system_prompt.clone(),
-            messages: state.messages.clone(),
-            tools: state.tools.clone(),
-        };
-        let compaction = compactor
-            .compact(
-                &context,
-                &config,
-                focus,
-                CompactionReason::Manual,
-                &CancellationToken::new(),
-            )
-            .await
-            .map_err(|e| SessionError::Compaction(e.to_string()))?;
+        let messages = agent.state().messages;
+        let compaction = compact_now(agent, compactor, focus).await?;
         let details = serde_json::to_value(&compaction.details).unwrap_or_default();
         self.append_compaction(
             compaction.summary.clone(),
@@ -231,7 +211,7 @@ impl Recorder {
             details,
         )
         .await?;
-        agent.set_messages(compaction.apply(&state.messages));
+        agent.set_messages(compaction.apply(&messages));
         Ok(compaction)
     }
 
@@ -242,4 +222,34 @@ impl Recorder {
             Ok(())
         }
     }
+}
+
+/// The manual compaction of `agent`'s transcript as it is now (not applied, not recorded).
+pub async fn compact_now(
+    agent: &Agent,
+    compactor: &Compactor,
+    focus: Option<&str>,
+) -> Result<Compaction, SessionError> {
+    let state = agent.state();
+    let mut config: Option<AgentLoopConfig> = None;
+    agent.update_config(|c| config = Some(c.clone()));
+    let Some(mut config) = config else {
+        return Err(SessionError::AgentRunning);
+    };
+    config.model = state.model.clone();
+    let context = AgentContext {
+        system_prompt: state.system_prompt,
+        messages: state.messages,
+        tools: state.tools,
+    };
+    compactor
+        .compact(
+            &context,
+            &config,
+            focus,
+            CompactionReason::Manual,
+            &CancellationToken::new(),
+        )
+        .await
+        .map_err(|e| SessionError::Compaction(e.to_string()))
 }

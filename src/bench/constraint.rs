@@ -66,7 +66,8 @@ pub struct ConstraintReport {
     pub scenarios: Vec<Scenario>,
 }
 
-fn tools() -> Result<Vec<ToolSpec>, BenchError> {
+/// The bench's three tools (weather, file read, addition): also the micro-benchmark's (`benches/`).
+pub fn tools() -> Result<Vec<ToolSpec>, BenchError> {
     Ok(vec![
         ToolSpec::new(
             "get_weather",
@@ -87,6 +88,22 @@ fn tools() -> Result<Vec<ToolSpec>, BenchError> {
                 "required": ["a", "b"]}),
         )?,
     ])
+}
+
+/// A JSON reply of a small `person` schema: also the micro-benchmark's (`benches/`).
+pub fn person_spec() -> ConstraintSpec {
+    ConstraintSpec {
+        response_format: ResponseFormat::JsonSchema {
+            name: "person".into(),
+            schema: json!({"type": "object", "properties": {
+                "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+                "city": {"type": "string"},
+                "hobbies": {"type": "array", "items": {"type": "string"}, "maxItems": 5}},
+                "required": ["name", "age", "city", "hobbies"], "additionalProperties": false}),
+            strict: true,
+        },
+        ..ConstraintSpec::default()
+    }
 }
 
 fn prompt(
@@ -189,18 +206,7 @@ pub fn run(engine: &Engine, opts: &ConstraintBenchOptions) -> Result<ConstraintR
     };
     engine.generate_blocking(warm, CancellationToken::new(), |_| {})?;
 
-    let person = ConstraintSpec {
-        response_format: ResponseFormat::JsonSchema {
-            name: "person".into(),
-            schema: json!({"type": "object", "properties": {
-                "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
-                "city": {"type": "string"},
-                "hobbies": {"type": "array", "items": {"type": "string"}, "maxItems": 5}},
-                "required": ["name", "age", "city", "hobbies"], "additionalProperties": false}),
-            strict: true,
-        },
-        ..ConstraintSpec::default()
-    };
+    let person = person_spec();
     let person_prompt = prompt(engine, "Describe a fictional person as JSON.", None)?;
     let required = ConstraintSpec {
         tools,

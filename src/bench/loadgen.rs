@@ -46,6 +46,21 @@ pub struct Outcome {
     pub error: Option<String>,
 }
 
+impl Outcome {
+    /// Nothing measured yet for `client`.
+    fn new(client: usize) -> Self {
+        Self {
+            client,
+            disconnected: false,
+            ttft: None,
+            e2e: 0.0,
+            completion_tokens: 0,
+            prompt_tokens: 0,
+            error: None,
+        }
+    }
+}
+
 /// The outcomes of a run and its wall time.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadReport {
@@ -167,15 +182,7 @@ async fn one(
     disconnect: bool,
 ) -> Outcome {
     let started = Instant::now();
-    let mut outcome = Outcome {
-        client: c,
-        disconnected: false,
-        ttft: None,
-        e2e: 0.0,
-        completion_tokens: 0,
-        prompt_tokens: 0,
-        error: None,
-    };
+    let mut outcome = Outcome::new(c);
     let body = json!({
         "model": opts.model,
         "messages": [{"role": "user", "content": format!("Request {n}: tell me something about the number {n}.")}],
@@ -342,15 +349,7 @@ mod tests {
             .unwrap();
         batch.extend(parser.push(b"NE]").unwrap());
         batch.extend(parser.finish().unwrap());
-        let mut outcome = Outcome {
-            client: 0,
-            disconnected: false,
-            ttft: None,
-            e2e: 0.0,
-            completion_tokens: 0,
-            prompt_tokens: 0,
-            error: None,
-        };
+        let mut outcome = Outcome::new(0);
         let mut events = Vec::new();
         let hang_up = take_events(batch, &mut events, &mut outcome, Instant::now(), false);
         assert_eq!(hang_up, Ok(false));

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CacheStats, ResponseCache};
 use crate::provider::{
-    CompletionRequest, LocalProvider, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError,
-    ProviderEvent, ProviderStream, RawCompletionRequest, TokenCount, TokenizeRequest, Tokenized,
+    CompletionRequest, LocalProvider, ModelDescriptor, Provider, ProviderError, ProviderEvent,
+    ProviderStream, TokenCount,
 };
 
 /// The prompt part of a cache key.
@@ -84,15 +84,7 @@ impl CachingProvider {
 
     /// The model a request resolves to (the inner provider's default when it names none).
     fn model_of(&self, request: &CompletionRequest) -> String {
-        if request.model.is_empty() {
-            self.inner
-                .models()
-                .first()
-                .map(|m| m.id.clone())
-                .unwrap_or_default()
-        } else {
-            request.model.clone()
-        }
+        crate::provider::named_or_default(&request.model, &self.inner.models())
     }
 
     /// Looks `request` up; `None` on a miss or any cache failure (counted and logged).
@@ -266,44 +258,8 @@ impl Provider for CachingProvider {
         self.inner.models()
     }
 
-    fn resolve_model(&self, name: &str) -> Option<String> {
-        self.inner.resolve_model(name)
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn concurrency(&self) -> Option<usize> {
-        self.inner.concurrency()
-    }
-
-    fn model_identity(&self, model: &str) -> String {
-        self.inner.model_identity(model)
-    }
-
-    fn prefix_cache(&self) -> Option<PrefixCacheCounts> {
-        self.inner.prefix_cache()
-    }
-
-    fn supports_logprobs(&self) -> bool {
-        self.inner.supports_logprobs()
-    }
-
-    /// Raw completions are not cached.
-    fn stream_raw(
-        &self,
-        request: RawCompletionRequest,
-        cancel: CancellationToken,
-    ) -> ProviderStream {
-        self.inner.stream_raw(request, cancel)
-    }
-
-    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, ProviderError> {
-        self.inner.tokenize(request).await
-    }
-
-    async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {
-        self.inner.detokenize(model, tokens).await
+    /// Everything else (raw completions, tokenizing, model information) passes through.
+    fn wrapped(&self) -> Option<&dyn Provider> {
+        Some(self.inner.as_ref())
     }
 }

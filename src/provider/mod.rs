@@ -48,9 +48,19 @@ pub trait Provider: Send + Sync {
     /// default (used when a request's `model` is empty).
     fn models(&self) -> Vec<ModelDescriptor>;
 
+    /// The provider this one wraps (a cache, an admission gate), if it only adds to another. Every method below
+    /// passes through to it unless the wrapper overrides the method; on a provider that wraps nothing they have
+    /// the defaults written on each.
+    fn wrapped(&self) -> Option<&dyn Provider> {
+        None
+    }
+
     /// The id of the served model `name` means (empty: the default), or `None` when it serves no such model.
     /// The local engine also answers to its manifest's aliases.
     fn resolve_model(&self, name: &str) -> Option<String> {
+        if let Some(inner) = self.wrapped() {
+            return inner.resolve_model(name);
+        }
         let models = self.models();
         if name.is_empty() {
             return models.first().map(|m| m.id.clone());
@@ -60,29 +70,31 @@ pub trait Provider: Send + Sync {
 
     /// What this provider is, for people and session files: `local`, `remote <url>`, `scripted`.
     fn describe(&self) -> String {
-        "provider".into()
+        self.wrapped()
+            .map_or_else(|| "provider".into(), |p| p.describe())
     }
 
     /// How many requests this provider serves at once (`None`: no known limit). The local engine runs one
     /// sequence at a time.
     fn concurrency(&self) -> Option<usize> {
-        None
+        self.wrapped().and_then(|p| p.concurrency())
     }
 
     /// What identifies the weights behind `model` (the response cache's key includes it): the model file's
     /// path, size, modification time, digest and weight format on the local engine; the model id elsewhere.
     fn model_identity(&self, model: &str) -> String {
-        model.to_string()
+        self.wrapped()
+            .map_or_else(|| model.to_string(), |p| p.model_identity(model))
     }
 
     /// Whether completions can report `logprobs` (a request asking for them is refused otherwise).
     fn supports_logprobs(&self) -> bool {
-        false
+        self.wrapped().is_some_and(|p| p.supports_logprobs())
     }
 
     /// The KV prefix-cache counters, when this provider keeps a prefix cache it can report.
     fn prefix_cache(&self) -> Option<PrefixCacheCounts> {
-        None
+        self.wrapped().and_then(|p| p.prefix_cache())
     }
 
     /// A raw-text completion (no chat template, no tools). Providers that cannot do it end the stream with an
@@ -92,24 +104,30 @@ pub trait Provider: Send + Sync {
         request: RawCompletionRequest,
         cancel: CancellationToken,
     ) -> ProviderStream {
-        let _ = (request, cancel);
-        unsupported_stream("raw text completions are not available from this provider")
+        match self.wrapped() {
+            Some(p) => p.stream_raw(request, cancel),
+            None => unsupported_stream("raw text completions are not available from this provider"),
+        }
     }
 
     /// Tokenizes text or a rendered chat request with the model's own tokenizer.
     async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, ProviderError> {
-        let _ = request;
-        Err(ProviderError::Unsupported(
-            "tokenizing is not available from this provider".into(),
-        ))
+        match self.wrapped() {
+            Some(p) => p.tokenize(request).await,
+            None => Err(ProviderError::Unsupported(
+                "tokenizing is not available from this provider".into(),
+            )),
+        }
     }
 
     /// The text of `tokens` (special tokens included).
     async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {
-        let _ = (model, tokens);
-        Err(ProviderError::Unsupported(
-            "detokenizing is not available from this provider".into(),
-        ))
+        match self.wrapped() {
+            Some(p) => p.detokenize(model, tokens).await,
+            None => Err(ProviderError::Unsupported(
+                "detokenizing is not available from this provider".into(),
+            )),
+        }
     }
 }
 
@@ -259,10 +277,15 @@ impl ProviderError {
 
 /// The model a request names, or the provider's default (its first model) when it names none.
 pub(crate) fn model_or_default(request: &CompletionRequest, models: &[ModelDescriptor]) -> String {
-    if request.model.is_empty() {
+    named_or_default(&request.model, models)
+}
+
+/// `name`, or the first of `models` (a provider's default) when `name` is empty.
+pub fn named_or_default(name: &str, models: &[ModelDescriptor]) -> String {
+    if name.is_empty() {
         models.first().map(|m| m.id.clone()).unwrap_or_default()
     } else {
-        request.model.clone()
+        name.to_string()
     }
 }
 

@@ -5,16 +5,12 @@
 //! the model then calls the real `recall` tool with that ref and gets the file back. The two session files'
 //! compaction entries are compared field by field.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
 use agentd::provider::{ScriptedProvider, ScriptedReply};
-use agentd::server::sessions::SessionOptions;
-use agentd::server::ServerOptions;
 use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
 
 use super::cli_run::{run, Sandbox};
-use super::server::{post, sse, TestServer};
+use super::server::{post, TestServer};
 
 /// The line of `big.txt` the recalled result must carry.
 const MARKER: &str = "MARKER-ALPHA-42 the first file's secret";
@@ -207,17 +203,7 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
     // --- Door 2: the HTTP sessions API on the same workspace.
     let sessions = tempfile::tempdir().unwrap();
     let provider = ScriptedProvider::new(replies(&part_one())).with_context_window(window);
-    let server = TestServer::with_provider(
-        Arc::new(provider.clone()),
-        ServerOptions {
-            sessions: SessionOptions {
-                dir: Some(sessions.path().to_path_buf()),
-                default_workspace: None,
-            },
-            ..ServerOptions::default()
-        },
-    )
-    .await;
+    let server = TestServer::scripted_with_sessions(&provider, sessions.path()).await;
     let (status, created) = post(
         &server.url("/v1/sessions"),
         &json!({"workspace": sb.cwd, "tools": ["read", "bash", "edit", "write"], "policy": "all"}),
@@ -227,7 +213,7 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
     let sid = created["id"].as_str().unwrap().to_string();
     let http_file = PathBuf::from(created["path"].as_str().unwrap());
     for text in ["Read big.txt", "Read other.txt"] {
-        let events = prompt(&server, &sid, text).await;
+        let events = server.prompt_session(&sid, text).await;
         assert!(
             events
                 .iter()
@@ -243,7 +229,7 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
     for r in replies(&part_two(&http_ref)) {
         provider.push(r);
     }
-    let events = prompt(&server, &sid, "What was in big.txt?").await;
+    let events = server.prompt_session(&sid, "What was in big.txt?").await;
     let recalled = events
         .iter()
         .find(|e| e["type"] == "tool_execution_end" && e["tool_name"] == "recall")
@@ -276,15 +262,4 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
     );
     assert!(first.contains("summary 1"), "{first}");
     server.shutdown().await.unwrap();
-}
-
-async fn prompt(server: &TestServer, id: &str, text: &str) -> Vec<Value> {
-    let resp = super::server::client()
-        .post(server.url(&format!("/v1/sessions/{id}/prompt")))
-        .json(&json!({"content": text}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    sse(resp).await
 }

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
-use crate::agent::{AgentMessage, CompactionReason};
+use crate::agent::AgentMessage;
 use crate::session::{
     EntryKind, JsonlStore, SessionEntry, SessionInfo, SessionStore, StoreOptions,
 };
 
-use super::{config_of, lock, AppError, CodingSession};
+use super::{lock, AppError, CodingSession};
+use crate::app::recorder::compact_now;
 use crate::app::sessions;
 
 impl CodingSession {
@@ -150,25 +150,9 @@ impl CodingSession {
         let compaction = match self.recorder() {
             Some(r) => r.compact(&agent, &compactor, focus).await?,
             None => {
-                let state = agent.state();
-                let config = config_of(&agent)
-                    .ok_or_else(|| AppError::failed("internal: the agent has no configuration"))?;
-                let context = crate::agent::AgentContext {
-                    system_prompt: state.system_prompt.clone(),
-                    messages: state.messages.clone(),
-                    tools: state.tools.clone(),
-                };
-                let c = compactor
-                    .compact(
-                        &context,
-                        &config,
-                        focus,
-                        CompactionReason::Manual,
-                        &CancellationToken::new(),
-                    )
-                    .await
-                    .map_err(|e| AppError::failed(format!("compaction: {e}")))?;
-                agent.set_messages(c.apply(&state.messages));
+                let messages = agent.state().messages;
+                let c = compact_now(&agent, &compactor, focus).await?;
+                agent.set_messages(c.apply(&messages));
                 c
             }
         };

@@ -197,8 +197,8 @@ impl Provider for Recording {
         self.inner.models()
     }
 
-    fn describe(&self) -> String {
-        self.inner.describe()
+    fn wrapped(&self) -> Option<&dyn Provider> {
+        Some(&self.inner)
     }
 }
 

@@ -231,21 +231,13 @@ impl LocalProvider {
 
     async fn run(self, request: CompletionRequest, tx: EventSender, cancel: CancellationToken) {
         let model = self.engine.info().name.clone();
-        let mut out = Assembler::new(tx, request.tools.clone(), model);
-        if let Err(err) = self.check_model(&request.model) {
-            out.fail(&err, Usage::default());
-            return;
-        }
-        // Rendering and tokenizing a long transcript is CPU work: keep it off the async workers.
-        let this = self.clone();
+        let out = Assembler::new(tx, request.tools.clone(), model);
         let req = request.clone();
-        let prompt = match tokio::task::spawn_blocking(move || this.prompt_tokens(&req)).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => return out.fail(&e, Usage::default()),
-            Err(e) => {
-                let err = ProviderError::Internal(format!("the tokenizing task failed: {e}"));
-                return out.fail(&err, Usage::default());
-            }
+        let Some((prompt, mut out)) = self
+            .prepare(&request.model, out, move |this| this.prompt_tokens(&req))
+            .await
+        else {
+            return;
         };
         let input = prompt.len() as u64;
         out.start();
@@ -313,13 +305,7 @@ impl LocalProvider {
                 }
             }
         }
-        // The engine drops a job cancelled before it started without a word.
-        let err = if cancel.is_cancelled() {
-            ProviderError::Cancelled
-        } else {
-            ProviderError::Internal("the engine stopped without a result".into())
-        };
-        out.fail(&err, Usage::new(input, output, 0));
+        raw::ended_without_result(out, &cancel, Usage::new(input, output, 0));
     }
 }
 

@@ -123,19 +123,13 @@ impl LocalProvider {
         cancel: CancellationToken,
     ) {
         let model = self.engine.info().name.clone();
-        let mut out = Assembler::new(tx, Vec::new(), model);
-        if let Err(err) = self.check_model(&request.model) {
-            return out.fail(&err, Usage::default());
-        }
-        let this = self.clone();
-        let prompt = request.prompt.clone();
-        let prompt = match tokio::task::spawn_blocking(move || this.raw_prompt(&prompt)).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => return out.fail(&e, Usage::default()),
-            Err(e) => {
-                let err = ProviderError::Internal(format!("the tokenizing task failed: {e}"));
-                return out.fail(&err, Usage::default());
-            }
+        let out = Assembler::new(tx, Vec::new(), model);
+        let raw = request.prompt.clone();
+        let Some((prompt, mut out)) = self
+            .prepare(&request.model, out, move |this| this.raw_prompt(&raw))
+            .await
+        else {
+            return;
         };
         let input = prompt.len() as u64;
         out.start();
@@ -180,11 +174,45 @@ impl LocalProvider {
                 }
             }
         }
-        let err = if cancel.is_cancelled() {
-            ProviderError::Cancelled
-        } else {
-            ProviderError::Internal("the engine stopped without a result".into())
-        };
-        out.fail(&err, Usage::new(input, output, 0));
+        ended_without_result(out, &cancel, Usage::new(input, output, 0));
     }
+
+    /// Checks that `model` is this engine's and computes the prompt with `make` off the async workers (rendering
+    /// and tokenizing a long transcript is CPU work). On failure the stream ends with the error and `None` is
+    /// returned; on success the assembler comes back with the prompt.
+    pub(super) async fn prepare(
+        &self,
+        model: &str,
+        out: Assembler,
+        make: impl FnOnce(&LocalProvider) -> Result<Vec<u32>, ProviderError> + Send + 'static,
+    ) -> Option<(Vec<u32>, Assembler)> {
+        if let Err(err) = self.check_model(model) {
+            out.fail(&err, Usage::default());
+            return None;
+        }
+        let this = self.clone();
+        match tokio::task::spawn_blocking(move || make(&this)).await {
+            Ok(Ok(prompt)) => Some((prompt, out)),
+            Ok(Err(e)) => {
+                out.fail(&e, Usage::default());
+                None
+            }
+            Err(e) => {
+                let err = ProviderError::Internal(format!("the tokenizing task failed: {e}"));
+                out.fail(&err, Usage::default());
+                None
+            }
+        }
+    }
+}
+
+/// Ends a stream whose engine job stopped without its final event: cancelled (the engine drops a job cancelled
+/// before it started without a word) or a bug.
+pub(super) fn ended_without_result(out: Assembler, cancel: &CancellationToken, usage: Usage) {
+    let err = if cancel.is_cancelled() {
+        ProviderError::Cancelled
+    } else {
+        ProviderError::Internal("the engine stopped without a result".into())
+    };
+    out.fail(&err, usage);
 }

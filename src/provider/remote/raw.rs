@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::assemble::Assembler;
 use super::super::events::EventSender;
-use super::super::{ProviderError, RawCompletionRequest, StopReason, Usage};
+use super::super::{named_or_default, ProviderError, RawCompletionRequest, StopReason, Usage};
 use super::sse::truncate;
 use super::stream::read_sse;
 use super::wire::{self, TextChunk};
@@ -21,15 +21,7 @@ pub(super) async fn run(
     tx: EventSender,
     cancel: CancellationToken,
 ) {
-    let model = if request.model.is_empty() {
-        shared
-            .models()
-            .first()
-            .map(|m| m.id.clone())
-            .unwrap_or_default()
-    } else {
-        request.model.clone()
-    };
+    let model = named_or_default(&request.model, &shared.models());
     let mut out = Assembler::new(tx, Vec::new(), model.clone());
     let url = shared.endpoint("completions");
     let body = wire::completions_body(&request, &model);

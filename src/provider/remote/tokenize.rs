@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::super::local::render_prompt;
 use super::super::{
-    estimate_tokens, model_or_default, CompletionRequest, ProviderError, TokenCount, TokenizeInput,
-    TokenizeRequest, Tokenized,
+    estimate_tokens, model_or_default, named_or_default, CompletionRequest, ProviderError,
+    TokenCount, TokenizeInput, TokenizeRequest, Tokenized,
 };
 use super::{wire, Shared};
 use crate::engine::constraint::format::ToolCallFormat;
@@ -138,15 +138,7 @@ pub(super) async fn tokenize(
     shared: &Shared,
     request: TokenizeRequest,
 ) -> Result<Tokenized, ProviderError> {
-    let model = if request.model.is_empty() {
-        shared
-            .models()
-            .first()
-            .map(|m| m.id.clone())
-            .unwrap_or_default()
-    } else {
-        request.model.clone()
-    };
+    let model = named_or_default(&request.model, &shared.models());
     let body = match &request.input {
         TokenizeInput::Text {
             text,

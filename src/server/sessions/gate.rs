@@ -9,9 +9,8 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::provider::{
-    AssistantMessage, CompletionRequest, ErrorKind, ErrorReason, ModelDescriptor,
-    PrefixCacheCounts, Provider, ProviderError, ProviderEvent, ProviderStream,
-    RawCompletionRequest, StopReason, TokenCount, TokenizeRequest, Tokenized, Usage,
+    AssistantMessage, CompletionRequest, ErrorKind, ErrorReason, ModelDescriptor, Provider,
+    ProviderError, ProviderEvent, ProviderStream, StopReason, TokenCount, Usage,
 };
 use crate::server::admission::Admission;
 use crate::server::metrics::{Finished, Metrics};
@@ -131,43 +130,8 @@ impl Provider for GatedProvider {
         self.inner.models()
     }
 
-    fn resolve_model(&self, name: &str) -> Option<String> {
-        self.inner.resolve_model(name)
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn concurrency(&self) -> Option<usize> {
-        self.inner.concurrency()
-    }
-
-    fn model_identity(&self, model: &str) -> String {
-        self.inner.model_identity(model)
-    }
-
-    fn prefix_cache(&self) -> Option<PrefixCacheCounts> {
-        self.inner.prefix_cache()
-    }
-
-    fn supports_logprobs(&self) -> bool {
-        self.inner.supports_logprobs()
-    }
-
-    fn stream_raw(
-        &self,
-        request: RawCompletionRequest,
-        cancel: CancellationToken,
-    ) -> ProviderStream {
-        self.inner.stream_raw(request, cancel)
-    }
-
-    async fn tokenize(&self, request: TokenizeRequest) -> Result<Tokenized, ProviderError> {
-        self.inner.tokenize(request).await
-    }
-
-    async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {
-        self.inner.detokenize(model, tokens).await
+    /// Everything else (raw completions, tokenizing, model information) passes through.
+    fn wrapped(&self) -> Option<&dyn Provider> {
+        Some(self.inner.as_ref())
     }
 }

@@ -55,6 +55,36 @@ impl TestServer {
         Self::start(AppState::new(provider, options)).await
     }
 
+    /// On a scripted provider, with agent sessions written to `sessions_dir`.
+    pub async fn scripted_with_sessions(
+        provider: &agentd::provider::ScriptedProvider,
+        sessions_dir: &std::path::Path,
+    ) -> Self {
+        Self::with_provider(
+            Arc::new(provider.clone()),
+            ServerOptions {
+                sessions: agentd::server::sessions::SessionOptions {
+                    dir: Some(sessions_dir.to_path_buf()),
+                    default_workspace: None,
+                },
+                ..ServerOptions::default()
+            },
+        )
+        .await
+    }
+
+    /// Sends `text` to agent session `id` and reads the whole event stream.
+    pub async fn prompt_session(&self, id: &str, text: &str) -> Vec<Value> {
+        let resp = client()
+            .post(self.url(&format!("/v1/sessions/{id}/prompt")))
+            .json(&serde_json::json!({"content": text}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        sse(resp).await
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.root)
     }

@@ -178,7 +178,11 @@ async fn a_server_on_a_remote_provider_tokenizes_completes_and_reports_logprobs(
     assert_eq!(direct["tokens"], fronted["tokens"]);
     assert_eq!(fronted["max_model_len"], 8192);
     assert_eq!(direct["token_strs"], fronted["token_strs"]);
-    let (s, text) = post(&front.url("/detokenize"), &json!({"tokens": direct["tokens"]})).await;
+    let (s, text) = post(
+        &front.url("/detokenize"),
+        &json!({"tokens": direct["tokens"]}),
+    )
+    .await;
     assert_eq!(s, 200, "{text}");
     assert_eq!(text["prompt"], "Hello there");
 

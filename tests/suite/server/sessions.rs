@@ -2,16 +2,13 @@
 //! agent events with a real tool run, the transcript, persistence to the JSONL session file, branching, steering
 //! and follow-ups, abort, a second prompt while running (409), and bad requests.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agentd::provider::{ScriptedProvider, ScriptedReply};
-use agentd::server::sessions::SessionOptions;
-use agentd::server::ServerOptions;
 use agentd::session::{JsonlStore, SessionStore, StoreOptions};
 use serde_json::{json, Value};
 
-use super::{client, get, post, sse, SseReader, TestServer};
+use super::{client, get, post, SseReader, TestServer};
 
 struct Setup {
     server: TestServer,
@@ -25,17 +22,7 @@ async fn setup(replies: Vec<ScriptedReply>) -> Setup {
     std::fs::write(workspace.path().join("a.txt"), "alpha beta\n").unwrap();
     let sessions = tempfile::tempdir().unwrap();
     let provider = ScriptedProvider::new(replies);
-    let server = TestServer::with_provider(
-        Arc::new(provider.clone()),
-        ServerOptions {
-            sessions: SessionOptions {
-                dir: Some(sessions.path().to_path_buf()),
-                default_workspace: None,
-            },
-            ..ServerOptions::default()
-        },
-    )
-    .await;
+    let server = TestServer::scripted_with_sessions(&provider, sessions.path()).await;
     Setup {
         server,
         provider,
@@ -55,14 +42,7 @@ async fn create(s: &Setup, extra: Value) -> Value {
 }
 
 async fn prompt(s: &Setup, id: &str, text: &str) -> Vec<Value> {
-    let resp = client()
-        .post(s.server.url(&format!("/v1/sessions/{id}/prompt")))
-        .json(&json!({"content": text}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    sse(resp).await
+    s.server.prompt_session(id, text).await
 }
 
 fn types(events: &[Value]) -> Vec<String> {
