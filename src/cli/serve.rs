@@ -10,6 +10,8 @@ use agentd::config::{Config, ProviderKind};
 use agentd::engine::fetch::ModelSelector;
 use agentd::engine::model::WeightFormat;
 use agentd::provider::RemoteProvider;
+use agentd::server::guard::BrowserPolicy;
+use agentd::server::limits::RequestLimits;
 use agentd::server::sessions::SessionOptions;
 use agentd::server::{self, AppState, ServerOptions};
 use anyhow::Context;
@@ -63,6 +65,23 @@ pub struct ServeArgs {
     /// The workspace of agent sessions that name none (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Agent sessions kept live at once; beyond it the least recently used idle one is closed (its file stays).
+    #[arg(long, default_value_t = 64)]
+    pub max_sessions: usize,
+    /// Seconds an idle agent session stays live before it is closed (it can be resumed from its file).
+    #[arg(long, default_value_t = 1800)]
+    pub session_idle_secs: u64,
+    /// Another name this server answers to in `Host` (loopback names and the bound address always work).
+    /// Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub allowed_host: Vec<String>,
+    /// A web origin allowed to call the API from a browser (`http://localhost:3000`; `*` for any). Repeatable.
+    #[arg(long, value_name = "ORIGIN")]
+    pub cors_origin: Vec<String>,
+    /// Allow agent sessions with tools that write files or run commands although no --api-key is set. Without
+    /// a key anyone who can reach the port could run commands as you.
+    #[arg(long)]
+    pub allow_exec_without_key: bool,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -100,7 +119,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         sessions: SessionOptions {
             dir: args.sessions_dir.clone(),
             default_workspace: args.workspace.clone(),
+            max_live: args.max_sessions.max(1),
+            idle_timeout: Duration::from_secs(args.session_idle_secs.max(1)),
         },
+        browser: BrowserPolicy {
+            allowed_hosts: args
+                .allowed_host
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .collect(),
+            cors_origins: args.cors_origin.clone(),
+            bound: None,
+        },
+        allow_exec_without_key: args.allow_exec_without_key,
+        limits: RequestLimits::default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

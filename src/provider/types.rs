@@ -294,6 +294,9 @@ pub struct CompletionRequest {
     pub stop: Vec<String>,
     /// Names the conversation so the local engine can reuse its KV prefix (an agent session id, say).
     pub cache_key: Option<String>,
+    /// Who may share KV prefixes with whom: requests of different scopes never reuse each other's cached
+    /// prefixes (the server sets it per API key / session). `None` is its own scope.
+    pub cache_scope: Option<String>,
     /// Report the log-probability of every generated token with this many alternatives (`Some(0)`: the token's
     /// own only) as [`ProviderEvent::Logprobs`] events.
     pub logprobs: Option<usize>,

@@ -76,6 +76,17 @@ impl Admission {
         })
     }
 
+    /// A slot now, when one is free (nobody has to queue); `None` otherwise.
+    pub fn try_admit(self: &Arc<Self>) -> Option<Permit> {
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        self.running.fetch_add(1, Ordering::AcqRel);
+        Some(Permit {
+            admission: self.clone(),
+            _slot: slot,
+            queued: Duration::ZERO,
+        })
+    }
+
     /// Enters and waits for a slot in one step (503 when the queue is full or the server stops meanwhile).
     pub async fn admit(self: &Arc<Self>, shutdown: &CancellationToken) -> Result<Permit, ApiError> {
         self.enter()?.wait(shutdown).await

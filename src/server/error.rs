@@ -104,6 +104,25 @@ impl ApiError {
         )
     }
 
+    /// 403: the request is refused whoever sends it (a foreign Host or Origin, an agent session that may write
+    /// or run commands on a server without a key).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::FORBIDDEN, "permission_error", message);
+        e.code = Some("forbidden");
+        e
+    }
+
+    /// 415: the body is not JSON.
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        let mut e = Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            message,
+        );
+        e.code = Some("unsupported_media_type");
+        e
+    }
+
     /// 409: the resource is busy (an agent session that is already running).
     pub fn conflict(message: impl Into<String>) -> Self {
         let mut e = Self::new(StatusCode::CONFLICT, "invalid_request_error", message);

@@ -9,6 +9,8 @@
 pub mod admission;
 pub mod auth;
 pub mod error;
+pub mod guard;
+pub mod limits;
 pub mod metrics;
 pub mod openai;
 pub mod sessions;
@@ -50,8 +52,14 @@ pub struct ServerOptions {
     pub retry_after_secs: u64,
     /// After a shutdown signal, how long in-flight requests may still run before they are cancelled.
     pub shutdown_grace: Duration,
-    /// Agent sessions: where their JSONL files go, and the default workspace of a session.
+    /// Agent sessions: where their JSONL files go, the default workspace, how many may live at once.
     pub sessions: sessions::SessionOptions,
+    /// Which hosts and origins may use the server (browser safety; see [`guard`]).
+    pub browser: guard::BrowserPolicy,
+    /// Allow agent sessions whose tools write files or run commands on a server without an API key.
+    pub allow_exec_without_key: bool,
+    /// Bounds on what one request may ask for, checked before it is queued.
+    pub limits: limits::RequestLimits,
 }
 
 impl Default for ServerOptions {
@@ -64,6 +72,9 @@ impl Default for ServerOptions {
             retry_after_secs: 1,
             shutdown_grace: Duration::from_secs(10),
             sessions: sessions::SessionOptions::default(),
+            browser: guard::BrowserPolicy::default(),
+            allow_exec_without_key: false,
+            limits: limits::RequestLimits::default(),
         }
     }
 }
@@ -84,6 +95,9 @@ pub struct AppState {
     /// Cancelled when the server stops taking new requests.
     pub draining: CancellationToken,
     pub sessions: Arc<sessions::Sessions>,
+    /// Bounds the CPU work done before admission (parsing large bodies, compiling schemas, tokenizing) to one
+    /// task per core, on the blocking pool: the async workers stay free for `/health` and streams.
+    pub cpu: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -113,6 +127,34 @@ impl AppState {
             shutdown,
             draining: CancellationToken::new(),
             sessions,
+            cpu: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )),
+        }
+    }
+
+    /// Runs `work` on the blocking pool, at most one such task per core at a time (see [`AppState::cpu`]).
+    pub async fn cpu_bound<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let _permit = self
+            .cpu
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::unavailable("the server is shutting down", 1))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| ApiError::internal(format!("a request task failed: {e}")))?
+    }
+
+    /// Who may share cached KV prefixes with this request: requests of one OpenAI `user` (its `cache_key`),
+    /// else every plain API request. Agent sessions have their own scope each.
+    pub fn cache_scope(&self, request: &crate::provider::CompletionRequest) -> String {
+        match &request.cache_key {
+            Some(key) => format!("api/{key}"),
+            None => "api".into(),
         }
     }
 
@@ -164,6 +206,10 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::browser_guard,
         ))
         .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
@@ -240,10 +286,24 @@ pub async fn serve(
     state: AppState,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let mut state = state;
+    if let Ok(addr) = listener.local_addr() {
+        let mut options = (*state.options).clone();
+        options.browser.bound = Some(addr);
+        state.options = Arc::new(options);
+    }
     let shutdown = state.shutdown.clone();
     let draining = state.draining.clone();
     let grace = state.options.shutdown_grace;
     let sessions = state.sessions.clone();
+    let sweeper = sessions.clone();
+    let sweep = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(30));
+        loop {
+            every.tick().await;
+            sweeper.sweep();
+        }
+    });
     let app = router(state);
     let drain = async move {
         signal.await;
@@ -266,9 +326,11 @@ pub async fn serve(
             sessions.abort_all();
         });
     };
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(drain)
-        .await
+        .await;
+    sweep.abort();
+    served
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -1,22 +1,13 @@
 //! A session file on disk: loading it (header checked, every entry validated; a torn last line — a write cut
 //! short by a crash — is skipped with a warning and cut off before appending, while a bad line before the last is
-//! an error naming the line), and the writer actor that owns the file while it is open.
-//!
-//! **Durability.** One writer thread owns each open file. An append is one line (the entry's JSON and `\n`)
-//! written with a single `write_all` to a file opened in append mode, then — under [`FsyncPolicy::Always`], the
-//! default — `fdatasync`ed before the caller is acknowledged (jobs already queued when the thread wakes are
-//! written and synced together). An append that was acknowledged is on disk: a `kill -9` of the process cannot
-//! lose it, and with `Always` neither can a power loss.
+//! an error naming the line), creating one, and the fsync policy. Appending is [`super::writer`]'s.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use super::entry::{SessionEntry, SessionHeader, SESSION_VERSION};
 use super::tree::SessionTree;
@@ -177,163 +168,6 @@ pub fn create(path: &Path, lines: &[String]) -> Result<(), SessionError> {
         }
     }
     Ok(())
-}
-
-enum Job {
-    Append {
-        line: Vec<u8>,
-        ack: oneshot::Sender<Result<(), String>>,
-    },
-    /// Acknowledged once everything queued before it is written and synced.
-    Sync {
-        ack: oneshot::Sender<Result<(), String>>,
-    },
-}
-
-/// The handle to a file's writer thread. Dropping every handle lets the thread finish its queue and exit.
-#[derive(Clone)]
-pub struct Writer {
-    tx: mpsc::Sender<Job>,
-    path: PathBuf,
-}
-
-impl Writer {
-    /// Opens `path` for appending (cutting a torn tail back to `valid_len` first) and starts its writer thread.
-    pub fn open(path: &Path, valid_len: u64, policy: FsyncPolicy) -> Result<Self, SessionError> {
-        let file = OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(|e| SessionError::io(path, e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| SessionError::io(path, e))?
-            .len();
-        if len > valid_len {
-            tracing::warn!(path = %path.display(), bytes = len - valid_len, "cutting off the torn last line");
-            file.set_len(valid_len)
-                .and_then(|()| file.sync_all())
-                .map_err(|e| SessionError::io(path, e))?;
-        }
-        let (tx, rx) = mpsc::channel();
-        let thread_path = path.to_path_buf();
-        std::thread::Builder::new()
-            .name("agentd-session-writer".into())
-            .spawn(move || run(file, &thread_path, policy, rx))
-            .map_err(|e| SessionError::io(path, e))?;
-        Ok(Self {
-            tx,
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// Appends one line (without its newline) and waits until it is stored under the fsync policy.
-    pub async fn append(&self, line: String) -> Result<(), SessionError> {
-        let mut bytes = line.into_bytes();
-        bytes.push(b'\n');
-        let (ack, done) = oneshot::channel();
-        self.send(Job::Append { line: bytes, ack }, done).await
-    }
-
-    /// Waits until every append queued so far is written and synced (whatever the policy).
-    pub async fn sync(&self) -> Result<(), SessionError> {
-        let (ack, done) = oneshot::channel();
-        self.send(Job::Sync { ack }, done).await
-    }
-
-    async fn send(
-        &self,
-        job: Job,
-        done: oneshot::Receiver<Result<(), String>>,
-    ) -> Result<(), SessionError> {
-        let failed = |message: String| SessionError::WriterFailed {
-            path: self.path.clone(),
-            message,
-        };
-        self.tx
-            .send(job)
-            .map_err(|_| failed("the writer thread is gone".into()))?;
-        done.await
-            .map_err(|_| failed("the writer thread stopped before acknowledging".into()))?
-            .map_err(failed)
-    }
-}
-
-/// The writer thread: takes the queued jobs, writes the appends, syncs per the policy, acknowledges them.
-fn run(mut file: File, path: &Path, policy: FsyncPolicy, rx: mpsc::Receiver<Job>) {
-    let mut broken: Option<String> = None;
-    let mut last_sync = Instant::now();
-    let mut dirty = false;
-    loop {
-        let first = match policy {
-            FsyncPolicy::Periodic { interval_ms } if dirty => {
-                match rx.recv_timeout(Duration::from_millis(interval_ms)) {
-                    Ok(job) => job,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        let _ = file.sync_data();
-                        dirty = false;
-                        last_sync = Instant::now();
-                        continue;
-                    }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            }
-            _ => match rx.recv() {
-                Ok(job) => job,
-                Err(_) => break,
-            },
-        };
-        let mut batch = vec![first];
-        while batch.len() < 1024 {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        let mut force_sync = false;
-        let mut wrote = false;
-        let mut acks = Vec::with_capacity(batch.len());
-        for job in batch {
-            match job {
-                Job::Append { line, ack } => {
-                    if broken.is_none() {
-                        match file.write_all(&line) {
-                            Ok(()) => wrote = true,
-                            Err(e) => broken = Some(format!("write failed: {e}")),
-                        }
-                    }
-                    acks.push(ack);
-                }
-                Job::Sync { ack } => {
-                    force_sync = true;
-                    acks.push(ack);
-                }
-            }
-        }
-        dirty |= wrote;
-        let sync_now = match policy {
-            FsyncPolicy::Always => wrote || force_sync,
-            FsyncPolicy::Periodic { interval_ms } => {
-                force_sync || (dirty && last_sync.elapsed() >= Duration::from_millis(interval_ms))
-            }
-            FsyncPolicy::Never => force_sync,
-        };
-        if sync_now && broken.is_none() {
-            if let Err(e) = file.sync_data() {
-                broken = Some(format!("fsync failed: {e}"));
-            }
-            dirty = false;
-            last_sync = Instant::now();
-        }
-        if let Some(b) = &broken {
-            tracing::error!(path = %path.display(), error = %b, "session writer failed");
-        }
-        for ack in acks {
-            let _ = ack.send(broken.clone().map_or(Ok(()), Err));
-        }
-    }
-    if dirty && broken.is_none() {
-        let _ = file.sync_data();
-    }
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::blobs::BlobStore;
 use super::entry::{iso_now, EntryKind, SessionEntry, SessionHeader};
-use super::file::{self, FsyncPolicy, Writer};
+use super::file::{self, FsyncPolicy};
 use super::tree::{SessionContext, SessionTree};
+use super::writer::Writer;
 use super::{Location, SessionError, SessionStore};
 use crate::transcript::AgentMessage;
 

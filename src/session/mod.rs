@@ -5,7 +5,9 @@
 //! - [`entry`]: the header and the entry types (the file format).
 //! - [`tree`]: the in-memory tree — validation, paths, `build_context`, rewind, the printed tree.
 //! - [`file`](mod@file): loading a file (a torn last line is skipped, a corrupt middle line is an error naming
-//!   the line) and the writer actor that owns the file (acknowledged appends, fsync policy).
+//!   the line), creating one, the fsync policy.
+//! - [`writer`]: appending — an exclusive lock per file, one small thread pool for all files, acknowledged
+//!   appends.
 //! - [`jsonl`]: [`JsonlStore`], the store over one file, plus listing, forking and where sessions live.
 //! - [`blobs`]: content-addressed tool results dropped by compaction (grounding; read back by the `recall` tool).
 //!
@@ -17,6 +19,7 @@ pub mod entry;
 pub mod file;
 pub mod jsonl;
 pub mod tree;
+pub mod writer;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -135,6 +138,10 @@ pub enum SessionError {
     /// The agent is running; tree operations that replace its transcript need it idle. Wait for it.
     #[error("the agent is running; wait for it to finish before changing the session")]
     AgentRunning,
+    /// Another process has the session file open for writing (its exclusive lock is held). Close that session
+    /// (or that `agentd`) first, or fork the session instead.
+    #[error("{}: the session is open in another process (its file is locked)", path.display())]
+    Locked { path: PathBuf },
 }
 
 impl SessionError {

@@ -14,6 +14,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
+use std::time::Duration;
+
 use futures::StreamExt;
 
 use super::convert::{self, ChatOptions};
@@ -23,6 +25,7 @@ use super::types::{
     ChatCompletionResponse, ChoiceLogprobs, ChunkChoice, ChunkDelta, FunctionOut, ResponseMessage,
     ToolCallOut, UsageInfo,
 };
+use crate::provider::CompletionRequest;
 use crate::server::admission::Permit;
 use crate::server::error::ApiError;
 use crate::server::metrics::{Finished, RequestTimer};
@@ -34,14 +37,36 @@ pub async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let mut timer = state.metrics.timer();
-    let req: ChatCompletionRequest = parse_json(body, state.options.max_body_bytes)?;
-    let model = state.resolve_model(&req.model)?;
-    let (request, opts) = convert::chat_request(req, model.clone())?;
+    // Parsing up to the body limit and compiling schemas is CPU work: off the async workers, a few at a time.
+    let limits = state.options.limits.clone();
+    let max_body = state.options.max_body_bytes;
+    let provider = state.provider.clone();
+    let (mut request, opts, model) = state
+        .cpu_bound(move || {
+            let req: ChatCompletionRequest = parse_json(body, max_body)?;
+            let model = match provider.resolve_model(&req.model) {
+                Some(m) => m,
+                None => return Err(unknown_model(provider.as_ref(), &req.model)),
+            };
+            let (request, opts) = convert::chat_request(req, model.clone(), &limits)?;
+            Ok((request, opts, model))
+        })
+        .await?;
     if opts.logprobs.is_some() && !state.provider.supports_logprobs() {
         return Err(ApiError::invalid_param(
             "logprobs",
             "logprobs are not available from this server's provider",
         ));
+    }
+    request.cache_scope = Some(state.cache_scope(&request));
+    let answer = Answer {
+        id: response_id("chatcmpl"),
+        created: now_unix(),
+        model,
+        opts,
+    };
+    if opts.stream {
+        return stream(state, request, answer, timer).await;
     }
     let permit = state.admit().await?;
     timer.admitted(permit.queued());
@@ -56,29 +81,109 @@ pub async fn chat_completions(
         Some(p) => p,
         None => return Err(ApiError::internal("the answer ended without a result")),
     };
-    let answer = Answer {
-        id: response_id("chatcmpl"),
-        created: now_unix(),
-        model,
-        opts,
-    };
-    if opts.stream {
+    let response = collect(answer, first, pieces, &mut timer).await;
+    drop(permit);
+    response.map(|r| axum::Json(r).into_response())
+}
+
+/// 404 naming the served models.
+fn unknown_model(provider: &dyn crate::provider::Provider, name: &str) -> ApiError {
+    let ids: Vec<String> = provider.models().into_iter().map(|m| m.id).collect();
+    ApiError::unknown_model(name, &ids)
+}
+
+/// How long a streamed answer that got a slot at once may wait for its first piece before the response starts
+/// anyway (with keep-alive comments): a failure within it is still an HTTP error with its status.
+const FIRST_PIECE_WAIT: Duration = Duration::from_secs(5);
+
+/// A streamed answer: checked (a prompt longer than the context window is still a 400) and queued (503 when the
+/// queue is full). With a free slot it starts as a plain answer would: a failure before the first piece (within
+/// [`FIRST_PIECE_WAIT`]) is an HTTP error. A request that has to wait gets its SSE headers at once and keep-alive
+/// comments while it waits and prefills, so no proxy drops it; a failure after that is an `error` event.
+async fn stream(
+    state: AppState,
+    request: CompletionRequest,
+    answer: Answer,
+    mut timer: RequestTimer,
+) -> Result<Response, ApiError> {
+    check_fits(&state, &request).await?;
+    if state.draining.is_cancelled() {
+        return Err(ApiError::unavailable("the server is shutting down", 1));
+    }
+    let shutdown = state.shutdown.clone();
+    let provider = state.provider.clone();
+    if let Some(permit) = state.admission.try_admit() {
+        timer.admitted(permit.queued());
+        let mut pieces = source::from_provider(provider, request, shutdown.child_token());
+        let pending = match tokio::time::timeout(FIRST_PIECE_WAIT, pieces.next()).await {
+            Ok(Some(Piece::Fail(e))) => {
+                timer.finish(Finished::Error, 0, 0);
+                return Err(e);
+            }
+            Ok(Some(p)) => Some(p),
+            Ok(None) => return Err(ApiError::internal("the answer ended without a result")),
+            Err(_) => None,
+        };
         let stream = ChatStream {
             answer,
             pieces,
-            pending: Some(first),
+            pending,
             logprobs: Vec::new(),
             timer,
             _permit: permit,
             started: false,
             done: false,
         };
-        Ok(sse::response(stream.into_events()))
-    } else {
-        collect(answer, first, pieces, &mut timer)
-            .await
-            .map(|r| axum::Json(r).into_response())
+        return Ok(sse::response(stream.into_events()));
     }
+    let ticket = state.admission.enter()?;
+    let events = futures::stream::once(async move {
+        let permit = match ticket.wait(&shutdown).await {
+            Ok(p) => p,
+            Err(e) => {
+                timer.finish(Finished::Error, 0, 0);
+                return futures::stream::iter([sse::json_event(&e.body()), sse::done()]).boxed();
+            }
+        };
+        timer.admitted(permit.queued());
+        let pieces = source::from_provider(provider, request, shutdown.child_token());
+        ChatStream {
+            answer,
+            pieces,
+            pending: None,
+            logprobs: Vec::new(),
+            timer,
+            _permit: permit,
+            started: false,
+            done: false,
+        }
+        .into_events()
+        .boxed()
+    })
+    .flatten();
+    Ok(sse::response(events))
+}
+
+/// 400 `context_length_exceeded` when the prompt alone fills the model's context window (known exactly from the
+/// provider's own count; nothing is said when the provider only estimates).
+async fn check_fits(state: &AppState, request: &CompletionRequest) -> Result<(), ApiError> {
+    let Ok(count) = state.provider.count_tokens(request).await else {
+        return Ok(());
+    };
+    let window = state
+        .provider
+        .models()
+        .into_iter()
+        .find(|m| m.id == request.model)
+        .map_or(0, |m| m.context_window);
+    if count.exact && window > 0 && count.tokens >= window {
+        return Err(ApiError::bad_request(format!(
+            "the prompt is {} tokens, but the model's context window is {window} tokens",
+            count.tokens
+        ))
+        .with_code("context_length_exceeded"));
+    }
+    Ok(())
 }
 
 /// What every chunk of one answer repeats.

@@ -108,6 +108,7 @@ pub async fn completions(
         req.repetition_penalty,
     )?;
     let prompts = prompt_list(req.prompt)?;
+    state.options.limits.check_prompts(prompts.len())?;
     let echo = req.echo.unwrap_or(false);
     let mut echoed = Vec::with_capacity(prompts.len());
     for p in &prompts {
@@ -121,7 +122,7 @@ pub async fn completions(
                 .map_err(|e| ApiError::from_optional_feature(&e))?,
         });
     }
-    let stop = convert::stop_list(req.stop)?;
+    let stop = convert::stop_list(req.stop, &state.options.limits)?;
     let requests: Vec<RawCompletionRequest> = prompts
         .into_iter()
         .map(|prompt| RawCompletionRequest {

@@ -2,6 +2,8 @@
 //! the field (`param`) before any work is queued: `n` other than 1, unsupported content parts, malformed tools,
 //! a `tool_choice` naming no offered tool, an inadmissible `response_format` schema, out-of-range sampling.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use super::types::{ChatCompletionRequest, ChatMessage, Content, StopField};
@@ -12,6 +14,7 @@ use crate::provider::{
 };
 use crate::schema::SchemaError;
 use crate::server::error::ApiError;
+use crate::server::limits::RequestLimits;
 
 /// The most alternatives `top_logprobs` may ask for (OpenAI's and vLLM's default limit).
 pub const MAX_TOP_LOGPROBS: u32 = 20;
@@ -29,7 +32,12 @@ pub struct ChatOptions {
 pub fn chat_request(
     req: ChatCompletionRequest,
     model: String,
+    limits: &RequestLimits,
 ) -> Result<(CompletionRequest, ChatOptions), ApiError> {
+    limits.check_messages(req.messages.len())?;
+    if let Some(tools) = &req.tools {
+        limits.check_tools(tools)?;
+    }
     if let Some(n) = req.n {
         if n != 1 {
             return Err(ApiError::invalid_param(
@@ -121,8 +129,9 @@ pub fn chat_request(
         response_format,
         sampling,
         max_tokens,
-        stop: stop_list(req.stop)?,
+        stop: stop_list(req.stop, limits)?,
         cache_key: req.user.map(|u| format!("openai-user:{u}")),
+        cache_scope: None,
         logprobs,
     };
     check_constraint(&request)?;
@@ -199,15 +208,10 @@ pub fn sampling(
     Ok(s)
 }
 
-/// `stop` as a list; at most 16 non-empty strings.
-pub fn stop_list(stop: Option<StopField>) -> Result<Vec<String>, ApiError> {
+/// `stop` as a list of non-empty strings, within the limits.
+pub fn stop_list(stop: Option<StopField>, limits: &RequestLimits) -> Result<Vec<String>, ApiError> {
     let list = stop.map(StopField::into_vec).unwrap_or_default();
-    if list.len() > 16 {
-        return Err(ApiError::invalid_param(
-            "stop",
-            format!("at most 16 stop sequences, got {}", list.len()),
-        ));
-    }
+    limits.check_stop(&list)?;
     if list.iter().any(String::is_empty) {
         return Err(ApiError::invalid_param(
             "stop",
@@ -245,6 +249,8 @@ fn text_of(content: Content, param: &str) -> Result<String, ApiError> {
 fn messages(list: Vec<ChatMessage>) -> Result<(Option<String>, Vec<Message>), ApiError> {
     let mut system: Vec<String> = Vec::new();
     let mut out: Vec<Message> = Vec::with_capacity(list.len());
+    // Call id → tool name, for the results that answer them (a map: a long transcript stays linear).
+    let mut call_names: HashMap<String, String> = HashMap::new();
     for (i, m) in list.into_iter().enumerate() {
         let param = format!("messages[{i}].content");
         match m {
@@ -272,6 +278,7 @@ fn messages(list: Vec<ChatMessage>) -> Result<(Option<String>, Vec<Message>), Ap
                             "only `function` tool calls are supported",
                         ));
                     }
+                    call_names.insert(call.id.clone(), call.function.name.clone());
                     blocks.push(ContentBlock::ToolCall(past_call(
                         call.id,
                         call.function.name,
@@ -284,18 +291,7 @@ fn messages(list: Vec<ChatMessage>) -> Result<(Option<String>, Vec<Message>), Ap
                 content,
                 tool_call_id,
             } => {
-                let tool_name = out
-                    .iter()
-                    .rev()
-                    .find_map(|m| match m {
-                        Message::Assistant(a) => a
-                            .tool_calls()
-                            .into_iter()
-                            .find(|c| c.id == tool_call_id)
-                            .map(|c| c.name.clone()),
-                        _ => None,
-                    })
-                    .unwrap_or_default();
+                let tool_name = call_names.get(&tool_call_id).cloned().unwrap_or_default();
                 out.push(Message::ToolResult(ToolResultMessage {
                     tool_call_id,
                     tool_name,
@@ -335,7 +331,11 @@ mod tests {
     use serde_json::json;
 
     fn parse(v: Value) -> Result<(CompletionRequest, ChatOptions), ApiError> {
-        chat_request(serde_json::from_value(v).unwrap(), "m".into())
+        chat_request(
+            serde_json::from_value(v).unwrap(),
+            "m".into(),
+            &RequestLimits::default(),
+        )
     }
 
     #[test]

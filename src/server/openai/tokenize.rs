@@ -80,7 +80,7 @@ pub async fn tokenize(
         }
         let chat: ChatCompletionRequest = parse_value(value)?;
         let model = state.resolve_model(&chat.model)?;
-        let (request, _) = convert::chat_request(chat, model.clone())?;
+        let (request, _) = convert::chat_request(chat, model.clone(), &state.options.limits)?;
         let tokenize = TokenizeRequest {
             model,
             input: TokenizeInput::Chat(Box::new(request)),

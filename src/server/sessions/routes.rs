@@ -41,6 +41,7 @@ use crate::server::{parse_json, sse, AppState};
 use crate::session::sessions_dir;
 use crate::tools::policy::Policy;
 use crate::tools::registry::{ToolRegistry, BUILTIN_TOOL_NAMES};
+use crate::tools::tool::PolicyTag;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -135,7 +136,8 @@ async fn create(
         .tools
         .unwrap_or_else(|| BUILTIN_TOOL_NAMES.iter().map(|s| s.to_string()).collect());
     let builtin: Vec<&String> = tools.iter().filter(|n| *n != RECALL_TOOL).collect();
-    ToolRegistry::builtin(&builtin).map_err(|e| ApiError::invalid_param("tools", e.to_string()))?;
+    let registry = ToolRegistry::builtin(&builtin)
+        .map_err(|e| ApiError::invalid_param("tools", e.to_string()))?;
     let policy: Policy = req
         .policy
         .as_deref()
@@ -144,6 +146,26 @@ async fn create(
         .map_err(|e: crate::tools::policy::ParsePolicyError| {
             ApiError::invalid_param("policy", e.to_string())
         })?;
+    // Tools that write files or run commands are a shell for whoever reaches the port: not without a key.
+    if state.options.api_key.is_none() && !state.options.allow_exec_without_key {
+        let dangerous: Vec<&str> = registry
+            .iter()
+            .filter(|t| {
+                t.tags().iter().any(|tag| {
+                    matches!(tag, PolicyTag::Write | PolicyTag::Exec) && policy.allows(*tag)
+                })
+            })
+            .map(|t| t.spec().name.as_str())
+            .collect();
+        if !dangerous.is_empty() {
+            return Err(ApiError::forbidden(format!(
+                "a session with tools that write or execute ({}) needs the server to have an API key \
+                 (--api-key / AGENTD_API_KEY) or --allow-exec-without-key; or ask for read-only tools \
+                 or policy `read_only`",
+                dangerous.join(", ")
+            )));
+        }
+    }
     let workspace = match req
         .workspace
         .or_else(|| state.sessions.options.default_workspace.clone())
@@ -188,6 +210,13 @@ async fn create(
         .unwrap_or_else(|| sessions_dir(&workspace));
     let choice = match &req.resume {
         None => SessionChoice::CreateNow,
+        Some(id) if state.sessions.get(id).is_some() => {
+            // One writer per session file: a live session is used, not opened a second time.
+            return Err(ApiError::conflict(format!(
+                "session `{id}` is live; use /v1/sessions/{id} instead of resuming it"
+            ))
+            .with_param("resume"));
+        }
         Some(id) => {
             let (d, wanted) = (dir.clone(), id.clone());
             let saved = tokio::task::spawn_blocking(move || sessions::list(&d))
@@ -203,6 +232,7 @@ async fn create(
             SessionChoice::Open(saved.path.display().to_string())
         }
     };
+    state.sessions.make_room()?;
     let mut settings = SessionSettings::new(workspace.clone());
     settings.tools = Some(tools);
     settings.policy = policy.clone();
@@ -306,18 +336,22 @@ async fn prompt(
             "the session is already running a prompt; steer, follow up, abort, or wait for it",
         ));
     };
-    let (tx, rx) = mpsc::unbounded_channel::<AgentEvent>();
+    let (tx, rx) = mpsc::channel::<AgentEvent>(super::EVENT_BUFFER);
     s.listen(tx.clone());
     let coding = s.coding.clone();
+    let session = s.clone();
     tokio::spawn(async move {
         let outcome = coding.prompt(&req.content).await;
+        session.touch();
         if let Err(e) = outcome {
             // Nothing ran: end the stream with the reason.
-            let _ = tx.send(AgentEvent::AgentEnd {
-                reason: crate::agent::AgentEndReason::Error,
-                messages: Vec::new(),
-                error: Some(e.to_string()),
-            });
+            let _ = tx
+                .send(AgentEvent::AgentEnd {
+                    reason: crate::agent::AgentEndReason::Error,
+                    messages: Vec::new(),
+                    error: Some(e.to_string()),
+                })
+                .await;
         }
         drop(guard);
     });

@@ -2,49 +2,9 @@
 //! file) on the real default model. The second identical temperature-0 request is a hit on `/metrics` and gets
 //! the same answer; a changed tool schema or a sampled request is not served from the cache.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
 use serde_json::{json, Value};
 
 use super::{client, post};
-
-const BIN: &str = env!("CARGO_BIN_EXE_agentd");
-
-/// `agentd serve` on a free loopback port; killed on drop.
-struct Serve {
-    child: Child,
-    root: String,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(args: &[&str]) -> Serve {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--port", "0", "--offline"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start agentd serve");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("the serving line");
-    let root = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    Serve { child, root }
-}
 
 /// The value of a metric line `name{...} value`.
 fn metric(text: &str, name: &str) -> u64 {
@@ -67,7 +27,6 @@ fn request(city_type: &str, temperature: f64) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_repeated_greedy_requests_from_the_cache() {
-    super::common::engine(); // the model is cached before the binary looks for it
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("agentd.toml");
     let db = dir.path().join("responses.sqlite");
@@ -76,7 +35,7 @@ async fn serve_answers_repeated_greedy_requests_from_the_cache() {
         format!("[cache]\npath = {:?}\n", db.display().to_string()),
     )
     .unwrap();
-    let server = serve(&["--cache", "--config", config.to_str().unwrap()]);
+    let server = super::ServeProcess::start(&["--cache", "--config", config.to_str().unwrap()]);
     let chat = format!("{}/v1/chat/completions", server.root);
     let (s1, first) = post(&chat, &request("string", 0.0)).await;
     assert_eq!(s1, 200, "{first}");

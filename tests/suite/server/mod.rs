@@ -3,8 +3,10 @@
 //! vLLM path), agent sessions, and a bounded load test.
 
 mod cache;
+mod hardening;
 mod load;
 mod openai;
+mod reliability;
 mod remote;
 mod sessions;
 mod wire;
@@ -18,6 +20,75 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::common;
+
+/// `agentd serve --port 0 ARGS` as its own process (so its threads, files and memory can be read apart from the
+/// other tests); killed on drop.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    /// `http://127.0.0.1:PORT`
+    pub root: String,
+}
+
+impl ServeProcess {
+    /// Starts the real binary on the default model file (offline), with `args` after `serve --port 0`.
+    pub fn start(args: &[&str]) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+            .args(["serve", "--port", "0", "--offline", "--model"])
+            .arg(common::smollm2_path())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("start agentd serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let root = loop {
+            let line = lines
+                .next()
+                .expect("agentd serve exited")
+                .expect("read stdout");
+            if let Some(rest) = line.split("http://").nth(1) {
+                break format!("http://{}", rest.split_whitespace().next().unwrap_or(""));
+            }
+        };
+        Self { child, root }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The process's resident memory, in MiB.
+    pub fn rss_mb(&self) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
+    }
+
+    /// How many threads and open file descriptors the process has.
+    pub fn threads_and_fds(&self) -> (usize, usize) {
+        let count = |what: &str| {
+            std::fs::read_dir(format!("/proc/{}/{what}", self.pid()))
+                .map(|d| d.count())
+                .unwrap_or(0)
+        };
+        (count("task"), count("fd"))
+    }
+
+    /// SIGKILL, and wait for it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
 
 /// A server running on the current test's runtime.
 pub struct TestServer {
@@ -65,8 +136,9 @@ impl TestServer {
             ServerOptions {
                 sessions: agentd::server::sessions::SessionOptions {
                     dir: Some(sessions_dir.to_path_buf()),
-                    default_workspace: None,
+                    ..Default::default()
                 },
+                allow_exec_without_key: true,
                 ..ServerOptions::default()
             },
         )

@@ -1,0 +1,223 @@
+//! Faults and scale against the real `agentd serve` binary (its own process): a thousand agent sessions hold
+//! threads and file handles flat; a live session is neither resumed twice (409) nor opened by a second process
+//! (its file is locked); a `kill -9` mid-session loses no acknowledged entry; and a streaming client that has
+//! to queue gets its response headers at once.
+
+use std::time::Duration;
+
+use agentd::provider::{ScriptedProvider, ScriptedReply};
+use agentd::server::ServerOptions;
+use serde_json::{json, Value};
+
+use super::{client, post, ServeProcess, SseReader, TestServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_sessions_hold_threads_and_files_flat() {
+    let workspace = tempfile::tempdir().unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let server = ServeProcess::start(&[
+        "--max-sessions",
+        "16",
+        "--sessions-dir",
+        sessions.path().to_str().unwrap(),
+    ]);
+    let body =
+        json!({"workspace": workspace.path(), "tools": ["read", "ls"], "policy": "read_only"});
+    let url = format!("{}/v1/sessions", server.root);
+    let mut baseline = None;
+    for i in 0..1000 {
+        let (status, r) = post(&url, &body).await;
+        assert_eq!(status, 201, "session {i}: {r}");
+        if i == 49 {
+            baseline = Some(server.threads_and_fds());
+        }
+    }
+    let (threads0, fds0) = baseline.unwrap();
+    let (threads, fds) = server.threads_and_fds();
+    eprintln!("after 50 sessions: {threads0} threads, {fds0} fds; after 1000: {threads} threads, {fds} fds");
+    assert!(
+        threads <= threads0 + 4,
+        "threads grew: {threads0} → {threads}"
+    );
+    assert!(fds <= fds0 + 8, "file descriptors grew: {fds0} → {fds}");
+    let (_, list) = super::get(&url).await;
+    let list: Value = serde_json::from_str(&list).unwrap();
+    assert!(
+        list["data"].as_array().unwrap().len() <= 16,
+        "at most --max-sessions live"
+    );
+    // Every session's file is on disk (closing a session never deletes it).
+    let files = std::fs::read_dir(sessions.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .count();
+    assert_eq!(files, 1000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_session_has_one_writer() {
+    let workspace = tempfile::tempdir().unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let server = TestServer::scripted_with_sessions(
+        &ScriptedProvider::new(vec![ScriptedReply::text_only("ok")]),
+        sessions.path(),
+    )
+    .await;
+    let (status, created) = post(
+        &server.url("/v1/sessions"),
+        &json!({"workspace": workspace.path(), "tools": ["read"]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    // Resuming a live session: 409, not a second writer.
+    let (status, r) = post(
+        &server.url("/v1/sessions"),
+        &json!({"workspace": workspace.path(), "resume": id}),
+    )
+    .await;
+    assert_eq!(status, 409, "{r}");
+    assert_eq!(r["error"]["param"], "resume");
+    // Another process opening the same file is refused with a clear error.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .args(["run", "--no-context-files", "--session"])
+        .arg(created["path"].as_str().unwrap())
+        .args(["-p", "hi"])
+        .env("AGENTD_SCRIPTED_PROVIDER", write_script(workspace.path()))
+        .env("AGENTD_HOME", workspace.path())
+        .current_dir(workspace.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("open in another process"), "{stderr}");
+    // Once the live session is closed, the file can be resumed.
+    let resp = client()
+        .delete(server.url(&format!("/v1/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (status, r) = post(
+        &server.url("/v1/sessions"),
+        &json!({"workspace": workspace.path(), "resume": id}),
+    )
+    .await;
+    assert_eq!(status, 201, "{r}");
+}
+
+fn write_script(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("script.json");
+    std::fs::write(&path, r#"["unused"]"#).unwrap();
+    path
+}
+
+/// `kill -9` while the model is generating: every message the client saw finished (`message_end`, which the
+/// session file acknowledged before the event went out) is there when the session is resumed by a new server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_mid_session_loses_no_acknowledged_entry() {
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("notes.txt"), "milk\n").unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let dir = sessions.path().to_str().unwrap().to_string();
+    let mut server = ServeProcess::start(&["--sessions-dir", &dir]);
+    let (status, created) = post(
+        &format!("{}/v1/sessions", server.root),
+        &json!({"workspace": workspace.path(), "tools": ["read"], "max_tokens": 400}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let resp = client()
+        .post(format!("{}/v1/sessions/{id}/prompt", server.root))
+        .json(&json!({"content": "Write a long story about the sea."}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut events = SseReader::new(resp);
+    let mut finished: Vec<Value> = Vec::new();
+    // Read until the model is generating (the user message is finished and stored by then).
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(120), events.next())
+        .await
+        .expect("events keep coming")
+    {
+        if ev["type"] == "message_end" {
+            finished.push(ev["message"].clone());
+        }
+        if ev["type"] == "message_update" {
+            break;
+        }
+    }
+    assert!(!finished.is_empty(), "the user message was finished");
+    server.kill9();
+
+    let server = ServeProcess::start(&["--sessions-dir", &dir]);
+    let (status, resumed) = post(
+        &format!("{}/v1/sessions", server.root),
+        &json!({"workspace": workspace.path(), "tools": ["read"], "resume": id}),
+    )
+    .await;
+    assert_eq!(status, 201, "{resumed}");
+    let (_, body) = super::get(&format!("{}/v1/sessions/{id}/messages", server.root)).await;
+    let messages: Value = serde_json::from_str(&body).unwrap();
+    let messages = messages["messages"].as_array().unwrap();
+    for m in &finished {
+        assert!(
+            messages
+                .iter()
+                .any(|x| x["content"] == m["content"] && x["role"] == m["role"]),
+            "acknowledged message lost: {m}\nresumed: {messages:?}"
+        );
+    }
+}
+
+/// With the only slot taken, a second streaming request waits in the queue, and gets its SSE headers (and
+/// keep-alive comments) at once instead of silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_stream_gets_its_headers_at_once() {
+    let provider = ScriptedProvider::new(vec![
+        ScriptedReply::new()
+            .text("slow")
+            .delay(Duration::from_secs(3)),
+        ScriptedReply::text_only("second"),
+    ]);
+    let server = TestServer::with_provider(
+        std::sync::Arc::new(provider),
+        ServerOptions {
+            max_running: Some(1),
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "stream": true});
+    let first = client()
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let started = std::time::Instant::now();
+    let second = client()
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(second.status(), 200);
+    assert!(
+        waited < Duration::from_secs(2),
+        "headers came after {waited:?}, i.e. only once the slot was free"
+    );
+    let events = super::sse(second).await;
+    assert_eq!(events.last(), Some(&json!("[DONE]")));
+    let text: String = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "second");
+    drop(first);
+}
