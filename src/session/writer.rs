@@ -50,18 +50,18 @@ fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenFile>>> {
     OPEN.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// Where a job's outcome goes.
+type Ack = oneshot::Sender<Result<(), String>>;
+
 enum Job {
     Append {
         file: Arc<OpenFile>,
         line: Vec<u8>,
         policy: FsyncPolicy,
-        ack: oneshot::Sender<Result<(), String>>,
+        ack: Ack,
     },
     /// Acknowledged once everything queued before it for `file` is written and synced.
-    Sync {
-        file: Arc<OpenFile>,
-        ack: oneshot::Sender<Result<(), String>>,
-    },
+    Sync { file: Arc<OpenFile>, ack: Ack },
 }
 
 /// The pool's queues, one per thread (started on first use).
@@ -224,7 +224,7 @@ fn run(rx: mpsc::Receiver<Job>) {
         }
         // Write everything, note which files need a sync now, then acknowledge after the syncs.
         let mut sync_now: Vec<Arc<OpenFile>> = Vec::new();
-        let mut acks: Vec<(Arc<OpenFile>, oneshot::Sender<Result<(), String>>)> = Vec::new();
+        let mut acks: Vec<(Arc<OpenFile>, Ack)> = Vec::new();
         for job in batch {
             match job {
                 Job::Append {
