@@ -439,6 +439,7 @@ impl Compactor {
                 max_tokens: Some(max_tokens.min(u64::from(u32::MAX)) as u32),
                 // No cache key: the summary must not evict the conversation's KV prefix.
                 cache_key: None,
+                cache_scope: config.cache_key.clone(),
                 ..CompletionRequest::default()
             };
             let size = count(config, &request).await.tokens;

@@ -61,6 +61,8 @@ pub fn prompt_request(
         sampling: config.sampling.clone(),
         max_tokens: config.max_tokens,
         cache_key: config.cache_key.clone(),
+        // One conversation is one tenant: its KV prefixes are shared with no other.
+        cache_scope: config.cache_key.clone(),
         ..CompletionRequest::default()
     }
 }
