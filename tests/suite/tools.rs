@@ -1,6 +1,7 @@
 //! Tool tests (issue 5, item 7): every rule of the built-in tools and of policy/confinement, in temp dirs.
 
 mod bash;
+mod bash_session;
 mod durability;
 mod edit;
 mod files;
