@@ -568,7 +568,7 @@ async fn run_batch(
     cancel: &CancellationToken,
     em: &Emitter,
 ) -> Vec<ToolResult> {
-    let (updates_tx, mut updates) = mpsc::unbounded_channel();
+    let (updates_tx, mut updates) = crate::tools::updates::update_channel();
     let mut prepared = Vec::new();
     for call in calls {
         em.emit(AgentEvent::ToolExecutionStart {

@@ -1,11 +1,16 @@
 //! `bash {command, timeout?}`: runs `bash -c` (or `sh -c` where bash is missing) in the working directory, in its
 //! own process group. Stdout and stderr share one pipe, so the output keeps its arrival order; every chunk is
-//! streamed through `ToolContext::updates`. A timeout or an abort kills the whole process group. The result keeps
-//! the last 2,000 lines / 50 KB; longer output is saved in full to a temp file named in the result. A non-zero
-//! exit is an error result carrying the output and the exit code.
+//! streamed through `ToolContext::updates` (bounded: a slow consumer gets merged chunks, or only the latest tail,
+//! never unbounded buffering). Every call has a timeout ([`DEFAULT_BASH_TIMEOUT`] unless the call or the
+//! configuration says otherwise, at most [`MAX_BASH_TIMEOUT`]); a timeout or an abort kills the whole process
+//! group. The result keeps the last 2,000 lines / 50 KB; memory holds only a bounded tail while longer output
+//! streams to a temp file named in the result (its first [`MAX_OUTPUT_LOG_BYTES`]). A non-zero exit is an error
+//! result carrying the output and the exit code.
 //!
 //! A command that leaves background processes holding the output pipe (`server &`) returns shortly after the
-//! shell exits; those processes keep running (only a timeout or an abort kills the group).
+//! shell exits; those processes keep running until a timeout, an abort, or the end of the session: with
+//! `ToolContext::resources` set, the call's process group and its output log are tracked there and cleaned when
+//! the session closes them (see [`super::resources`]).
 
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
@@ -21,11 +26,22 @@ use serde_json::json;
 use tokio::io::AsyncReadExt as _;
 use tokio::time::Instant;
 
+use super::resources::SessionResources;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, truncate_tail, Limits, TruncatedBy};
+use super::updates::CoalescedUpdates;
 use crate::schema::ToolSpec;
+
+/// Timeout of a call that gives none (2 minutes).
+pub const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest timeout a call may ask for by default (30 minutes); longer requests are lowered to it.
+pub const MAX_BASH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// How much of a long output the overflow log keeps (100 MiB, its start); the result holds the tail anyway.
+pub const MAX_OUTPUT_LOG_BYTES: u64 = 100 * 1024 * 1024;
+/// How long the last streamed update may wait for the consumer when the command ended.
+const FINAL_UPDATE_WAIT: Duration = Duration::from_millis(100);
 
 /// How long to keep reading after the shell exited, for output still in flight (or held by background jobs).
 const EXIT_GRACE: Duration = Duration::from_millis(200);
@@ -37,7 +53,7 @@ const KILL_GRACE: Duration = Duration::from_millis(500);
 pub struct BashArgs {
     /// The bash command to run, in the working directory.
     pub command: String,
-    /// Timeout in seconds; when it expires the command and every process it started are killed.
+    /// Timeout in seconds (default 120); when it expires the command and every process it started are killed.
     #[serde(default)]
     pub timeout: Option<f64>,
 }
@@ -46,28 +62,59 @@ pub struct BashArgs {
 pub struct BashTool {
     spec: ToolSpec,
     default_timeout: Option<Duration>,
+    max_timeout: Duration,
     limits: Limits,
 }
 
 impl BashTool {
-    /// No default timeout (a call may set one); 2,000 lines / 50 KB kept.
+    /// Calls without a timeout get [`DEFAULT_BASH_TIMEOUT`]; a call may ask for up to [`MAX_BASH_TIMEOUT`];
+    /// 2,000 lines / 50 KB kept.
     pub fn new() -> Self {
         Self {
             spec: builtin_spec::<BashArgs>(
                 "bash",
                 "Execute a bash command in the current working directory. Returns stdout and stderr interleaved. \
                  Output is truncated to the last 2000 lines or 50KB (whichever is hit first); if truncated, the \
-                 full output is saved to a file named in the result. Optionally provide a timeout in seconds.",
+                 full output is saved to a file named in the result. Optionally provide a timeout in seconds \
+                 (default 120).",
             ),
-            default_timeout: None,
+            default_timeout: Some(DEFAULT_BASH_TIMEOUT),
+            max_timeout: MAX_BASH_TIMEOUT,
             limits: Limits::default(),
         }
     }
 
-    /// Timeout used when a call gives none.
+    /// Timeout used when a call gives none; `None` lets such calls run up to the maximum timeout.
     pub fn with_default_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.default_timeout = timeout;
         self
+    }
+
+    /// The longest a call may run, whatever it asks for (also the timeout of calls without one when there is no
+    /// default).
+    pub fn with_max_timeout(mut self, timeout: Duration) -> Self {
+        self.max_timeout = timeout;
+        self
+    }
+
+    /// The timeout a call that gives none gets.
+    pub fn default_timeout(&self) -> Duration {
+        self.default_timeout
+            .unwrap_or(self.max_timeout)
+            .min(self.max_timeout)
+    }
+
+    /// The timeout a call gets: its own (positive, finite seconds) or the default, never above the maximum.
+    pub fn timeout_for(&self, requested: Option<f64>) -> Result<Duration, ToolError> {
+        match requested {
+            None => Ok(self.default_timeout()),
+            Some(secs) if secs.is_finite() && secs > 0.0 => Ok(Duration::try_from_secs_f64(secs)
+                .unwrap_or(Duration::MAX)
+                .min(self.max_timeout)),
+            Some(secs) => Err(ToolError::RespondToModel(format!(
+                "timeout must be a positive number of seconds, got {secs}."
+            ))),
+        }
     }
 
     /// How much output goes back to the model.
@@ -136,8 +183,8 @@ fn complete_utf8_prefix(bytes: &[u8]) -> usize {
     n
 }
 
-/// Collects the output: counts everything, keeps a bounded tail in memory, and spills the full output to a temp
-/// file once it exceeds the limits.
+/// Collects the output: counts everything, keeps a bounded tail in memory, and spills the output to a temp file
+/// (up to [`MAX_OUTPUT_LOG_BYTES`]) once it exceeds the limits.
 struct OutputSink {
     limits: Limits,
     tail: Vec<u8>,
@@ -147,12 +194,18 @@ struct OutputSink {
     last_byte: Option<u8>,
     spill: Option<(PathBuf, std::fs::File)>,
     spill_error: Option<String>,
+    /// Bytes written to the spill file.
+    spilled: u64,
+    /// The spill file reached [`MAX_OUTPUT_LOG_BYTES`] and stopped growing.
+    spill_capped: bool,
+    /// Where the spill file is tracked for deletion when the session ends.
+    resources: Option<SessionResources>,
     /// Bytes received but not yet streamed (an incomplete UTF-8 sequence).
     pending: Vec<u8>,
 }
 
 impl OutputSink {
-    fn new(limits: Limits) -> Self {
+    fn new(limits: Limits, resources: Option<SessionResources>) -> Self {
         Self {
             limits,
             tail: Vec::new(),
@@ -162,7 +215,31 @@ impl OutputSink {
             last_byte: None,
             spill: None,
             spill_error: None,
+            spilled: 0,
+            spill_capped: false,
+            resources,
             pending: Vec::new(),
+        }
+    }
+
+    /// Appends to the spill file, up to [`MAX_OUTPUT_LOG_BYTES`] in all.
+    fn spill_write(&mut self, bytes: &[u8]) {
+        let Some((_, file)) = &mut self.spill else {
+            return;
+        };
+        let room = MAX_OUTPUT_LOG_BYTES.saturating_sub(self.spilled);
+        let n = bytes.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        if n < bytes.len() {
+            self.spill_capped = true;
+        }
+        if n == 0 {
+            return;
+        }
+        match file.write_all(&bytes[..n]) {
+            Ok(()) => self.spilled += n as u64,
+            Err(e) => {
+                self.spill_error.get_or_insert(e.to_string());
+            }
         }
     }
 
@@ -184,9 +261,9 @@ impl OutputSink {
         }
         self.tail.extend_from_slice(chunk);
         // Small writes to a local temp file: blocking for microseconds, not worth a thread hop.
-        if let Some((_, file)) = &mut self.spill {
-            if let Err(e) = file.write_all(chunk) {
-                self.spill_error.get_or_insert(e.to_string());
+        if self.spill.is_some() {
+            if self.spill_error.is_none() && !self.spill_capped {
+                self.spill_write(chunk);
             }
         } else if self.over_limits() && self.spill_error.is_none() {
             self.start_spill();
@@ -210,10 +287,16 @@ impl OutputSink {
             .tempfile()
             .and_then(|f| f.keep().map_err(|e| e.error));
         match made {
-            Ok((mut file, path)) => match file.write_all(&self.tail) {
-                Ok(()) => self.spill = Some((path, file)),
-                Err(e) => self.spill_error = Some(e.to_string()),
-            },
+            Ok((file, path)) => {
+                if let Some(resources) = &self.resources {
+                    resources.track_file(path.clone());
+                }
+                self.spill = Some((path, file));
+                // The tail holds everything so far: spilling starts before the first trim.
+                let so_far = std::mem::take(&mut self.tail);
+                self.spill_write(&so_far);
+                self.tail = so_far;
+            }
             Err(e) => self.spill_error = Some(e.to_string()),
         }
     }
@@ -242,7 +325,16 @@ impl OutputSink {
             let end = total;
             let start = end.saturating_sub(truncation.output_lines as u64) + 1;
             let full = match (&full_path, &self.spill_error) {
-                (Some(p), _) => format!("Full output: {}", p.display()),
+                (Some(p), None) if self.spill_capped => format!(
+                    "The first {} of the output: {}",
+                    format_size(usize::try_from(self.spilled).unwrap_or(usize::MAX)),
+                    p.display()
+                ),
+                (Some(p), None) => format!("Full output: {}", p.display()),
+                (Some(p), Some(e)) => format!(
+                    "Part of the output is in {} (writing the rest failed: {e})",
+                    p.display()
+                ),
                 (None, Some(e)) => format!("The full output could not be saved: {e}"),
                 (None, None) => "The full output was not saved".to_string(),
             };
@@ -266,6 +358,7 @@ impl OutputSink {
             "total_lines": self.total_lines(),
             "truncation": truncation.truncated().then_some(&truncation),
             "full_output_path": full_path,
+            "full_output_capped": self.spill_capped,
         });
         (out, details)
     }
@@ -298,17 +391,7 @@ impl Tool for BashTool {
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let args: BashArgs = parse_arguments("bash", args)?;
-        let timeout = match args.timeout {
-            None => self.default_timeout,
-            Some(secs) if secs.is_finite() && secs > 0.0 => {
-                Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
-            }
-            Some(secs) => {
-                return Err(ToolError::RespondToModel(format!(
-                    "timeout must be a positive number of seconds, got {secs}."
-                )))
-            }
-        };
+        let timeout = self.timeout_for(args.timeout)?;
         if !ctx.cwd.is_dir() {
             return Err(ToolError::RespondToModel(format!(
                 "The working directory {} does not exist.",
@@ -340,17 +423,18 @@ impl Tool for BashTool {
         let mut child = spawned.map_err(spawn_error)?;
         let pgid = child.id().and_then(|id| i32::try_from(id).ok());
         let mut guard = GroupGuard { pgid };
+        if let (Some(resources), Some(pgid)) = (&ctx.resources, pgid) {
+            // Not reaped yet, so the shell's start time can be read; background jobs die with the session.
+            resources.track_process_group(pgid);
+        }
         let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
             .map_err(spawn_error)?;
 
-        let mut sink = OutputSink::new(self.limits);
+        let mut sink = OutputSink::new(self.limits, ctx.resources.clone());
+        let mut updates = CoalescedUpdates::default();
         let mut buf = vec![0u8; 64 * 1024];
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
-        let deadline = tokio::time::sleep_until(
-            timeout
-                .and_then(|t| Instant::now().checked_add(t))
-                .unwrap_or(far),
-        );
+        let deadline = tokio::time::sleep_until(Instant::now().checked_add(timeout).unwrap_or(far));
         tokio::pin!(deadline);
         let grace = tokio::time::sleep_until(far);
         tokio::pin!(grace);
@@ -365,16 +449,12 @@ impl Tool for BashTool {
             tokio::select! {
                 biased;
                 _ = ctx.cancel.cancelled() => break Ending::Aborted,
-                _ = &mut deadline, if timeout.is_some() => {
-                    break Ending::TimedOut(timeout.unwrap_or_default())
-                }
+                _ = &mut deadline => break Ending::TimedOut(timeout),
                 read = pipe.read(&mut buf), if !eof => match read {
                     Ok(0) | Err(_) => eof = true,
                     Ok(n) => {
                         let text = sink.push(&buf[..n]);
-                        if !text.is_empty() {
-                            ctx.send_update(text);
-                        }
+                        updates.push(ctx, &text);
                     }
                 },
                 exited = child.wait(), if status.is_none() => {
@@ -401,13 +481,17 @@ impl Tool for BashTool {
             let _ = tokio::time::timeout(KILL_GRACE, async {
                 while let Ok(n @ 1..) = pipe.read(&mut buf).await {
                     let text = sink.push(&buf[..n]);
-                    if !text.is_empty() {
-                        ctx.send_update(text);
-                    }
+                    updates.push(ctx, &text);
                 }
             })
             .await;
         }
+        let wait = if matches!(ending, Ending::Aborted) {
+            Duration::ZERO
+        } else {
+            FINAL_UPDATE_WAIT
+        };
+        updates.flush(ctx, wait).await;
 
         let (output, mut details) = sink.finish();
         let with_note = |note: String| {

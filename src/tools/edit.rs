@@ -1,7 +1,9 @@
 //! `edit {path, edits: [{old_text, new_text}]}`: exact text replacement. Every `old_text` must occur exactly once
 //! in the original file (overlapping occurrences count), edits must not overlap each other, and either all edits
 //! apply or none does. A UTF-8 BOM and CRLF line endings are preserved: matching happens on LF-normalised text and
-//! the result is written back with the file's own line ending. Returns a unified diff.
+//! the result is written back with the file's own line ending. Returns a unified diff. Only regular files up to
+//! [`MAX_EDIT_BYTES`] are edited (the whole file is held in memory); FIFOs, devices and sockets are refused before
+//! anything opens them.
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -9,15 +11,19 @@ use serde::Deserialize;
 use serde_json::json;
 use similar::{DiffTag, TextDiff};
 
+use super::file_access::{open_regular, read_at_most};
 use super::policy::resolve_path;
 use super::read::binary_reason;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
+use super::truncate::format_size;
 use super::write::atomic_write;
 use crate::schema::ToolSpec;
 
 const BOM: char = '\u{feff}';
+/// The largest file `edit` changes (10 MiB); larger files are refused with a hint to use bash.
+pub const MAX_EDIT_BYTES: u64 = 10 * 1024 * 1024;
 
 /// One replacement.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -202,6 +208,43 @@ fn uses_crlf(text: &str) -> bool {
     }
 }
 
+/// Reads, edits and atomically rewrites one regular file of at most [`MAX_EDIT_BYTES`].
+fn edit_file(
+    path: &std::path::Path,
+    shown: &str,
+    edits: &[Replacement],
+) -> Result<Edited, ToolError> {
+    let (file, meta) = open_regular(path, shown, "edit")?;
+    let too_large = |bytes: u64| {
+        ToolError::RespondToModel(format!(
+            "{shown} is {}, over edit's {} limit; change a file this large with bash (sed, a script).",
+            format_size(usize::try_from(bytes).unwrap_or(usize::MAX)),
+            format_size(MAX_EDIT_BYTES as usize)
+        ))
+    };
+    if meta.len() > MAX_EDIT_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let bytes = read_at_most(&file, MAX_EDIT_BYTES)
+        .map_err(|e| ToolError::RespondToModel(format!("Cannot read {shown}: {e}")))?
+        .ok_or_else(|| too_large(MAX_EDIT_BYTES + 1))?;
+    drop(file);
+    if let Some(reason) = binary_reason(&bytes) {
+        return Err(ToolError::RespondToModel(format!(
+            "{shown} looks like a binary file ({reason}); edit only changes text files."
+        )));
+    }
+    let original = String::from_utf8(bytes).map_err(|_| {
+        ToolError::RespondToModel(format!(
+            "{shown} is not valid UTF-8; edit only changes UTF-8 text files."
+        ))
+    })?;
+    let edited = apply_edits(&original, edits, shown).map_err(ToolError::RespondToModel)?;
+    atomic_write(path, edited.new_content.as_bytes())
+        .map_err(|e| ToolError::RespondToModel(format!("Cannot write {shown}: {e}")))?;
+    Ok(edited)
+}
+
 #[async_trait]
 impl Tool for EditTool {
     fn spec(&self) -> &ToolSpec {
@@ -220,27 +263,13 @@ impl Tool for EditTool {
         let args: EditArgs = parse_arguments("edit", args)?;
         let path = resolve_path(ctx, &args.path)?;
         let shown = args.path.clone();
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| ToolError::RespondToModel(format!("Cannot read {shown}: {e}")))?;
-        if let Some(reason) = binary_reason(&bytes) {
-            return Err(ToolError::RespondToModel(format!(
-                "{shown} looks like a binary file ({reason}); edit only changes text files."
-            )));
-        }
-        let original = String::from_utf8(bytes).map_err(|_| {
-            ToolError::RespondToModel(format!(
-                "{shown} is not valid UTF-8; edit only changes UTF-8 text files."
-            ))
-        })?;
-        let edited =
-            apply_edits(&original, &args.edits, &shown).map_err(ToolError::RespondToModel)?;
-        let target = path.clone();
-        let content = edited.new_content.clone();
-        tokio::task::spawn_blocking(move || atomic_write(&target, content.as_bytes()))
-            .await
-            .map_err(|e| ToolError::Fatal(format!("edit task failed: {e}")))?
-            .map_err(|e| ToolError::RespondToModel(format!("Cannot write {shown}: {e}")))?;
+        let (target, label) = (path.clone(), shown.clone());
+        let edits = args.edits.clone();
+        // Reading, diffing and writing all happen on the blocking thread: an abort returns at once. An abort after
+        // the write started may still let it land; the rename is atomic, so the file is either old or new.
+        let edited = ctx
+            .run_blocking("edit", move || edit_file(&target, &label, &edits))
+            .await?;
         let n = args.edits.len();
         let summary = if n == 1 {
             format!("Successfully replaced 1 block in {shown}.")

@@ -3,6 +3,7 @@
 
 pub mod bash;
 pub mod edit;
+pub mod file_access;
 pub mod find;
 pub mod grep;
 pub mod ls;
@@ -10,6 +11,8 @@ pub mod policy;
 pub mod read;
 pub mod recall;
 pub mod registry;
+pub mod resources;
 pub mod tool;
 pub mod truncate;
+pub mod updates;
 pub mod write;

@@ -1,5 +1,6 @@
 //! The tool boundary: the `Tool` trait every tool implements, what a call gets (`ToolContext`), what it returns
-//! (`ToolOutput`, `ToolError`), the policy tags a tool declares, and the partial output it may stream.
+//! (`ToolOutput`, `ToolError`), the policy tags a tool declares, and the partial output it may stream. A call's
+//! blocking file work goes through [`ToolContext::run_blocking`], so an abort ends the call at once.
 
 use std::path::PathBuf;
 
@@ -7,9 +8,11 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::Sender;
 use tokio_util::sync::CancellationToken;
 
+use super::resources::SessionResources;
 use crate::schema::ToolSpec;
 
 /// What a tool may do; an agent's `Policy` allows a set of these and refuses any tool needing another.
@@ -81,7 +84,9 @@ pub enum ToolError {
 }
 
 /// A piece of partial output streamed while a tool runs (bash's stdout/stderr as it arrives); the agent loop
-/// forwards it as a `tool_execution_update` event.
+/// forwards it as a `tool_execution_update` event. Updates travel through a bounded channel
+/// ([`super::updates::update_channel`]); a tool never waits for room, it merges what did not fit into its next
+/// update ([`super::updates::CoalescedUpdates`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolUpdate {
     /// The tool call this output belongs to.
@@ -97,12 +102,17 @@ pub struct ToolContext {
     pub cwd: PathBuf,
     /// When set, every path a tool touches must resolve (symlinks followed) to somewhere under this root.
     pub workspace: Option<PathBuf>,
-    /// Cancelled when the run is aborted; long-running tools stop (bash kills its process group).
+    /// Cancelled when the run is aborted; every tool then returns promptly (bash kills its process group, file
+    /// work stops waiting for its blocking thread).
     pub cancel: CancellationToken,
-    /// Where streamed partial output goes, if anyone listens.
-    pub updates: Option<UnboundedSender<ToolUpdate>>,
+    /// Where streamed partial output goes, if anyone listens: a bounded channel, never waited on.
+    pub updates: Option<Sender<ToolUpdate>>,
     /// The id of the tool call being executed.
     pub call_id: String,
+    /// What the session's calls leave behind (bash's background process groups and overflow logs), cleaned when
+    /// the session closes them. `None`: nothing is tracked (background jobs outlive the call, logs stay in the
+    /// temp directory).
+    pub resources: Option<SessionResources>,
 }
 
 impl ToolContext {
@@ -114,6 +124,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             updates: None,
             call_id: String::new(),
+            resources: None,
         }
     }
 
@@ -127,8 +138,15 @@ impl ToolContext {
         self
     }
 
-    pub fn with_updates(mut self, updates: UnboundedSender<ToolUpdate>) -> Self {
+    /// Streams partial output to `updates` (make it with [`super::updates::update_channel`]).
+    pub fn with_updates(mut self, updates: Sender<ToolUpdate>) -> Self {
         self.updates = Some(updates);
+        self
+    }
+
+    /// Tracks what this call leaves behind in the session's `resources`.
+    pub fn with_resources(mut self, resources: SessionResources) -> Self {
+        self.resources = Some(resources);
         self
     }
 
@@ -137,15 +155,53 @@ impl ToolContext {
         self
     }
 
-    /// Streams `text` to the listener, if any. A listener that went away is not an error.
+    /// Streams `text` to the listener, if any, without waiting: when the channel is full the text is dropped. A
+    /// listener that went away is not an error. Tools that stream a lot use [`super::updates::CoalescedUpdates`],
+    /// which keeps what did not fit for the next update.
     pub fn send_update(&self, text: impl Into<String>) {
-        if let Some(tx) = &self.updates {
-            let _ = tx.send(ToolUpdate {
-                call_id: self.call_id.clone(),
-                text: text.into(),
-            });
+        let _ = self.try_send_update(text.into());
+    }
+
+    /// Streams `text` without waiting; gives it back when the channel is full. No listener, or one that went away,
+    /// counts as delivered.
+    pub fn try_send_update(&self, text: String) -> Result<(), String> {
+        let Some(tx) = &self.updates else {
+            return Ok(());
+        };
+        let update = ToolUpdate {
+            call_id: self.call_id.clone(),
+            text,
+        };
+        match tx.try_send(update) {
+            Ok(()) | Err(TrySendError::Closed(_)) => Ok(()),
+            Err(TrySendError::Full(update)) => Err(update.text),
         }
     }
+
+    /// Runs blocking work (file I/O) on tokio's blocking pool so that an abort ends the call at once: when
+    /// `cancel` fires first this returns [`aborted`] without waiting for the thread, which finishes (or stays stuck
+    /// in a system call) on its own; its result is dropped. `work` should still check `cancel` in long loops so
+    /// the thread stops soon after an abort. A panic in `work` is `Fatal`.
+    pub async fn run_blocking<T, F>(&self, tool: &str, work: F) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+    {
+        if self.cancel.is_cancelled() {
+            return Err(aborted(tool));
+        }
+        let task = tokio::task::spawn_blocking(work);
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(aborted(tool)),
+            joined = task => joined.map_err(|e| ToolError::Fatal(format!("{tool} task failed: {e}")))?,
+        }
+    }
+}
+
+/// The result of a call ended by an abort: the model (if the run goes on) sees it as an error result.
+pub fn aborted(tool: &str) -> ToolError {
+    ToolError::RespondToModel(format!("The {tool} call was aborted."))
 }
 
 /// A tool the model can call. One implementation per file under `tools/`.

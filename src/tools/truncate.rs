@@ -199,7 +199,7 @@ pub fn truncate_line(line: &str, max_chars: usize) -> (String, bool) {
     }
 }
 
-/// `512B`, `1.5KB`, `2.0MB`.
+/// `512B`, `1.5KB`, `2.0MB`, `10.0GB`.
 pub fn format_size(bytes: usize) -> String {
     const KB: f64 = 1024.0;
     let b = bytes as f64;
@@ -207,7 +207,9 @@ pub fn format_size(bytes: usize) -> String {
         format!("{bytes}B")
     } else if b < KB * KB {
         format!("{:.1}KB", b / KB)
-    } else {
+    } else if b < KB * KB * KB {
         format!("{:.1}MB", b / (KB * KB))
+    } else {
+        format!("{:.1}GB", b / (KB * KB * KB))
     }
 }

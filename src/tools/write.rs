@@ -1,8 +1,12 @@
 //! `write {path, content}`: creates or replaces a file, creating missing parent directories. The write is atomic:
 //! the content goes to a temporary file in the same directory, which is then renamed over the target, so readers
-//! see the old file or the new one, never half of it.
+//! see the old file or the new one, never half of it. It is durable once the call returns: the file is fsynced
+//! before the rename and its directory after. A new file gets the permissions the umask gives (`0644` under
+//! `022`), an existing one keeps its own; a target that exists but is not a regular file (a FIFO, a device) is
+//! refused.
 
 use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -49,8 +53,9 @@ impl Default for WriteTool {
     }
 }
 
-/// Replaces `path` with `bytes` atomically (temp file in the same directory, fsync, rename), creating parents.
-/// An existing file keeps its permissions. Returns whether the file is new.
+/// Replaces `path` with `bytes` atomically and durably (temp file in the same directory, fsync, rename, fsync of
+/// the directory), creating parents. A new file gets `0666` less the umask; an existing file keeps its
+/// permissions. A target that is not a regular file is refused. Returns whether the file is new.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -58,23 +63,31 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
     };
     std::fs::create_dir_all(parent)?;
     let existing = match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => {
-            return Err(std::io::Error::other("it is a directory"));
+        Ok(meta) if meta.is_file() => Some(meta.permissions()),
+        Ok(meta) => {
+            return Err(std::io::Error::other(format!(
+                "it is a {}, not a regular file",
+                super::file_access::kind_name(&meta.file_type())
+            )));
         }
-        Ok(meta) => Some(meta.permissions()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
     };
+    // The temp file is created with the mode a new file would get (the kernel applies the umask), not
+    // tempfile's private 0600.
     let mut tmp = tempfile::Builder::new()
         .prefix(".agentd-write-")
         .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(parent)?;
     tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
     if let Some(perms) = &existing {
         tmp.as_file().set_permissions(perms.clone())?;
     }
+    tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
+    // The rename is only durable once the directory entry is on disk.
+    std::fs::File::open(parent)?.sync_all()?;
     Ok(existing.is_none())
 }
 
@@ -96,14 +109,14 @@ impl Tool for WriteTool {
         let args: WriteArgs = parse_arguments("write", args)?;
         let path = resolve_path(ctx, &args.path)?;
         let bytes = args.content.len();
-        let target = path.clone();
-        let created =
-            tokio::task::spawn_blocking(move || atomic_write(&target, args.content.as_bytes()))
-                .await
-                .map_err(|e| ToolError::Fatal(format!("write task failed: {e}")))?
-                .map_err(|e| {
-                    ToolError::RespondToModel(format!("Cannot write {}: {e}", args.path))
-                })?;
+        let (target, shown) = (path.clone(), args.path.clone());
+        // An abort returns at once; a write already under way may still land (old file or new, never half).
+        let created = ctx
+            .run_blocking("write", move || {
+                atomic_write(&target, args.content.as_bytes())
+                    .map_err(|e| ToolError::RespondToModel(format!("Cannot write {shown}: {e}")))
+            })
+            .await?;
         Ok(ToolOutput::new(
             format!("Successfully wrote {bytes} bytes to {}", args.path),
             json!({ "path": path, "bytes": bytes, "created": created }),

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ctx, err, ok};
 
 /// Processes of group `pgid` that are still running (zombies, already dead, are not counted).
-fn live_members(pgid: i32) -> Vec<i32> {
+pub(super) fn live_members(pgid: i32) -> Vec<i32> {
     let mut live = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -36,7 +36,7 @@ fn live_members(pgid: i32) -> Vec<i32> {
 }
 
 /// Waits up to 3 s for every process of the group to die.
-async fn assert_group_dies(pgid: i32) {
+pub(super) async fn assert_group_dies(pgid: i32) {
     let start = Instant::now();
     while !live_members(pgid).is_empty() && start.elapsed() < Duration::from_secs(3) {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -84,7 +84,7 @@ async fn a_non_zero_exit_is_an_error_with_output_and_code() {
 #[tokio::test]
 async fn output_is_streamed_as_updates() {
     let dir = tempfile::tempdir().unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = agentd::tools::updates::update_channel();
     let c = ctx(dir.path()).with_updates(tx);
     let out = ok(
         &BashTool::new(),
@@ -132,7 +132,7 @@ async fn a_timeout_kills_the_whole_process_group() {
 #[tokio::test]
 async fn abort_kills_a_bash_that_spawned_children() {
     let dir = tempfile::tempdir().unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = agentd::tools::updates::update_channel();
     let cancel = CancellationToken::new();
     let c = ctx(dir.path()).with_updates(tx).with_cancel(cancel.clone());
     let start = Instant::now();
