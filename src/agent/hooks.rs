@@ -63,6 +63,8 @@ pub struct AgentLoopConfig {
     pub max_turns: usize,
     /// Names the conversation for the engine's KV prefix reuse.
     pub cache_key: Option<String>,
+    /// The session's tool resources (background jobs, overflow logs), cleaned when the session ends.
+    pub resources: Option<crate::tools::resources::SessionResources>,
     pub policy: Policy,
     /// Working directory and optional confinement root of the file tools.
     pub cwd: PathBuf,
@@ -90,6 +92,7 @@ impl AgentLoopConfig {
             max_tokens: None,
             max_turns: DEFAULT_MAX_TURNS,
             cache_key: None,
+            resources: None,
             policy: Policy::all(),
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             workspace: None,

@@ -592,6 +592,9 @@ async fn run_batch(
                 .with_updates(updates_tx.clone())
                 .with_call_id(call.id.clone());
             ctx.workspace = config.workspace.clone();
+            if let Some(resources) = &config.resources {
+                ctx = ctx.with_resources(resources.clone());
+            }
             let session_id = config.cache_key.clone().unwrap_or_default();
             async move {
                 let prep = match prep {

@@ -16,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -30,6 +31,7 @@ use crate::tools::bash::BashTool;
 use crate::tools::policy::Policy;
 use crate::tools::recall::RecallTool;
 use crate::tools::registry::ToolRegistry;
+use crate::tools::resources::SessionResources;
 use crate::tools::tool::{Tool, ToolContext, ToolError};
 
 mod tree_ops;
@@ -74,6 +76,9 @@ pub struct SessionSettings {
     pub grounding: bool,
     /// Where session files go (`None`: `$AGENTD_HOME/sessions/<slug of cwd>/`).
     pub sessions_dir: Option<PathBuf>,
+    /// The `bash` tool's timeout when a call names none (`None`: the tool's default,
+    /// [`crate::tools::bash::DEFAULT_BASH_TIMEOUT`]).
+    pub bash_timeout: Option<Duration>,
 }
 
 impl SessionSettings {
@@ -94,6 +99,7 @@ impl SessionSettings {
             compaction: CompactionSettings::default(),
             grounding: true,
             sessions_dir: None,
+            bash_timeout: None,
         }
     }
 }
@@ -129,6 +135,8 @@ struct Inner {
     sessions_dir: PathBuf,
     compaction: CompactionSettings,
     grounding: bool,
+    /// The current session's background jobs and overflow logs (closed when the session ends or switches).
+    resources: Mutex<SessionResources>,
     report: SetupReport,
 }
 
@@ -175,8 +183,14 @@ fn build_tools(settings: &SessionSettings) -> Result<OfferedTools, AppError> {
     let mut warnings = Vec::new();
     let mut tools = Vec::new();
     for tool in registry.iter() {
+        let tool = match (tool.spec().name.as_str(), settings.bash_timeout) {
+            ("bash", Some(t)) => {
+                Arc::new(BashTool::new().with_default_timeout(Some(t))) as Arc<dyn Tool>
+            }
+            _ => tool.clone(),
+        };
         match settings.policy.check(tool.as_ref()) {
-            Ok(()) => tools.push(tool.clone()),
+            Ok(()) => tools.push(tool),
             Err(why) if named => {
                 warnings.push(format!("tool `{}` left out: {why}", tool.spec().name));
             }
@@ -289,6 +303,8 @@ impl CodingSession {
         config.cwd = cwd.clone();
         config.workspace = workspace.clone();
         config.context_policy = Some(Arc::new(Compactor::new(settings.compaction.clone())));
+        let resources = SessionResources::new();
+        config.resources = Some(resources.clone());
         let agent = Agent::new(config, system_prompt, tools);
         let session = Self {
             inner: Arc::new(Inner {
@@ -302,6 +318,7 @@ impl CodingSession {
                 sessions_dir,
                 compaction: settings.compaction,
                 grounding,
+                resources: Mutex::new(resources),
                 report: SetupReport {
                     context_files: context_files.into_iter().map(|f| f.path).collect(),
                     skills: found,
@@ -454,6 +471,11 @@ impl CodingSession {
         config.model = state.model.clone();
         config.cache_key = Some(uuid::Uuid::new_v4().to_string());
         config.context_policy = Some(Arc::new(self.compactor_for(None)));
+        // The session that ends takes its background jobs and overflow logs with it.
+        let resources = SessionResources::new();
+        let old = std::mem::replace(&mut *lock(&self.inner.resources), resources.clone());
+        old.close();
+        config.resources = Some(resources);
         let agent = Agent::new(config, state.system_prompt, state.tools);
         for l in lock(&self.inner.listeners).iter() {
             agent.subscribe(l.clone());
@@ -505,6 +527,20 @@ impl CodingSession {
 
     pub fn abort(&self) {
         self.agent().abort();
+    }
+
+    /// Ends the session: aborts a running prompt and cleans its tool resources (background processes started by
+    /// its bash calls are killed, overflow logs deleted). The session file stays.
+    pub fn close(&self) {
+        self.abort();
+        let cleaned = lock(&self.inner.resources).close();
+        if cleaned.killed_groups > 0 || cleaned.removed_files > 0 {
+            tracing::info!(
+                killed_groups = cleaned.killed_groups,
+                removed_files = cleaned.removed_files,
+                "session closed"
+            );
+        }
     }
 
     /// The session file, when one exists.
@@ -562,7 +598,10 @@ impl CodingSession {
         cancel: CancellationToken,
     ) -> Result<AgentMessage, AppError> {
         self.require_idle()?;
-        let ctx = ToolContext::new(self.inner.cwd.clone()).with_cancel(cancel.clone());
+        let resources = lock(&self.inner.resources).clone();
+        let ctx = ToolContext::new(self.inner.cwd.clone())
+            .with_cancel(cancel.clone())
+            .with_resources(resources);
         let (output, exit_code, truncated) = match BashTool::new()
             .call(json!({ "command": command }), &ctx)
             .await

@@ -166,6 +166,9 @@ pub struct AgentArgs {
     /// Most tokens one model reply may generate.
     #[arg(long, default_value_t = 4096)]
     pub max_tokens: u32,
+    /// Seconds a `bash` call may run when the model names no timeout (default 120; at most 1800).
+    #[arg(long, value_name = "SECS")]
+    pub bash_timeout: Option<f64>,
     /// Model calls per prompt before the run stops.
     #[arg(long, default_value_t = agentd::agent::hooks::DEFAULT_MAX_TURNS)]
     pub max_turns: usize,
@@ -237,6 +240,8 @@ impl AgentArgs {
         settings.skills = !self.no_skills;
         settings.max_tokens = Some(self.max_tokens);
         settings.max_turns = self.max_turns.max(1);
+        settings.bash_timeout = crate::cli::serve::bash_timeout(self.bash_timeout)
+            .map_err(|e| Failure::usage(e.to_string()))?;
         settings.sampling = Sampling {
             temperature: self.temperature,
             seed: self.seed,

@@ -71,6 +71,9 @@ pub struct ServeArgs {
     /// Seconds an idle agent session stays live before it is closed (it can be resumed from its file).
     #[arg(long, default_value_t = 1800)]
     pub session_idle_secs: u64,
+    /// Seconds a `bash` call of an agent session may run when it names no timeout (default 120).
+    #[arg(long, value_name = "SECS")]
+    pub bash_timeout: Option<f64>,
     /// Another name this server answers to in `Host` (loopback names and the bound address always work).
     /// Repeatable.
     #[arg(long, value_name = "NAME")]
@@ -82,6 +85,15 @@ pub struct ServeArgs {
     /// a key anyone who can reach the port could run commands as you.
     #[arg(long)]
     pub allow_exec_without_key: bool,
+}
+
+/// `--bash-timeout` as a duration (a positive number of seconds).
+pub fn bash_timeout(secs: Option<f64>) -> anyhow::Result<Option<Duration>> {
+    match secs {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => anyhow::bail!("--bash-timeout must be a positive number of seconds, got {s}"),
+    }
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -121,6 +133,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             default_workspace: args.workspace.clone(),
             max_live: args.max_sessions.max(1),
             idle_timeout: Duration::from_secs(args.session_idle_secs.max(1)),
+            bash_timeout: bash_timeout(args.bash_timeout)?,
         },
         browser: BrowserPolicy {
             allowed_hosts: args

@@ -40,6 +40,8 @@ pub struct SessionOptions {
     pub max_live: usize,
     /// An idle session is closed after this long without a request.
     pub idle_timeout: Duration,
+    /// The `bash` tool's timeout when a call names none (`None`: the tool's default).
+    pub bash_timeout: Option<Duration>,
 }
 
 impl Default for SessionOptions {
@@ -49,6 +51,7 @@ impl Default for SessionOptions {
             default_workspace: None,
             max_live: 64,
             idle_timeout: Duration::from_secs(30 * 60),
+            bash_timeout: None,
         }
     }
 }
@@ -168,7 +171,7 @@ impl Sessions {
             Some(id) => {
                 if let Some(s) = live.remove(&id) {
                     tracing::info!(session = %id, "closing the least recently used idle session");
-                    s.coding.abort();
+                    s.coding.close();
                 }
                 Ok(())
             }
@@ -190,6 +193,7 @@ impl Sessions {
             let keep = s.busy() || s.idle_for() < timeout;
             if !keep {
                 tracing::info!(session = %id, "closing an idle session");
+                s.coding.close();
             }
             keep
         });
@@ -227,10 +231,10 @@ impl Sessions {
         all
     }
 
-    /// Aborts every running agent (shutdown).
+    /// Aborts every running agent and cleans every session's tool resources (shutdown).
     pub fn abort_all(&self) {
         for s in lock(&self.live).values() {
-            s.coding.abort();
+            s.coding.close();
         }
     }
 

@@ -244,6 +244,7 @@ async fn create(
     }
     settings.sampling = sampling;
     settings.sessions_dir = Some(dir);
+    settings.bash_timeout = state.sessions.options.bash_timeout;
     let provider: Arc<dyn crate::provider::Provider> = Arc::new(GatedProvider::new(
         state.provider.clone(),
         state.admission.clone(),
@@ -301,7 +302,7 @@ async fn remove(
         .sessions
         .remove(&id)
         .ok_or_else(|| ApiError::not_found(format!("no session `{id}`")))?;
-    s.coding.abort();
+    s.coding.close();
     Ok(Json(
         json!({"id": id, "object": "agent.session", "deleted": true}),
     ))

@@ -396,3 +396,32 @@ async fn shutdown_finishes_in_flight_streams_then_refuses() {
         "the listener is closed"
     );
 }
+
+/// The prefix cache does not leak between tenants: a second `user` sending the same long prompt reuses nothing
+/// (its `cached_tokens` is 0, so it learns nothing about another user's prompt), while the same user does.
+#[tokio::test]
+async fn cached_tokens_never_cross_users() {
+    let server = TestServer::local(ServerOptions::default()).await;
+    let long = "Here is a long shared preamble about ships and harbours. ".repeat(20);
+    let ask = |user: &str| {
+        let mut body = chat(&long, json!({"max_tokens": 2, "temperature": 0}));
+        body["user"] = json!(user);
+        body
+    };
+    let url = server.url("/v1/chat/completions");
+    let (s, first) = post(&url, &ask("alice")).await;
+    assert_eq!(s, 200, "{first}");
+    let (_, bob) = post(&url, &ask("bob")).await;
+    assert_eq!(
+        bob["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "bob reused alice's prefix: {bob}"
+    );
+    let (_, again) = post(&url, &ask("alice")).await;
+    assert!(
+        again["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0)
+            > 100,
+        "alice's own prefix is reused: {again}"
+    );
+}

@@ -221,3 +221,55 @@ async fn a_queued_stream_gets_its_headers_at_once() {
     assert_eq!(text, "second");
     drop(first);
 }
+
+/// Closing an agent session (DELETE) kills the background jobs its bash calls left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_session_kills_its_background_jobs() {
+    let workspace = tempfile::tempdir().unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let provider = ScriptedProvider::new(vec![
+        ScriptedReply::new().tool_call(
+            "bash",
+            r#"{"command": "sleep 300 > /dev/null 2>&1 & echo $!"}"#,
+        ),
+        ScriptedReply::text_only("started"),
+    ]);
+    let server = TestServer::scripted_with_sessions(&provider, sessions.path()).await;
+    let (status, created) = post(
+        &server.url("/v1/sessions"),
+        &json!({"workspace": workspace.path(), "tools": ["bash"], "policy": "all"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let events = server.prompt_session(id, "start a job").await;
+    let end = events
+        .iter()
+        .find(|e| e["type"] == "tool_execution_end")
+        .expect("bash ran");
+    let pid: i32 = end["result"]["content"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("a pid: {end}"));
+    let alive = |pid: i32| {
+        std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+    };
+    assert!(alive(pid), "the background job runs");
+    let resp = client()
+        .delete(server.url(&format!("/v1/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut waited = 0;
+    while alive(pid) {
+        assert!(waited < 100, "the background job survived the session");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
+}
