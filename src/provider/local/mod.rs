@@ -1,8 +1,8 @@
 //! [`LocalProvider`]: the provider over the in-process engine actor. A request is rendered with the model's chat
 //! template, tokenized, and generated on the engine thread; text streams token by token; usage is exact
 //! (`input` is the length of the very token sequence the engine was given, `output` the tokens it sampled,
-//! `cached_input` the prefix it reused from the request's `cache_key`). Cancellation reaches the engine, which
-//! stops within one token.
+//! `cached_input` the prefix it reused from the request's `cache_key`, or by content, within its `cache_scope`).
+//! Cancellation reaches the engine, which stops within one prefill chunk or one token.
 //!
 //! Tools, `tool_choice` and `response_format` become the engine's [`ConstraintSpec`]: every tool call is
 //! grammar-constrained to a known tool and its arguments schema, so calls from this provider are always valid.
@@ -248,6 +248,7 @@ impl LocalProvider {
             stop: request.stop.clone(),
             logprobs: request.logprobs,
             constraint: constraint_spec(&request),
+            cache_scope: request.cache_scope.clone(),
             ..GenerateRequest::default()
         };
         let mut calls = CallMap::default();

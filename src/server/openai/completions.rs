@@ -132,6 +132,7 @@ pub async fn completions(
             stop: stop.clone(),
             ignore_eos: req.ignore_eos.unwrap_or(false),
             logprobs: req.logprobs.map(|k| k as usize),
+            cache_scope: None,
         })
         .collect();
     let permit = state.admit().await?;

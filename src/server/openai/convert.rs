@@ -123,6 +123,7 @@ pub fn chat_request(
         max_tokens,
         stop: stop_list(req.stop)?,
         cache_key: req.user.map(|u| format!("openai-user:{u}")),
+        cache_scope: None,
         logprobs,
     };
     check_constraint(&request)?;
