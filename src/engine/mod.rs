@@ -4,6 +4,7 @@
 
 pub mod actor;
 pub mod constraint;
+pub mod content_guard;
 pub mod detok;
 pub mod device;
 pub mod error;
