@@ -19,6 +19,7 @@ mod pip_wheel;
 pub mod prefix_cache;
 pub mod prompt;
 pub mod sampler;
+pub mod staging;
 pub mod template;
 pub mod tokenizer;
 
