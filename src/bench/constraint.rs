@@ -16,7 +16,6 @@ use super::stats::{Distribution, Spread};
 use super::BenchError;
 use crate::engine::constraint::{ConstraintSpec, ConstraintStats, ResponseFormat, ToolChoice};
 use crate::engine::generate::GenerateRequest;
-use crate::engine::prompt::render_chat;
 use crate::engine::sampler::SamplingParams;
 use crate::engine::Engine;
 use crate::schema::ToolSpec;
@@ -116,14 +115,7 @@ fn prompt(
         Some(s) => (s.tools.as_slice(), s.tool_choice.clone()),
         None => (&[][..], ToolChoice::Auto),
     };
-    let text = render_chat(
-        engine.template(),
-        &messages,
-        tools,
-        &choice,
-        engine.tool_call_format(),
-    )?;
-    Ok(engine.tokenizer().encode(&text, true)?)
+    Ok(engine.chat_prompt(&messages, tools, &choice)?)
 }
 
 fn measure(

@@ -18,7 +18,6 @@ use crate::engine::constraint::format::ToolCallFormat;
 use crate::engine::constraint::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::generate::{FinishReason, GenerateRequest};
-use crate::engine::prompt::render_chat;
 use crate::engine::sampler::SamplingParams;
 use crate::engine::tokenizer::Tokenizer;
 use crate::schema::compile::{to_compact_string, validator, violations};
@@ -205,15 +204,8 @@ pub fn generate_one(
     ];
     let started = Instant::now();
     let outcome = (|| -> Result<Generation> {
-        let text = render_chat(
-            engine.template(),
-            &messages,
-            &[],
-            &ToolChoice::None,
-            engine.tool_call_format(),
-        )?;
         let req = GenerateRequest {
-            prompt: engine.tokenizer().encode(&text, true)?,
+            prompt: engine.chat_prompt(&messages, &[], &ToolChoice::None)?,
             sampling: sampling.clone(),
             max_tokens: Some(max_tokens),
             constraint: Some(spec_for(case)),

@@ -139,7 +139,8 @@ pub fn cacheable(request: &CompletionRequest) -> bool {
 /// The cache key: SHA-256 over the model's identity (on the local engine: the weights file's path, size,
 /// modification time, digest and weight format — see [`Provider::model_identity`]), the prompt key, the tools'
 /// schema hash and every setting that shapes the output (sampling, `max_tokens`, stop strings, `tool_choice`,
-/// `response_format`, `parallel_tool_calls`, `logprobs`).
+/// `response_format`, `parallel_tool_calls`, `logprobs`) and the request's `cache_scope` (tenants never replay
+/// each other's answers).
 pub fn cache_key(model: &str, prompt: &PromptKey, request: &CompletionRequest) -> String {
     let mut h = Sha256::new();
     h.update(b"agentd-response-cache/1\0");
@@ -168,6 +169,8 @@ pub fn cache_key(model: &str, prompt: &PromptKey, request: &CompletionRequest) -
         "response_format": request.response_format,
         "parallel_tool_calls": request.parallel_tool_calls,
         "logprobs": request.logprobs,
+        // A stored answer is another tenant's prompt's answer: it is only replayed within its scope.
+        "cache_scope": request.cache_scope,
     });
     h.update(canonical(&settings).as_bytes());
     hex::encode(h.finalize())

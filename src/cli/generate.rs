@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use agentd::engine::constraint::assemble::OutputDelta;
 use agentd::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
 use agentd::engine::generate::GenerateRequest;
-use agentd::engine::prompt::render_chat;
 use agentd::engine::sampler::SamplingParams;
 use agentd::schema::ToolSpec;
 use anyhow::Context;
@@ -136,8 +135,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         spec.validate()?;
     }
     let engine = args.engine.load()?;
-    let text = if args.raw {
-        args.prompt.clone()
+    let prompt = if args.raw {
+        engine.tokenizer().encode(&args.prompt, true)?
     } else {
         let mut messages = Vec::new();
         if let Some(s) = &args.system {
@@ -148,15 +147,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             Some(spec) => (spec.tools.as_slice(), spec.tool_choice.clone()),
             None => (&[][..], ToolChoice::Auto),
         };
-        render_chat(
-            engine.template(),
-            &messages,
-            tools,
-            &choice,
-            engine.tool_call_format(),
-        )?
+        engine.chat_prompt(&messages, tools, &choice)?
     };
-    let prompt = engine.tokenizer().encode(&text, true)?;
     let req = GenerateRequest {
         prompt,
         sampling,

@@ -1,7 +1,8 @@
 //! The engine actor: the model lives on its own OS thread; each request carries its own reply channel and a
-//! cancellation token checked every token. One sequence runs at a time; the KV state of recent sequences is kept
-//! in a [`PrefixCache`] (keyed by the request's `cache_key`, or matched by content) so that a later request that
-//! shares a prefix only prefills what is new.
+//! cancellation token, checked between prefill chunks and after every token (a request whose reply channel was
+//! dropped counts as cancelled too). One sequence runs at a time; the KV state of recent sequences is kept in a
+//! [`PrefixCache`] (keyed by the request's `cache_key`, or matched by content, always within the request's
+//! `cache_scope`) so that a later request that shares a prefix only prefills what is new.
 
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, OnceLock};
@@ -204,6 +205,25 @@ impl Engine {
         ToolCallFormat::from_name(&self.shared.info.tool_call_format).unwrap_or_default()
     }
 
+    /// The prompt tokens of a chat (OpenAI-shaped `messages`, the tools shown unless `tool_choice` is `none`),
+    /// rendered with the model's template and tokenized so that only the template's own markup becomes control
+    /// tokens (see [`super::prompt::chat_prompt_tokens`]).
+    pub fn chat_prompt(
+        &self,
+        messages: &[serde_json::Value],
+        tools: &[crate::schema::ToolSpec],
+        tool_choice: &crate::schema::ToolChoice,
+    ) -> Result<Vec<u32>> {
+        super::prompt::chat_prompt_tokens(
+            &self.shared.template,
+            &self.shared.tokenizer,
+            messages,
+            tools,
+            tool_choice,
+            self.tool_call_format(),
+        )
+    }
+
     /// The model's grammar factory, built on first use (~0.1–0.3 s; see [`GrammarFactory::build_secs`]).
     pub fn grammar_factory(&self) -> Result<Arc<GrammarFactory>> {
         let built = self.shared.grammar.get_or_init(|| {
@@ -242,8 +262,10 @@ impl Engine {
         }
     }
 
-    /// Queues a request; events arrive on the returned channel, ending with `Done` or `Error`.
-    /// `cache_key` names the sequence whose KV state may be reused (an agent session, say).
+    /// Queues a request; events arrive on the returned channel, ending with `Done` or `Error` (a request
+    /// cancelled before it started ends with `Done` and [`FinishReason::Cancelled`](generate::FinishReason)).
+    /// `cache_key` names the sequence whose KV state may be reused (an agent session, say), within the request's
+    /// [`cache_scope`](GenerateRequest::cache_scope).
     pub fn generate(
         &self,
         req: GenerateRequest,
@@ -352,14 +374,24 @@ fn grammar_free(spec: &super::constraint::ConstraintSpec) -> bool {
 /// The engine thread's loop: one job at a time until every handle is dropped.
 fn serve(model: Model, tokenizer: Tokenizer, jobs: mpsc::Receiver<Job>, mut cache: PrefixCache) {
     while let Ok(mut job) = jobs.recv() {
-        if job.cancel.is_cancelled() || job.reply.is_closed() {
+        if job.reply.is_closed() {
             continue;
         }
+        if job.cancel.is_cancelled() {
+            let _ = job
+                .reply
+                .send(GenerateEvent::Done(generate::cancelled_before_start(
+                    &job.req,
+                )));
+            continue;
+        }
+        let scope = job.req.cache_scope.clone();
         let mut kv = cache
-            .take(job.cache_key.as_deref(), &job.req.prompt)
+            .take(scope.as_deref(), job.cache_key.as_deref(), &job.req.prompt)
             .unwrap_or_else(|| model.new_sequence());
         let reply = job.reply.clone();
         let mut emit = |ev: GenerateEvent| reply.send(ev).is_ok();
+        let cancelled = || job.cancel.is_cancelled() || job.reply.is_closed();
         // A panic inside a tensor op must not take the engine down with it: report it as an error.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             generate::run(
@@ -367,7 +399,7 @@ fn serve(model: Model, tokenizer: Tokenizer, jobs: mpsc::Receiver<Job>, mut cach
                 &tokenizer,
                 &job.req,
                 &mut kv,
-                &job.cancel,
+                &cancelled,
                 job.constraint.as_deref_mut(),
                 &mut emit,
             )
@@ -389,6 +421,6 @@ fn serve(model: Model, tokenizer: Tokenizer, jobs: mpsc::Receiver<Job>, mut cach
             cache.record(summary.prompt_tokens, summary.cached_tokens);
         }
         let _ = job.reply.send(event);
-        cache.put(job.cache_key, kv);
+        cache.put(scope, job.cache_key, kv);
     }
 }

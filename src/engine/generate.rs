@@ -9,7 +9,6 @@
 use std::time::Instant;
 
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
 use super::constraint::{Constraint, ConstraintSpec, ConstraintStats};
 use super::detok::{StopMatcher, StopScan, Utf8Stream};
@@ -18,6 +17,10 @@ use super::kv::SeqKv;
 use super::model::Model;
 use super::sampler::{logprobs, Sampler, SamplingParams};
 use super::tokenizer::Tokenizer;
+
+/// Prompt tokens fed to the model per forward pass during prefill. Cancellation is checked between chunks, so a
+/// request whose client left frees the engine within one chunk (well under a second for small models on a CPU).
+pub const PREFILL_CHUNK_TOKENS: usize = 256;
 
 /// What to generate. The prompt is already tokenized (rendering and tokenizing happen outside the engine
 /// thread so the model is never idle waiting for them).
@@ -35,6 +38,9 @@ pub struct GenerateRequest {
     /// Tools, `tool_choice`, `response_format`: compiled into a grammar the output must follow. `ignore_eos` does
     /// not apply under a grammar.
     pub constraint: Option<ConstraintSpec>,
+    /// Who may share KV prefixes with whom: the prefix cache reuses (by cache key or by content) only sequences
+    /// left by requests of the same scope. `None` is a scope of its own (see [`super::prefix_cache`]).
+    pub cache_scope: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -102,14 +108,17 @@ pub fn validate(req: &GenerateRequest, context_length: usize) -> Result<()> {
     req.sampling.validate()
 }
 
-/// Runs one request to completion. `emit` returns `false` when nobody listens any more (treated as a cancel).
-/// Errors are returned, not emitted; the caller turns them into an event.
+/// Runs one request to completion. `cancelled` is asked between prefill chunks and after every decoded token;
+/// `emit` returns `false` when nobody listens any more (treated as a cancel too). A cancelled request ends with
+/// [`FinishReason::Cancelled`] and exact usage (the whole prompt, the tokens generated so far); the prompt
+/// positions already prefilled stay in `kv`. Errors are returned, not emitted; the caller turns them into an
+/// event.
 pub fn run(
     model: &Model,
     tokenizer: &Tokenizer,
     req: &GenerateRequest,
     kv: &mut SeqKv,
-    cancel: &CancellationToken,
+    cancelled: &dyn Fn() -> bool,
     mut constraint: Option<&mut Constraint>,
     emit: &mut dyn FnMut(GenerateEvent) -> bool,
 ) -> Result<GenerateSummary> {
@@ -143,11 +152,17 @@ pub fn run(
         ttft_secs: 0.0,
         constraint: None,
     };
-    if cancel.is_cancelled() {
-        out.finish = FinishReason::Cancelled;
-        return Ok(out);
+    let mut prefilled = None;
+    for chunk in req.prompt[common..].chunks(PREFILL_CHUNK_TOKENS) {
+        if cancelled() {
+            out.finish = FinishReason::Cancelled;
+            out.prefill_secs = start.elapsed().as_secs_f64();
+            return Ok(out);
+        }
+        prefilled = Some(model.forward(chunk, kv)?);
     }
-    let mut logits = model.forward(&req.prompt[common..], kv)?;
+    let mut logits = prefilled
+        .ok_or_else(|| EngineError::Internal("prefill had no prompt token to compute".into()))?;
     out.prefill_secs = start.elapsed().as_secs_f64();
     let decode_start = Instant::now();
     let mut finish = FinishReason::Length;
@@ -214,7 +229,7 @@ pub fn run(
             finish = FinishReason::Eos;
             break;
         }
-        if cancel.is_cancelled() {
+        if cancelled() {
             finish = FinishReason::Cancelled;
             break;
         }
@@ -231,6 +246,21 @@ pub fn run(
     out.decode_secs = decode_start.elapsed().as_secs_f64();
     out.constraint = constraint.map(|c| std::mem::take(&mut c.stats));
     Ok(out)
+}
+
+/// The summary of a request cancelled while it waited for the engine: nothing computed, nothing generated.
+pub fn cancelled_before_start(req: &GenerateRequest) -> GenerateSummary {
+    GenerateSummary {
+        finish: FinishReason::Cancelled,
+        prompt_tokens: req.prompt.len(),
+        completion_tokens: 0,
+        cached_tokens: 0,
+        trailing_text: String::new(),
+        prefill_secs: 0.0,
+        decode_secs: 0.0,
+        ttft_secs: 0.0,
+        constraint: None,
+    }
 }
 
 /// Longest common prefix between the tokens `kv` holds and `prompt`, leaving at least one prompt token to

@@ -4,8 +4,8 @@
 //! environment) accepts a TCP connection within [`FetchOptions::hub_connect_timeout`], and the download runs on
 //! a worker thread that is abandoned when no byte arrives for [`FetchOptions::hub_stall_timeout`]: an
 //! unreachable or silent hub fails in seconds and resolution falls through to the next source. `HF_HUB_OFFLINE` skips the
-//! source. The download goes to a temporary hub cache inside the model's cache folder, so the verified blob can
-//! be renamed into place.
+//! source. The download goes to a temporary hub cache inside the model's cache folder (locked while in use; see
+//! [`staging`]), so the verified blob can be renamed into place.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -16,6 +16,7 @@ use hf_hub::api::sync::{ApiBuilder, ApiRepo};
 use hf_hub::{Repo, RepoType};
 
 use super::fetch::{shows_progress, FetchOptions, StageGuard, Staged};
+use super::staging;
 
 /// Download `repo`/`file` at `revision` (default `main`) into a temporary folder under `dir`.
 pub(crate) fn stage(
@@ -28,9 +29,7 @@ pub(crate) fn stage(
     if opts.hub_offline {
         return Err("skipped: HF_HUB_OFFLINE is set".to_string());
     }
-    let stage_dir = tempfile::Builder::new()
-        .prefix(".hf-hub-")
-        .tempdir_in(dir)
+    let (stage_dir, lock) = staging::locked_tempdir(dir, ".hf-hub-")
         .map_err(|e| format!("creating a temporary folder in {}: {e}", dir.display()))?;
     let mut builder = ApiBuilder::from_env()
         .with_cache_dir(stage_dir.path().to_path_buf())
@@ -55,7 +54,7 @@ pub(crate) fn stage(
     Ok(Staged {
         path: blob,
         sha256: None,
-        _guard: StageGuard::Dir(stage_dir),
+        _guard: StageGuard::Dir(stage_dir, lock),
     })
 }
 

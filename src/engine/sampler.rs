@@ -17,7 +17,15 @@ use super::error::{EngineError, Result};
 /// the sort small on 150k-token vocabularies.
 const NEGLIGIBLE_LOGIT_GAP: f32 = 30.0;
 
-/// Sampling settings of one request. `temperature == 0` is greedy.
+/// Temperatures below this are greedy (vLLM's `_SAMPLING_EPS`): 0, and values so small (1e-30, subnormals) that
+/// scaling by them could only overflow.
+pub const GREEDY_BELOW: f32 = 1e-5;
+
+/// Accepted `repetition_penalty` values. 0 or less is meaningless, and a tiny or huge factor would push logits to
+/// ±∞ (a logit divided by 1e-30); real use lies within 1–2.
+pub const REPETITION_PENALTY_RANGE: std::ops::RangeInclusive<f32> = 0.01..=100.0;
+
+/// Sampling settings of one request. A temperature below [`GREEDY_BELOW`] (e.g. 0) is greedy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SamplingParams {
@@ -62,12 +70,13 @@ impl SamplingParams {
         }
     }
 
-    /// Rejects out-of-range values with a message naming the parameter and its range.
+    /// Rejects out-of-range values with a message naming the parameter and its range. NaN and infinities are
+    /// out of every range. What passes cannot make [`Sampler::pick`] panic or produce NaN probabilities.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(EngineError::InvalidSampling(m));
         if !self.temperature.is_finite() || self.temperature < 0.0 {
             return bad(format!(
-                "temperature must be >= 0, got {}",
+                "temperature must be a finite number >= 0, got {}",
                 self.temperature
             ));
         }
@@ -77,9 +86,11 @@ impl SamplingParams {
         if !(0.0..=1.0).contains(&self.min_p) {
             return bad(format!("min_p must be in [0, 1], got {}", self.min_p));
         }
-        if !self.repetition_penalty.is_finite() || self.repetition_penalty <= 0.0 {
+        if !REPETITION_PENALTY_RANGE.contains(&self.repetition_penalty) {
             return bad(format!(
-                "repetition_penalty must be > 0, got {}",
+                "repetition_penalty must be in [{}, {}] (1 disables it), got {}",
+                REPETITION_PENALTY_RANGE.start(),
+                REPETITION_PENALTY_RANGE.end(),
                 self.repetition_penalty
             ));
         }
@@ -94,8 +105,10 @@ impl SamplingParams {
         Ok(())
     }
 
+    /// Whether draws are greedy: a temperature below [`GREEDY_BELOW`] (0, or so small that dividing by it says
+    /// nothing but "take the best").
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0
+        self.temperature < GREEDY_BELOW
     }
 }
 
@@ -150,41 +163,62 @@ impl Sampler {
         }
     }
 
-    /// Draws a token from `logits` (−∞ entries are never drawn). Returns `None` when every entry is −∞.
+    /// Draws a token from `logits` (−∞ and NaN entries are never drawn; a +∞ entry is taken greedily). Returns
+    /// `None` when no entry can be drawn (every one is −∞ or NaN).
     pub fn pick(&mut self, logits: &[f32]) -> Option<u32> {
+        let (cand, probs) = match self.distribution(logits)? {
+            Distribution::Certain(id) => return Some(id),
+            Distribution::Weighted { cand, probs } => (cand, probs),
+        };
+        let total: f32 = probs.iter().sum();
+        let mut r = self.rng.gen::<f32>() * total;
+        for (&id, &x) in cand.iter().zip(&probs) {
+            if r < x {
+                return Some(id);
+            }
+            r -= x;
+        }
+        // Rounding left `r` past the last weight: the least likely kept candidate.
+        cand.last().copied()
+    }
+
+    /// The tokens a draw chooses among and their (unnormalised, finite, positive) weights, after temperature,
+    /// top-k, min-p and top-p. Scores are `(logit − best) / temperature`, so they are ≤ 0 and finite for every
+    /// finite logit whatever the temperature: the best token always weighs 1 and the sum never is 0 or NaN.
+    fn distribution(&self, logits: &[f32]) -> Option<Distribution> {
         let best = argmax(logits)?;
         let p = &self.params;
-        if p.is_greedy() {
-            return Some(best);
+        let top = logits[best as usize];
+        if p.is_greedy() || top == f32::INFINITY {
+            return Some(Distribution::Certain(best));
         }
         let t = p.temperature;
-        let max = logits[best as usize] / t;
-        let mut cand: Vec<(u32, f32)> = logits
+        // NaN and −∞ scores fail the comparison and are dropped; `best` scores exactly 0 and stays.
+        let mut scored: Vec<(u32, f32)> = logits
             .iter()
             .enumerate()
             .filter_map(|(i, &l)| {
-                let s = l / t;
-                (s.is_finite() && s >= max - NEGLIGIBLE_LOGIT_GAP).then_some((i as u32, s))
+                let s = (l - top) / t;
+                (s >= -NEGLIGIBLE_LOGIT_GAP).then_some((i as u32, s))
             })
             .collect();
-        cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
-        if p.top_k > 0 && cand.len() > p.top_k {
-            cand.truncate(p.top_k);
+        scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
+        if p.top_k > 0 && scored.len() > p.top_k {
+            scored.truncate(p.top_k);
         }
-        // Softmax over the candidates.
-        let mut probs: Vec<f32> = cand.iter().map(|&(_, s)| (s - max).exp()).collect();
-        let sum: f32 = probs.iter().sum();
-        probs.iter_mut().for_each(|x| *x /= sum);
-        let mut keep = probs.len();
+        // Softmax weights, relative to the best (which weighs exactly 1).
+        let weights: Vec<f32> = scored.iter().map(|&(_, s)| s.exp()).collect();
+        let sum: f32 = weights.iter().sum();
+        let mut keep = weights.len();
         if p.min_p > 0.0 {
-            let floor = p.min_p * probs[0];
-            keep = keep.min(probs.iter().take_while(|&&x| x >= floor).count().max(1));
+            let floor = p.min_p * weights[0];
+            keep = keep.min(weights.iter().take_while(|&&x| x >= floor).count().max(1));
         }
         if p.top_p < 1.0 {
             let mut acc = 0.0;
             let mut n = 0;
-            for &x in &probs[..keep] {
-                acc += x;
+            for &x in &weights[..keep] {
+                acc += x / sum;
                 n += 1;
                 if acc >= p.top_p {
                     break;
@@ -192,16 +226,20 @@ impl Sampler {
             }
             keep = n.max(1);
         }
-        let total: f32 = probs[..keep].iter().sum();
-        let mut r = self.rng.gen::<f32>() * total;
-        for (i, &x) in probs[..keep].iter().enumerate() {
-            if r < x {
-                return Some(cand[i].0);
-            }
-            r -= x;
-        }
-        Some(cand[keep - 1].0)
+        Some(Distribution::Weighted {
+            cand: scored[..keep].iter().map(|&(id, _)| id).collect(),
+            probs: weights[..keep].to_vec(),
+        })
     }
+}
+
+/// What [`Sampler::pick`] draws from.
+#[derive(Debug)]
+enum Distribution {
+    /// One token only (greedy, or a +∞ logit).
+    Certain(u32),
+    /// Candidates, most likely first, with positive finite weights (the first is 1).
+    Weighted { cand: Vec<u32>, probs: Vec<f32> },
 }
 
 /// Index of the largest finite logit.
@@ -218,25 +256,62 @@ pub fn argmax(logits: &[f32]) -> Option<u32> {
     best.map(|(i, _)| i as u32)
 }
 
-/// `log_softmax(logits)[id]` and the `n` most likely tokens with their log-probabilities.
+/// `log_softmax(logits)[id]` and the `n` most likely tokens with their log-probabilities. NaN logits count as
+/// −∞; when some logits are +∞ they share all the probability. Never NaN.
 pub fn logprobs(logits: &[f32], id: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|l| !l.is_nan())
+        .fold(f32::NEG_INFINITY, f32::max);
+    let clean = |l: f32| -> f32 {
+        if l.is_nan() {
+            f32::NEG_INFINITY
+        } else if max == f32::INFINITY {
+            // Only the +∞ entries carry probability; give them equal finite scores.
+            if l == f32::INFINITY {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        } else {
+            l
+        }
+    };
+    let shift = if max == f32::INFINITY { 0.0 } else { max };
+    let lse = if shift == f32::NEG_INFINITY {
+        f32::NEG_INFINITY
+    } else {
+        shift
+            + logits
+                .iter()
+                .map(|&l| (clean(l) - shift).exp())
+                .sum::<f32>()
+                .ln()
+    };
+    let logprob_of = |l: f32| {
+        let l = clean(l);
+        if l == f32::NEG_INFINITY || lse == f32::NEG_INFINITY {
+            f32::NEG_INFINITY
+        } else {
+            l - lse
+        }
+    };
     let lp = logits
         .get(id as usize)
-        .map_or(f32::NEG_INFINITY, |&l| l - lse);
+        .map_or(f32::NEG_INFINITY, |&l| logprob_of(l));
     let mut top: Vec<(u32, f32)> = Vec::new();
-    if n > 0 {
+    if n > 0 && !logits.is_empty() {
         let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
         let k = n.min(idx.len());
-        idx.select_nth_unstable_by(k - 1, |&a, &b| {
-            logits[b as usize].total_cmp(&logits[a as usize])
-        });
+        let order =
+            |a: &u32, b: &u32| clean(logits[*b as usize]).total_cmp(&clean(logits[*a as usize]));
+        idx.select_nth_unstable_by(k - 1, order);
         idx.truncate(k);
-        idx.sort_unstable_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        idx.sort_unstable_by(order);
         top = idx
             .into_iter()
-            .map(|i| (i, logits[i as usize] - lse))
+            .map(|i| (i, logprob_of(logits[i as usize])))
             .collect();
     }
     (lp, top)
@@ -356,6 +431,198 @@ mod tests {
             let err = Sampler::new(p).err().unwrap().to_string();
             assert!(err.contains(needle), "{err}");
         }
+    }
+
+    #[test]
+    fn tiny_and_zero_temperatures_are_greedy() {
+        let logits = [1.0, 5.0, 4.9, 0.0];
+        for t in [0.0, 1e-30, f32::MIN_POSITIVE / 2.0, f32::from_bits(1), 1e-6] {
+            let params = SamplingParams {
+                temperature: t,
+                seed: Some(3),
+                ..SamplingParams::default()
+            };
+            assert!(params.is_greedy(), "{t}");
+            let mut s = Sampler::new(params).unwrap();
+            for _ in 0..20 {
+                assert_eq!(s.pick(&logits), Some(1), "temperature {t}");
+            }
+        }
+        // Just above the threshold it samples, and still never panics on huge logit gaps.
+        let mut s = Sampler::new(SamplingParams {
+            temperature: GREEDY_BELOW,
+            seed: Some(3),
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        assert_eq!(s.pick(&[f32::MAX, -f32::MAX, 0.0]), Some(0));
+    }
+
+    #[test]
+    fn non_finite_and_absurd_values_are_rejected_by_name() {
+        let with = |f: &dyn Fn(&mut SamplingParams)| {
+            let mut p = SamplingParams::default();
+            f(&mut p);
+            p
+        };
+        let cases: Vec<(SamplingParams, &str)> = vec![
+            (with(&|p| p.temperature = f32::NAN), "temperature"),
+            (with(&|p| p.temperature = f32::INFINITY), "temperature"),
+            (with(&|p| p.temperature = f32::NEG_INFINITY), "temperature"),
+            (with(&|p| p.temperature = -1e-30), "temperature"),
+            (with(&|p| p.top_p = f32::NAN), "top_p"),
+            (with(&|p| p.top_p = f32::INFINITY), "top_p"),
+            (with(&|p| p.min_p = f32::NAN), "min_p"),
+            (with(&|p| p.min_p = -0.5), "min_p"),
+            (with(&|p| p.repetition_penalty = 0.0), "repetition_penalty"),
+            (with(&|p| p.repetition_penalty = -1.0), "repetition_penalty"),
+            (
+                with(&|p| p.repetition_penalty = 1e-30),
+                "repetition_penalty",
+            ),
+            (with(&|p| p.repetition_penalty = 1e30), "repetition_penalty"),
+            (
+                with(&|p| p.repetition_penalty = f32::NAN),
+                "repetition_penalty",
+            ),
+            (
+                with(&|p| p.repetition_penalty = f32::INFINITY),
+                "repetition_penalty",
+            ),
+            (with(&|p| p.presence_penalty = f32::NAN), "presence_penalty"),
+            (
+                with(&|p| p.presence_penalty = f32::NEG_INFINITY),
+                "presence_penalty",
+            ),
+            (
+                with(&|p| p.frequency_penalty = f32::NAN),
+                "frequency_penalty",
+            ),
+            (
+                with(&|p| p.frequency_penalty = f32::INFINITY),
+                "frequency_penalty",
+            ),
+        ];
+        for (p, needle) in cases {
+            let err = Sampler::new(p.clone()).err().unwrap();
+            assert!(matches!(err, EngineError::InvalidSampling(_)), "{p:?}");
+            assert!(err.to_string().contains(needle), "{p:?}: {err}");
+        }
+    }
+
+    /// Extreme parameters on extreme logits: either the parameters are refused up front, or `pick` returns a
+    /// drawable token (never panics, never draws a NaN or −∞ entry), the weights it draws from are finite and
+    /// positive, and `logprobs` is never NaN.
+    #[test]
+    fn fuzz_extreme_values_never_panic_or_yield_nan() {
+        let extremes = [
+            0.0,
+            -0.0,
+            1e-45,
+            f32::MIN_POSITIVE,
+            1e-30,
+            1e-6,
+            1e-5,
+            0.01,
+            0.5,
+            1.0,
+            1.5,
+            2.0,
+            100.0,
+            1e30,
+            f32::MAX,
+            -1.0,
+            -f32::MAX,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        let logit_values = [
+            0.0,
+            1.0,
+            -1.0,
+            30.0,
+            -30.0,
+            1e30,
+            -1e30,
+            f32::MAX,
+            -f32::MAX,
+            1e-45,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        let mut rng = StdRng::seed_from_u64(0xfeed);
+        let mut accepted = 0;
+        for case in 0..20_000 {
+            // Each parameter is extreme with probability 1/2, else an ordinary value.
+            let mut any = |ordinary: f32| {
+                if rng.gen_bool(0.5) {
+                    extremes[rng.gen_range(0..extremes.len())]
+                } else {
+                    ordinary
+                }
+            };
+            let params = SamplingParams {
+                temperature: any(0.8),
+                top_p: any(0.9),
+                min_p: any(0.05),
+                repetition_penalty: any(1.1),
+                presence_penalty: any(0.5),
+                frequency_penalty: any(0.5),
+                top_k: [0, 1, 2, 5, usize::MAX][case % 5],
+                repeat_last_n: [0, 1, 64, usize::MAX][case % 4],
+                seed: Some(case as u64),
+            };
+            let n = rng.gen_range(1..40);
+            let mut logits: Vec<f32> = (0..n)
+                .map(|_| {
+                    if rng.gen_bool(0.5) {
+                        logit_values[rng.gen_range(0..logit_values.len())]
+                    } else {
+                        rng.gen_range(-20.0..20.0)
+                    }
+                })
+                .collect();
+            let context: Vec<u32> = (0..rng.gen_range(0..60))
+                .map(|_| rng.gen_range(0..n as u32 + 3))
+                .collect();
+            let generated = &context[context.len() / 2..];
+            let Ok(mut sampler) = Sampler::new(params.clone()) else {
+                continue;
+            };
+            accepted += 1;
+            sampler.adjust(&mut logits, &context, generated);
+            let drawable = logits
+                .iter()
+                .any(|l| !l.is_nan() && *l != f32::NEG_INFINITY);
+            if let Some(Distribution::Weighted { cand, probs }) = sampler.distribution(&logits) {
+                assert!(!cand.is_empty() && cand.len() == probs.len(), "{params:?}");
+                assert!(
+                    probs.iter().all(|w| w.is_finite() && *w > 0.0),
+                    "{params:?} {logits:?}: {probs:?}"
+                );
+                assert!(probs.iter().sum::<f32>().is_finite());
+            }
+            match sampler.pick(&logits) {
+                Some(id) => {
+                    let l = logits[id as usize];
+                    assert!(drawable, "{params:?} {logits:?}");
+                    assert!(
+                        !l.is_nan() && l != f32::NEG_INFINITY,
+                        "{params:?} {logits:?} -> {id}"
+                    );
+                    let (lp, top) = logprobs(&logits, id, 3);
+                    assert!(!lp.is_nan(), "{logits:?}");
+                    assert!(top.iter().all(|(_, x)| !x.is_nan()), "{logits:?}");
+                }
+                None => assert!(!drawable, "{params:?} {logits:?}"),
+            }
+        }
+        assert!(
+            accepted > 500,
+            "the fuzz should exercise accepted parameters too ({accepted})"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! bytes of every token for UTF-8-safe streaming, and the Hugging Face `tokenizers::Tokenizer` that
 //! llguidance's `toktrie_hf_tokenizers` consumes. Rendering chat prompts is `template.rs`'s job.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
@@ -175,7 +176,8 @@ struct Inner {
 
 /// Pieces of the input while added tokens are being cut out of it.
 enum Fragment<'a> {
-    Text(&'a str),
+    /// Raw text and its byte offset in the whole input.
+    Text(usize, &'a str),
     Token(u32),
 }
 
@@ -279,11 +281,40 @@ impl Tokenizer {
     /// tokens written in the text (`<|im_start|>`) become their ids; without, they are split as ordinary text.
     /// User-defined tokens (Qwen's `<tool_call>`) are matched either way, as llama.cpp does.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        self.encode_fragments(text, parse_special, &[])
+    }
+
+    /// Token ids for `text` with control tokens parsed everywhere except where an occurrence overlaps one of
+    /// the `literal` byte ranges: there it is ordinary text, as [`encode`](Self::encode) without special
+    /// parsing would make it. Everything else (where text is split, user-defined tokens) is exactly `encode(text,
+    /// true)`, so with no literal range, or none holding a control token's text, the ids are the same. This is
+    /// how a chat prompt keeps request content (a user's `<|im_start|>`) from becoming markup; see
+    /// [`super::prompt::chat_prompt_tokens`].
+    pub fn encode_with_literals(&self, text: &str, literal: &[Range<usize>]) -> Result<Vec<u32>> {
+        self.encode_fragments(text, true, literal)
+    }
+
+    /// The texts of the tokens that are only matched when parsing special tokens (control and unknown ones,
+    /// e.g. `<|im_start|>`), longest first.
+    pub fn control_texts(&self) -> impl Iterator<Item = &str> {
+        self.inner
+            .added
+            .iter()
+            .filter(|a| a.only_when_parsing_special)
+            .map(|a| a.text.as_str())
+    }
+
+    fn encode_fragments(
+        &self,
+        text: &str,
+        parse_special: bool,
+        literal: &[Range<usize>],
+    ) -> Result<Vec<u32>> {
         let mut ids = Vec::with_capacity(text.len() / 3 + 1);
-        for fragment in self.split_added_tokens(text, parse_special) {
+        for fragment in self.split_added_tokens(text, parse_special, literal) {
             match fragment {
                 Fragment::Token(id) => ids.push(id),
-                Fragment::Text(piece) => self.encode_ordinary(piece, &mut ids)?,
+                Fragment::Text(_, piece) => self.encode_ordinary(piece, &mut ids)?,
             }
         }
         Ok(ids)
@@ -371,36 +402,59 @@ impl Tokenizer {
     }
 
     /// Cuts added tokens out of `text` the way llama.cpp does: longest token text first, each one at every
-    /// non-overlapping occurrence, left to right, in the text that is still raw.
-    fn split_added_tokens<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
-        let mut fragments = vec![Fragment::Text(text)];
+    /// non-overlapping occurrence, left to right, in the text that is still raw. A control-token occurrence that
+    /// overlaps a `literal` byte range of `text` stays raw text.
+    fn split_added_tokens<'a>(
+        &self,
+        text: &'a str,
+        parse_special: bool,
+        literal: &[Range<usize>],
+    ) -> Vec<Fragment<'a>> {
+        let in_literal = |start: usize, len: usize| {
+            literal
+                .iter()
+                .any(|r| r.start < start + len && start < r.end)
+        };
+        let mut fragments = vec![Fragment::Text(0, text)];
         for added in &self.inner.added {
             if added.only_when_parsing_special && !parse_special {
                 continue;
             }
             let needle = added.text.as_str();
+            if needle.is_empty() {
+                continue;
+            }
             let present = fragments
                 .iter()
-                .any(|f| matches!(f, Fragment::Text(t) if t.contains(needle)));
+                .any(|f| matches!(f, Fragment::Text(_, t) if t.contains(needle)));
             if !present {
                 continue;
             }
+            let guarded = added.only_when_parsing_special && !literal.is_empty();
             let mut next = Vec::with_capacity(fragments.len() + 2);
             for fragment in fragments {
-                match fragment {
-                    Fragment::Text(mut rest) => {
-                        while let Some(pos) = rest.find(needle) {
-                            if pos > 0 {
-                                next.push(Fragment::Text(&rest[..pos]));
-                            }
-                            next.push(Fragment::Token(added.id));
-                            rest = &rest[pos + needle.len()..];
-                        }
-                        if !rest.is_empty() {
-                            next.push(Fragment::Text(rest));
-                        }
+                let Fragment::Text(base, raw) = fragment else {
+                    next.push(fragment);
+                    continue;
+                };
+                // `pending` is where the raw text not yet pushed starts; `from` where the next search starts.
+                let (mut pending, mut from) = (0, 0);
+                while let Some(found) = raw[from..].find(needle) {
+                    let pos = from + found;
+                    if guarded && in_literal(base + pos, needle.len()) {
+                        // Leave it as text; look again one character further on.
+                        from = pos + raw[pos..].chars().next().map_or(1, char::len_utf8);
+                        continue;
                     }
-                    token => next.push(token),
+                    if pos > pending {
+                        next.push(Fragment::Text(base + pending, &raw[pending..pos]));
+                    }
+                    next.push(Fragment::Token(added.id));
+                    pending = pos + needle.len();
+                    from = pending;
+                }
+                if pending < raw.len() {
+                    next.push(Fragment::Text(base + pending, &raw[pending..]));
                 }
             }
             fragments = next;

@@ -292,10 +292,12 @@ pub struct CompletionRequest {
     pub max_tokens: Option<u32>,
     /// Stop strings (not included in the output).
     pub stop: Vec<String>,
-    /// Names the conversation so the local engine can reuse its KV prefix (an agent session id, say).
+    /// Names the conversation so the local engine can reuse its KV prefix (an agent session id, say). A key
+    /// names a sequence within the request's [`cache_scope`](Self::cache_scope) only.
     pub cache_key: Option<String>,
     /// Who may share KV prefixes with whom: requests of different scopes never reuse each other's cached
-    /// prefixes (the server sets it per API key / session). `None` is its own scope.
+    /// prefixes (the server sets it per API key / session). `None` (the default) is a scope of its own, shared
+    /// by every unscoped request.
     pub cache_scope: Option<String>,
     /// Report the log-probability of every generated token with this many alternatives (`Some(0)`: the token's
     /// own only) as [`ProviderEvent::Logprobs`] events.
@@ -423,6 +425,10 @@ pub struct RawCompletionRequest {
     /// As [`CompletionRequest::logprobs`].
     #[serde(default)]
     pub logprobs: Option<usize>,
+    /// As [`CompletionRequest::cache_scope`]: raw completions reuse cached prefixes (matched by content) only
+    /// within their scope; `None` is a scope of its own.
+    #[serde(default)]
+    pub cache_scope: Option<String>,
 }
 
 /// What to tokenize: text, or a chat request rendered exactly as a completion of it would be (template, tools,

@@ -149,11 +149,11 @@ impl AppState {
             .map_err(|e| ApiError::internal(format!("a request task failed: {e}")))?
     }
 
-    /// Who may share cached KV prefixes with this request: requests of one OpenAI `user` (its `cache_key`),
-    /// else every plain API request. Agent sessions have their own scope each.
-    pub fn cache_scope(&self, request: &crate::provider::CompletionRequest) -> String {
-        match &request.cache_key {
-            Some(key) => format!("api/{key}"),
+    /// Who may share cached KV prefixes (and cached responses) with a request of OpenAI `user` (`None`: the
+    /// request named none): requests of one user, or every plain API request. Agent sessions have one scope each.
+    pub fn cache_scope(&self, user: Option<&str>) -> String {
+        match user {
+            Some(u) => format!("api/user:{u}"),
             None => "api".into(),
         }
     }

@@ -832,3 +832,48 @@ fn cli_model_list_path_and_errors() {
         "{stderr}"
     );
 }
+
+/// A fetch first sweeps what a crashed fetch left in the model's folder (unlocked and old), but never a
+/// concurrent fetch's staging folder (locked, even when old), and then installs the file as usual.
+#[test]
+fn a_fetch_sweeps_stale_staging_but_not_a_live_one() {
+    use agentd::engine::staging;
+    let home = tempfile::tempdir().unwrap();
+    let house = Wheelhouse::new();
+    let (manifest, whole) = two_part_model(&house);
+    let dir = fetch::model_dir(home.path(), &manifest);
+    fs::create_dir_all(&dir).unwrap();
+    let two_hours_ago = SystemTime::now() - Duration::from_secs(7200);
+    let age = |p: &Path| {
+        fs::File::open(p)
+            .unwrap()
+            .set_modified(two_hours_ago)
+            .unwrap()
+    };
+    let crashed = dir.join(".hf-hub-crashed");
+    fs::create_dir_all(crashed.join("blobs")).unwrap();
+    fs::write(crashed.join("blobs/abc"), b"half a download").unwrap();
+    age(&crashed);
+    let partial = dir.join(".tiny.gguf.x1y2.partial");
+    fs::write(&partial, b"half a file").unwrap();
+    age(&partial);
+    let (live, _lock) = staging::locked_tempdir(&dir, ".hf-hub-").unwrap();
+    age(live.path());
+    let live_name = live
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+
+    let resolved = fetch::fetch_manifest(&manifest, &options(home.path(), &house)).unwrap();
+    assert_eq!(resolved.origin, ModelOrigin::Pip);
+    assert_eq!(fs::read(&resolved.path).unwrap(), whole);
+    let mut want = vec![
+        live_name,
+        "tiny.gguf".to_string(),
+        format!("tiny.gguf{}", fetch::VERIFIED_MARKER_SUFFIX),
+    ];
+    want.sort();
+    assert_eq!(listing(&dir), want);
+}

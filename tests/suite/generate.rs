@@ -248,6 +248,79 @@ fn dropped_receiver_frees_the_engine() {
     assert_eq!(s.completion_tokens, 2);
 }
 
+/// A client that leaves during a long prefill frees the engine within one prefill chunk: the job ends as
+/// cancelled with exact usage, and the next request is served. Prefilling ~3,000 tokens takes ~15–20 s on the
+/// 2-core CPU machines, so the generous bound below still fails if the cancel waited for the whole prefill.
+#[test]
+fn cancel_during_long_prefill_frees_the_engine() {
+    use agentd::engine::generate::{GenerateEvent, PREFILL_CHUNK_TOKENS};
+    use std::time::{Duration, Instant};
+
+    let engine = common::engine();
+    // A unique head so no cached sequence shares a prefix with this prompt.
+    let mut prompt = engine
+        .tokenizer()
+        .encode(&format!("Log {}:\n", uuid::Uuid::new_v4()), false)
+        .unwrap();
+    let filler = engine
+        .tokenizer()
+        .encode(
+            " the engine prefills this prompt in chunks and checks for a cancel between them;",
+            false,
+        )
+        .unwrap();
+    while prompt.len() < 3_000 {
+        prompt.extend_from_slice(&filler);
+    }
+    prompt.truncate(3_000);
+    let cancel = CancellationToken::new();
+    let started = Instant::now();
+    let mut rx = engine.generate(greedy(prompt.clone(), 8), None, cancel.clone());
+    std::thread::sleep(Duration::from_millis(800));
+    let cancelled_at = Instant::now();
+    cancel.cancel();
+    let summary = match rx.blocking_recv() {
+        Some(GenerateEvent::Done(s)) => s,
+        Some(GenerateEvent::Token(t)) => panic!("a token ({}) before the prefill ended", t.id),
+        Some(GenerateEvent::Error(e)) => panic!("{e}"),
+        None => panic!("the job ended without a result"),
+    };
+    let took = cancelled_at.elapsed();
+    eprintln!(
+        "cancel during prefill: ended {:.3}s after the cancel ({:.3}s after submit; {} tokens per chunk; \
+         prefill ran {:.3}s)",
+        took.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        PREFILL_CHUNK_TOKENS,
+        summary.prefill_secs
+    );
+    assert_eq!(summary.finish, FinishReason::Cancelled);
+    assert_eq!(summary.prompt_tokens, 3_000);
+    assert_eq!(summary.completion_tokens, 0);
+    assert_eq!(summary.cached_tokens, 0);
+    assert!(took < Duration::from_secs(10), "the cancel took {took:?}");
+    // The engine serves the next request.
+    let small = engine.tokenizer().encode("Count: 1, 2, 3,", true).unwrap();
+    let s = engine
+        .generate_blocking(greedy(small, 3), CancellationToken::new(), |_| {})
+        .unwrap();
+    assert_eq!(s.completion_tokens, 3);
+}
+
+/// A request cancelled while it waits behind another still gets its final event, with its usage.
+#[test]
+fn cancelled_before_start_reports_cancelled() {
+    let engine = common::engine();
+    let prompt = engine.tokenizer().encode("Hi", true).unwrap();
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let s = engine
+        .generate_blocking(greedy(prompt.clone(), 4), cancel, |_| {})
+        .unwrap();
+    assert_eq!(s.finish, FinishReason::Cancelled);
+    assert_eq!((s.prompt_tokens, s.completion_tokens), (prompt.len(), 0));
+}
+
 #[test]
 fn prompt_longer_than_context_names_the_limit() {
     let engine = common::engine();

@@ -4,6 +4,7 @@ mod cli_chat;
 mod cli_run;
 mod common;
 mod constraint;
+mod content_guard;
 mod doors;
 mod fetch;
 mod generate;

@@ -1,8 +1,8 @@
 //! [`LocalProvider`]: the provider over the in-process engine actor. A request is rendered with the model's chat
 //! template, tokenized, and generated on the engine thread; text streams token by token; usage is exact
 //! (`input` is the length of the very token sequence the engine was given, `output` the tokens it sampled,
-//! `cached_input` the prefix it reused from the request's `cache_key`). Cancellation reaches the engine, which
-//! stops within one token.
+//! `cached_input` the prefix it reused from the request's `cache_key`, or by content, within its `cache_scope`).
+//! Cancellation reaches the engine, which stops within one prefill chunk or one token.
 //!
 //! Tools, `tool_choice` and `response_format` become the engine's [`ConstraintSpec`]: every tool call is
 //! grammar-constrained to a known tool and its arguments schema, so calls from this provider are always valid.
@@ -248,6 +248,7 @@ impl LocalProvider {
             stop: request.stop.clone(),
             logprobs: request.logprobs,
             constraint: constraint_spec(&request),
+            cache_scope: request.cache_scope.clone(),
             ..GenerateRequest::default()
         };
         let mut calls = CallMap::default();
@@ -384,29 +385,23 @@ pub fn constraint_spec(request: &CompletionRequest) -> Option<ConstraintSpec> {
 }
 
 /// Renders `request` the way the engine's model expects (tools shown through the template or injected into the
-/// system message in `format`; see [`prompt::render_chat`]), with the generation prompt, and tokenizes it with
-/// special tokens parsed. BOS is prepended when the tokenizer wants one and the template did not write it.
+/// system message in `format`; see [`prompt::render_chat`]), with the generation prompt, and tokenizes it: the
+/// template's markup becomes control tokens, the request's own strings never do (see
+/// [`prompt::chat_prompt_tokens`]). BOS is prepended when the tokenizer wants one and the template did not write
+/// it. Generation, `count_tokens` and chat `/tokenize` all use this, so usage is exact.
 pub fn render_prompt(
     template: &ChatTemplate,
     tokenizer: &Tokenizer,
     format: ToolCallFormat,
     request: &CompletionRequest,
 ) -> Result<Vec<u32>, ProviderError> {
-    let text = prompt::render_chat(
+    prompt::chat_prompt_tokens(
         template,
+        tokenizer,
         &wire::messages(request),
         &request.tools,
         &request.tool_choice,
         format,
     )
-    .map_err(ProviderError::from_engine)?;
-    let mut ids = tokenizer
-        .encode(&text, true)
-        .map_err(ProviderError::from_engine)?;
-    if let Some(bos) = tokenizer.bos_id().filter(|_| tokenizer.add_bos()) {
-        if ids.first() != Some(&bos) {
-            ids.insert(0, bos);
-        }
-    }
-    Ok(ids)
+    .map_err(ProviderError::from_engine)
 }

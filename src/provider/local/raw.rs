@@ -141,6 +141,7 @@ impl LocalProvider {
             ignore_eos: request.ignore_eos,
             logprobs: request.logprobs,
             constraint: None,
+            cache_scope: request.cache_scope.clone(),
         };
         let mut events = EngineEvents::new(self.engine.generate(gen, None, cancel.clone()));
         let mut output = 0u64;

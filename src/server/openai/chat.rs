@@ -58,7 +58,11 @@ pub async fn chat_completions(
             "logprobs are not available from this server's provider",
         ));
     }
-    request.cache_scope = Some(state.cache_scope(&request));
+    let user = request
+        .cache_key
+        .as_deref()
+        .and_then(|k| k.strip_prefix("openai-user:"));
+    request.cache_scope = Some(state.cache_scope(user));
     let answer = Answer {
         id: response_id("chatcmpl"),
         created: now_unix(),

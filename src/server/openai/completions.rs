@@ -123,6 +123,7 @@ pub async fn completions(
         });
     }
     let stop = convert::stop_list(req.stop, &state.options.limits)?;
+    let scope = state.cache_scope(req.user.as_deref());
     let requests: Vec<RawCompletionRequest> = prompts
         .into_iter()
         .map(|prompt| RawCompletionRequest {
@@ -133,6 +134,7 @@ pub async fn completions(
             stop: stop.clone(),
             ignore_eos: req.ignore_eos.unwrap_or(false),
             logprobs: req.logprobs.map(|k| k as usize),
+            cache_scope: Some(scope.clone()),
         })
         .collect();
     let permit = state.admit().await?;

@@ -294,3 +294,98 @@ async fn dropping_the_stream_stops_generation() {
         waited.elapsed()
     );
 }
+
+/// The prefix cache never crosses `cache_scope`s: the same long prompt from another scope (by content, or under
+/// the same `cache_key`) computes everything again, while its own scope gets a hit. Raw completions too.
+#[tokio::test]
+async fn prefix_cache_reuse_stays_within_a_scope() {
+    use agentd::provider::{RawCompletionRequest, RawPrompt};
+    let p = provider();
+    let tenant = |name: &str| Some(format!("{name}-{}", uuid::Uuid::new_v4()));
+    let (a, b) = (tenant("a"), tenant("b"));
+    let long = format!(
+        "Case {}: {}",
+        uuid::Uuid::new_v4(),
+        "Summarise the following notes about the build in one line. ".repeat(20)
+    );
+    let ask = |scope: &Option<String>, key: Option<&str>| CompletionRequest {
+        sampling: Sampling::greedy(),
+        max_tokens: Some(1),
+        cache_scope: scope.clone(),
+        cache_key: key.map(String::from),
+        ..CompletionRequest::user(long.clone())
+    };
+    let cached = |req: CompletionRequest| {
+        let p = p.clone();
+        async move {
+            let c = collect(p.stream(req, CancellationToken::new())).await;
+            assert_eq!(c.error, None);
+            assert!(c.usage.input > 200, "{:?}", c.usage);
+            c.usage.cached_input
+        }
+    };
+    // By content.
+    assert_eq!(cached(ask(&a, None)).await, 0);
+    assert_eq!(
+        cached(ask(&b, None)).await,
+        0,
+        "scope b reused scope a's prefix"
+    );
+    // The unscoped scope holds other tests' chats: at most the template's head (SmolLM2's default system
+    // prompt) may match, never this prompt's own text.
+    let mine = p.prompt_tokens(&ask(&None, None)).unwrap();
+    let other = p.prompt_tokens(&CompletionRequest::user("x")).unwrap();
+    let head = mine.iter().zip(&other).take_while(|(x, y)| x == y).count() as u64;
+    let unscoped = cached(ask(&None, None)).await;
+    assert!(
+        unscoped <= head,
+        "the unscoped request reused a scoped prefix ({unscoped} > {head})"
+    );
+    assert!(
+        cached(ask(&a, None)).await > 200,
+        "scope a missed its own prefix"
+    );
+    // By key: the same key in another scope names another sequence (fresh scopes, so content cannot match).
+    let (c, d) = (tenant("c"), tenant("d"));
+    let key = format!("shared-key-{}", uuid::Uuid::new_v4());
+    assert_eq!(cached(ask(&c, Some(&key))).await, 0);
+    assert_eq!(
+        cached(ask(&d, Some(&key))).await,
+        0,
+        "scope d reused scope c's keyed sequence"
+    );
+    assert!(
+        cached(ask(&c, Some(&key))).await > 200,
+        "scope c missed its keyed sequence"
+    );
+
+    // Raw completions carry the scope too.
+    let raw = |scope: &Option<String>| RawCompletionRequest {
+        model: String::new(),
+        prompt: RawPrompt::Text(format!("Raw {long}")),
+        sampling: Sampling::greedy(),
+        max_tokens: Some(1),
+        stop: Vec::new(),
+        ignore_eos: false,
+        logprobs: None,
+        cache_scope: scope.clone(),
+    };
+    let raw_cached = |req: RawCompletionRequest| {
+        let p = p.clone();
+        async move {
+            let c = collect(p.stream_raw(req, CancellationToken::new())).await;
+            assert_eq!(c.error, None);
+            c.usage.cached_input
+        }
+    };
+    assert_eq!(raw_cached(raw(&a)).await, 0);
+    assert_eq!(
+        raw_cached(raw(&b)).await,
+        0,
+        "raw: scope b reused scope a's prefix"
+    );
+    assert!(
+        raw_cached(raw(&a)).await > 200,
+        "raw: scope a missed its own prefix"
+    );
+}
