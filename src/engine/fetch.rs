@@ -193,6 +193,8 @@ pub fn cache_status(home: &Path, manifest: &ModelManifest) -> CacheStatus {
 /// Resolve a manifest: the cache if it holds a verified file, else each source in order.
 pub fn fetch_manifest(manifest: &ModelManifest, opts: &FetchOptions) -> Result<ResolvedModel> {
     let dest = cached_path(&opts.home, manifest);
+    // Every start resolves its model here: staging left by a crashed fetch goes now, cached or not.
+    staging::sweep_stale(&model_dir(&opts.home, manifest), &manifest.file_name);
     let resolved = |origin| ResolvedModel {
         path: dest.clone(),
         manifest: Some(manifest.clone()),
@@ -217,7 +219,6 @@ pub fn fetch_manifest(manifest: &ModelManifest, opts: &FetchOptions) -> Result<R
     let dir = model_dir(&opts.home, manifest);
     fs::create_dir_all(&dir)
         .map_err(|e| EngineError::io(format!("creating {}", dir.display()), e))?;
-    staging::sweep_stale(&dir, &manifest.file_name);
     for source in &manifest.sources {
         tracing::info!(model = %manifest.name, source = %source.label(), "fetching");
         let (origin, staged) = match source {

@@ -171,6 +171,12 @@ async fn stream(
 /// 400 `context_length_exceeded` when the prompt alone fills the model's context window (known exactly from the
 /// provider's own count; nothing is said when the provider only estimates).
 async fn check_fits(state: &AppState, request: &CompletionRequest) -> Result<(), ApiError> {
+    // Tokenizing before admission is CPU work: one per core at a time, like the other checks.
+    let _cpu = state
+        .cpu
+        .acquire()
+        .await
+        .map_err(|_| ApiError::unavailable("the server is shutting down", 1))?;
     let Ok(count) = state.provider.count_tokens(request).await else {
         return Ok(());
     };

@@ -98,6 +98,11 @@ pub async fn tokenize(
         };
         (tokenize, p.return_token_strs.unwrap_or(false))
     };
+    let _cpu = state
+        .cpu
+        .acquire()
+        .await
+        .map_err(|_| ApiError::unavailable("the server is shutting down", 1))?;
     let tokenized = state
         .provider
         .tokenize(request)
