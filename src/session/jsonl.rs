@@ -250,15 +250,22 @@ impl JsonlStore {
             if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
                 continue;
             }
+            // The file's own modification time breaks ties between entries stamped in the same millisecond.
+            let touched = item.metadata().and_then(|m| m.modified()).ok();
             match file::load(&path) {
-                Ok(loaded) => out.push(info(path, &loaded.tree)),
+                Ok(loaded) => out.push((info(path, &loaded.tree), touched)),
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "skipping an unreadable session file")
                 }
             }
         }
-        out.sort_by(|a, b| b.modified.cmp(&a.modified).then(b.created.cmp(&a.created)));
-        Ok(out)
+        out.sort_by(|(a, at), (b, bt)| {
+            b.modified
+                .cmp(&a.modified)
+                .then(bt.cmp(at))
+                .then(b.created.cmp(&a.created))
+        });
+        Ok(out.into_iter().map(|(i, _)| i).collect())
     }
 
     /// The sessions of working directory `cwd` ([`sessions_dir`]).

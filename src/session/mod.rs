@@ -12,7 +12,7 @@
 //! - [`blobs`]: content-addressed tool results dropped by compaction (grounding; read back by the `recall` tool).
 //!
 //! The store knows messages ([`crate::transcript`]) but not the agent: keeping a store in step with an agent is
-//! the application layer's `Recorder` (`crate::app::recorder`).
+//! the application layer's `Recorder`.
 
 pub mod blobs;
 pub mod entry;

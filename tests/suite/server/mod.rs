@@ -197,6 +197,11 @@ pub async fn post(url: &str, body: &Value) -> (u16, Value) {
     )
 }
 
+/// `DELETE url`; the status.
+pub async fn delete(url: &str) -> u16 {
+    client().delete(url).send().await.unwrap().status().as_u16()
+}
+
 pub async fn get(url: &str) -> (u16, String) {
     let r = client().get(url).send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())

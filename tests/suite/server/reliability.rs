@@ -93,12 +93,10 @@ async fn a_live_session_has_one_writer() {
     assert_ne!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("open in another process"), "{stderr}");
     // Once the live session is closed, the file can be resumed.
-    let resp = client()
-        .delete(server.url(&format!("/v1/sessions/{id}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        super::delete(&server.url(&format!("/v1/sessions/{id}"))).await,
+        200
+    );
     let (status, r) = post(
         &server.url("/v1/sessions"),
         &json!({"workspace": workspace.path(), "resume": id}),
@@ -260,12 +258,10 @@ async fn closing_a_session_kills_its_background_jobs() {
                 .contains(") Z ")
     };
     assert!(alive(pid), "the background job runs");
-    let resp = client()
-        .delete(server.url(&format!("/v1/sessions/{id}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        super::delete(&server.url(&format!("/v1/sessions/{id}"))).await,
+        200
+    );
     let mut waited = 0;
     while alive(pid) {
         assert!(waited < 100, "the background job survived the session");

@@ -192,7 +192,9 @@ async fn fork_writes_the_path_to_a_new_file_and_list_finds_both() {
     );
     let small = store.fork(Some("a3"), StoreOptions::default()).unwrap();
     assert_eq!(small.entries().len(), 7);
-    // The fork appends on its own.
+    // The fork appends on its own (a few ms later, so "newest activity" below is well defined: entries are
+    // stamped to the millisecond).
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     small.append(user("only here")).await.unwrap();
     assert_eq!(store.entries().len(), 15);
 
