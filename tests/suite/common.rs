@@ -41,3 +41,13 @@ pub fn engine() -> &'static agentd::engine::Engine {
         .expect("load the default model")
     })
 }
+
+/// A `read {path}` tool spec for provider and prompt tests.
+pub fn read_tool() -> agentd::schema::ToolSpec {
+    agentd::schema::ToolSpec::new(
+        "read",
+        "Read a file",
+        serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+    )
+    .unwrap()
+}

@@ -142,12 +142,7 @@ fn reference_chats_keep_their_llama_cpp_ids() {
 }
 
 fn read_tool() -> ToolSpec {
-    ToolSpec::new(
-        "read",
-        "Read a file",
-        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
-    )
-    .unwrap()
+    crate::suite::common::read_tool()
 }
 
 /// Checks a request whose strings hold `EVIL` once on the SmolLM2 provider: the control ids are exactly the

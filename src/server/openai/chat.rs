@@ -100,17 +100,16 @@ fn unknown_model(provider: &dyn crate::provider::Provider, name: &str) -> ApiErr
 /// anyway (with keep-alive comments): a failure within it is still an HTTP error with its status.
 const FIRST_PIECE_WAIT: Duration = Duration::from_secs(5);
 
-/// A streamed answer: checked (a prompt longer than the context window is still a 400) and queued (503 when the
-/// queue is full). With a free slot it starts as a plain answer would: a failure before the first piece (within
-/// [`FIRST_PIECE_WAIT`]) is an HTTP error. A request that has to wait gets its SSE headers at once and keep-alive
-/// comments while it waits and prefills, so no proxy drops it; a failure after that is an `error` event.
+/// A streamed answer (503 when the queue is full). With a free slot it starts as a plain answer would: a failure
+/// before the first piece (within [`FIRST_PIECE_WAIT`]) is an HTTP error. A request that has to wait gets its SSE headers at once and keep-alive
+/// comments while it waits and prefills, so no proxy drops it (a prompt longer than the context window is still
+/// a 400, checked before it queues); a failure after that is an `error` event.
 async fn stream(
     state: AppState,
     request: CompletionRequest,
     answer: Answer,
     mut timer: RequestTimer,
 ) -> Result<Response, ApiError> {
-    check_fits(&state, &request).await?;
     if state.draining.is_cancelled() {
         return Err(ApiError::unavailable("the server is shutting down", 1));
     }
@@ -140,6 +139,9 @@ async fn stream(
         };
         return Ok(sse::response(stream.into_events()));
     }
+    // Queued: the prompt's fit is checked now, while a 400 can still be sent (an admitted stream learns it from
+    // the provider's first piece instead, without a second tokenization).
+    check_fits(&state, &request).await?;
     let ticket = state.admission.enter()?;
     let events = futures::stream::once(async move {
         let permit = match ticket.wait(&shutdown).await {

@@ -13,12 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::contract;
 
 fn read_tool() -> ToolSpec {
-    ToolSpec::new(
-        "read",
-        "Read a file",
-        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
-    )
-    .unwrap()
+    crate::suite::common::read_tool()
 }
 
 #[tokio::test]
