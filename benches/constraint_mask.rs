@@ -98,7 +98,7 @@ fn case(name: &str) -> (ConstraintSpec, &'static str, &'static str) {
 fn compile(spec: &ConstraintSpec) -> Constraint {
     loaded()
         .factory
-        .compile(spec, ToolCallFormat::Hermes)
+        .compile(spec, ToolCallFormat::HERMES)
         .expect("the bench grammar compiles")
         .expect("the bench request is constrained")
 }

@@ -121,7 +121,7 @@ pub fn check_documents(
         ..CaseReport::default()
     };
     let spec = spec_for(case);
-    if let Err(e) = factory.compile(&spec, ToolCallFormat::Hermes) {
+    if let Err(e) = factory.compile(&spec, ToolCallFormat::HERMES) {
         report.rejected = Some(rejection_kind(&e));
         report.reject_message = Some(e.to_string());
         return report;
@@ -144,7 +144,7 @@ fn document_accepted(
     spec: &ConstraintSpec,
     doc: &Value,
 ) -> bool {
-    let Ok(Some(mut c)) = factory.compile(spec, ToolCallFormat::Hermes) else {
+    let Ok(Some(mut c)) = factory.compile(spec, ToolCallFormat::HERMES) else {
         return false;
     };
     let Ok(ids) = tokenizer.encode(&to_compact_string(doc), false) else {

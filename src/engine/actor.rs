@@ -163,10 +163,12 @@ impl Engine {
             device: device_name,
             device_note: device::select_note_for(opts.device),
             weight_bytes,
+            // The manifest's, else the one the chat template speaks, else Hermes.
             tool_call_format: manifest
                 .as_ref()
                 .map(|m| m.tool_call_format.clone())
-                .unwrap_or_else(|| "hermes".into()),
+                .or_else(|| ToolCallFormat::detect(template.source()).map(|f| f.name().to_string()))
+                .unwrap_or_else(|| ToolCallFormat::HERMES.name().to_string()),
             weight_format: opts.weight_format.to_string(),
             load_secs: started.elapsed().as_secs_f64(),
             manifest,
@@ -200,7 +202,8 @@ impl Engine {
         &self.shared.info
     }
 
-    /// How this model writes tool calls (its manifest's `tool_call_format`; Hermes for a bare GGUF).
+    /// How this model writes tool calls (its manifest's `tool_call_format`; for a bare GGUF the family its chat
+    /// template speaks, else Hermes).
     pub fn tool_call_format(&self) -> ToolCallFormat {
         ToolCallFormat::from_name(&self.shared.info.tool_call_format).unwrap_or_default()
     }

@@ -18,6 +18,11 @@ use super::model::Model;
 use super::sampler::{logprobs, Sampler, SamplingParams};
 use super::tokenizer::Tokenizer;
 
+/// Within this many tokens of `max_tokens`, a constrained call in progress is watched: each step keeps a way to
+/// close it in the budget left (see [`super::constraint::close`]), and a step that would lose the last one is
+/// replaced by that close.
+pub const CLOSE_WINDOW_TOKENS: usize = 64;
+
 /// Prompt tokens fed to the model per forward pass during prefill. Cancellation is checked between chunks, so a
 /// request whose client left frees the engine within one chunk (well under a second for small models on a CPU).
 pub const PREFILL_CHUNK_TOKENS: usize = 256;
@@ -166,9 +171,17 @@ pub fn run(
     out.prefill_secs = start.elapsed().as_secs_f64();
     let decode_start = Instant::now();
     let mut finish = FinishReason::Length;
+    // A close of the call in progress that fits the budget left (inside the close window only).
+    let mut close_plan: Option<Vec<u32>> = None;
     'decode: loop {
         if max_new == 0 {
             break;
+        }
+        let remaining = max_new - generated.len();
+        if let Some(c) = constraint.as_deref_mut() {
+            if remaining <= CLOSE_WINDOW_TOKENS && close_plan.is_none() && c.in_call()? {
+                close_plan = c.shortest_close(remaining)?;
+            }
         }
         let mut l = logits.to_vec1::<f32>()?;
         sampler.adjust(&mut l, &context, &generated);
@@ -195,11 +208,29 @@ pub fn run(
         }
         // The sampled token, then whatever the grammar forces after it (within the token budget).
         let mut batch = vec![tok];
+        let mut lp = lp;
+        let mut closing = false;
         if let Some(c) = constraint.as_deref_mut() {
             let room = max_new.saturating_sub(generated.len() + 1);
             batch.extend(c.commit(tok, room)?);
+            if remaining <= CLOSE_WINDOW_TOKENS {
+                let after = remaining.saturating_sub(batch.len());
+                if !c.in_call()? {
+                    close_plan = None;
+                } else if let Some(next) = c.shortest_close(after)? {
+                    close_plan = Some(next);
+                } else if let Some(plan) = close_plan.take() {
+                    // This step would leave a call that can no longer close in budget: undo it and close.
+                    c.rollback(batch.len())?;
+                    c.force(&plan)?;
+                    c.stats.closed_call = true;
+                    c.stats.close_tokens = plan.len();
+                    batch = plan;
+                    lp = None;
+                    closing = true;
+                }
+            }
         }
-        let mut lp = lp;
         for &t in &batch {
             generated.push(t);
             context.push(t);
@@ -221,7 +252,7 @@ pub fn run(
                 break 'decode;
             }
         }
-        if generated.len() >= max_new {
+        if closing || generated.len() >= max_new {
             finish = FinishReason::Length;
             break;
         }

@@ -13,10 +13,6 @@ use super::error::{EngineError, Result};
 /// The model used when none is named.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 
-/// Tool-call formats the engine knows how to constrain and parse.
-/// Kept in step with `constraint::format::ToolCallFormat::ALL`.
-pub const TOOL_CALL_FORMATS: &[&str] = &["hermes", "llama3_json"];
-
 /// The embedded manifests, as (file name, text).
 const EMBEDDED: &[(&str, &str)] = &[
     (
@@ -56,7 +52,7 @@ pub struct ModelManifest {
     pub size_bytes: u64,
     /// The context window the model was trained for, in tokens.
     pub context_length: usize,
-    /// How the model writes tool calls (one of [`TOOL_CALL_FORMATS`]).
+    /// How the model writes tool calls: a name from the format table (`models/tool_call_formats.toml`).
     pub tool_call_format: String,
     /// A Jinja chat template that replaces the one in the GGUF metadata.
     #[serde(default)]
@@ -164,11 +160,12 @@ impl ModelManifest {
         if self.context_length == 0 {
             return Err("context_length must be positive".into());
         }
-        if !TOOL_CALL_FORMATS.contains(&self.tool_call_format.as_str()) {
+        let known = super::constraint::format::ToolCallFormat::names();
+        if !known.contains(&self.tool_call_format.as_str()) {
             return Err(format!(
                 "tool_call_format `{}` is not one of {}",
                 self.tool_call_format,
-                TOOL_CALL_FORMATS.join(", ")
+                known.join(", ")
             ));
         }
         for source in &self.sources {

@@ -228,11 +228,11 @@ mod tests {
             json!({"role": "system", "content": "Be brief."}),
             json!({"role": "user", "content": "hi"}),
         ];
-        let out = inline_tools(&msgs, &[tool()], ToolCallFormat::Hermes);
+        let out = inline_tools(&msgs, &[tool()], ToolCallFormat::HERMES);
         let sys = out[0]["content"].as_str().unwrap();
         assert!(sys.starts_with("Be brief.\n\n# Tools"), "{sys}");
         assert!(sys.contains(r#""name": "read""#), "{sys}");
-        let out = inline_tools(&msgs[1..], &[tool()], ToolCallFormat::Hermes);
+        let out = inline_tools(&msgs[1..], &[tool()], ToolCallFormat::HERMES);
         assert_eq!(out[0]["role"], "system");
         assert_eq!(out.len(), 2);
     }
@@ -247,7 +247,7 @@ mod tests {
             json!({"role": "tool", "tool_call_id": "1", "content": "A"}),
             json!({"role": "tool", "tool_call_id": "2", "content": "B"}),
         ];
-        let out = inline_tools(&msgs, &[], ToolCallFormat::Hermes);
+        let out = inline_tools(&msgs, &[], ToolCallFormat::HERMES);
         assert_eq!(out.len(), 3);
         assert_eq!(
             out[1]["content"],

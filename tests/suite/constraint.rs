@@ -17,9 +17,9 @@ use serde_json::{json, Value};
 
 use super::common;
 
-struct Model {
-    tokenizer: Tokenizer,
-    factory: GrammarFactory,
+pub struct Model {
+    pub tokenizer: Tokenizer,
+    pub factory: GrammarFactory,
 }
 
 fn load(path: std::path::PathBuf, n_vocab: usize) -> Model {
@@ -29,12 +29,12 @@ fn load(path: std::path::PathBuf, n_vocab: usize) -> Model {
     Model { tokenizer, factory }
 }
 
-fn smol() -> &'static Model {
+pub fn smol() -> &'static Model {
     static M: OnceLock<Model> = OnceLock::new();
     M.get_or_init(|| load(common::smollm2_path(), 0))
 }
 
-fn qwen() -> &'static Model {
+pub fn qwen() -> &'static Model {
     static M: OnceLock<Model> = OnceLock::new();
     // Qwen2.5's logits are wider than its vocabulary.
     M.get_or_init(|| load(common::qwen_path(), 151_936))
@@ -71,7 +71,7 @@ pub fn three_tools() -> Vec<ToolSpec> {
     ]
 }
 
-fn spec(choice: ToolChoice) -> ConstraintSpec {
+pub fn spec(choice: ToolChoice) -> ConstraintSpec {
     ConstraintSpec {
         tools: three_tools(),
         tool_choice: choice,
@@ -80,7 +80,7 @@ fn spec(choice: ToolChoice) -> ConstraintSpec {
 }
 
 /// Whether the request's grammar accepts `text` (tokenized as the model would write it) as a complete output.
-fn accepts(m: &Model, spec: &ConstraintSpec, format: ToolCallFormat, text: &str) -> bool {
+pub fn accepts(m: &Model, spec: &ConstraintSpec, format: ToolCallFormat, text: &str) -> bool {
     let mut c = m.factory.compile(spec, format).unwrap().expect("a grammar");
     let ids = m.tokenizer.encode(text, true).unwrap();
     c.accepts_tokens(&ids).unwrap()
@@ -98,13 +98,13 @@ fn factory_knows_every_end_token_and_the_special_delimiters() {
     let s = smol();
     let im_end = s.tokenizer.token_id("<|im_end|>").unwrap();
     assert!(s.factory.eos_ids().contains(&im_end));
-    assert!(!s.factory.special_delimiters(ToolCallFormat::Hermes));
+    assert!(!s.factory.special_delimiters(ToolCallFormat::HERMES));
     let q = qwen();
     assert!(q
         .factory
         .eos_ids()
         .contains(&q.tokenizer.token_id("<|im_end|>").unwrap()));
-    assert!(q.factory.special_delimiters(ToolCallFormat::Hermes));
+    assert!(q.factory.special_delimiters(ToolCallFormat::HERMES));
     assert_eq!(
         q.tokenizer.encode("<tool_call>", false).unwrap(),
         vec![151657]
@@ -120,7 +120,7 @@ fn factory_knows_every_end_token_and_the_special_delimiters() {
 fn auto_allows_text_and_constrains_every_call() {
     for m in [smol(), qwen()] {
         let auto = spec(ToolChoice::Auto);
-        let f = ToolCallFormat::Hermes;
+        let f = ToolCallFormat::HERMES;
         assert!(accepts(m, &auto, f, "Hello! How can I help?"));
         assert!(accepts(m, &auto, f, ""));
         assert!(accepts(m, &auto, f, &hermes(WEATHER)));
@@ -163,7 +163,7 @@ fn auto_allows_text_and_constrains_every_call() {
 
 #[test]
 fn required_named_and_parallel() {
-    let f = ToolCallFormat::Hermes;
+    let f = ToolCallFormat::HERMES;
     for m in [smol(), qwen()] {
         let required = spec(ToolChoice::Required);
         assert!(!accepts(m, &required, f, "No."));
@@ -198,7 +198,7 @@ fn required_named_and_parallel() {
 
 #[test]
 fn none_never_allows_a_call() {
-    let f = ToolCallFormat::Hermes;
+    let f = ToolCallFormat::HERMES;
     for m in [smol(), qwen()] {
         let none = spec(ToolChoice::None);
         assert!(accepts(m, &none, f, "Plain answer."));
@@ -212,7 +212,7 @@ fn none_never_allows_a_call() {
 
 #[test]
 fn llama3_json_format() {
-    let f = ToolCallFormat::Llama3Json;
+    let f = ToolCallFormat::LLAMA3_JSON;
     let m = smol();
     let call = |name: &str, args: &str| format!("{{\"name\": \"{name}\", \"parameters\": {args}}}");
     let auto = spec(ToolChoice::Auto);
@@ -233,9 +233,11 @@ fn llama3_json_format() {
             call("get_weather", r#"{"city": "Oslo"}"#)
         )
     ));
+    // An object starting with the key "name" is a call and must be valid; other JSON is text.
     assert!(!accepts(m, &auto, f, &call("nope", "{}")));
     assert!(!accepts(m, &auto, f, &call("add", r#"{"a": 1}"#)));
-    assert!(!accepts(m, &auto, f, r#"  {"not": "a call"}"#));
+    assert!(accepts(m, &auto, f, r#"  {"not": "a call"}"#));
+    assert!(accepts(m, &auto, f, &format!("<|python_tag|>{}", call("add", r#"{"a": 1, "b": 2}"#))));
     let named = spec(ToolChoice::Tool { name: "add".into() });
     assert!(!accepts(m, &named, f, "text"));
     assert!(accepts(m, &named, f, &call("add", r#"{"a": 1, "b": 2}"#)));
@@ -244,7 +246,7 @@ fn llama3_json_format() {
 #[test]
 fn response_formats() {
     let m = smol();
-    let f = ToolCallFormat::Hermes;
+    let f = ToolCallFormat::HERMES;
     let object = ConstraintSpec {
         response_format: ResponseFormat::JsonObject,
         ..ConstraintSpec::default()
@@ -280,7 +282,7 @@ fn response_formats() {
 }
 
 fn compile_err(spec: &ConstraintSpec) -> EngineError {
-    match smol().factory.compile(spec, ToolCallFormat::Hermes) {
+    match smol().factory.compile(spec, ToolCallFormat::HERMES) {
         Err(e) => e,
         Ok(_) => panic!("expected an error for {spec:?}"),
     }
@@ -367,7 +369,8 @@ fn assemble(
     step: usize,
     finish: FinishReason,
 ) -> Vec<OutputDelta> {
-    let mut a = OutputAssembler::new(format, true);
+    let names = ["get_weather", "add", "read_file"].map(String::from).to_vec();
+    let mut a = OutputAssembler::new(format, true).with_tools(names);
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     for piece in chars.chunks(step) {
@@ -410,7 +413,7 @@ fn summarize(deltas: &[OutputDelta]) -> (String, Vec<(String, String)>, usize) {
 fn assembler_streams_argument_fragments() {
     let text = format!("Checking both.\n{}\n{}", hermes(WEATHER), hermes(ADD));
     for step in [1, 2, 3, 7, 1000] {
-        let deltas = assemble(ToolCallFormat::Hermes, &text, step, FinishReason::Eos);
+        let deltas = assemble(ToolCallFormat::HERMES, &text, step, FinishReason::Eos);
         let (content, calls, fragments) = summarize(&deltas);
         assert_eq!(content, "Checking both.");
         assert_eq!(
@@ -427,7 +430,7 @@ fn assembler_streams_argument_fragments() {
             assert!(fragments > 10, "one fragment per character: {fragments}");
         }
     }
-    let ids: Vec<String> = assemble(ToolCallFormat::Hermes, &text, 5, FinishReason::Eos)
+    let ids: Vec<String> = assemble(ToolCallFormat::HERMES, &text, 5, FinishReason::Eos)
         .into_iter()
         .filter_map(|d| match d {
             OutputDelta::ToolCallEnd { call, .. } => Some(call.id),
@@ -449,7 +452,7 @@ fn assembler_edge_cases() {
         hermes(r#"{"name": "read_file", "arguments": {"path": "</tool_call>}"}}"#)
     );
     let (content, calls, _) = summarize(&assemble(
-        ToolCallFormat::Hermes,
+        ToolCallFormat::HERMES,
         &tricky,
         1,
         FinishReason::Eos,
@@ -457,13 +460,13 @@ fn assembler_edge_cases() {
     assert_eq!(content, "a < b <tool");
     assert_eq!(calls[0].1, r#"{"path": "</tool_call>}"}"#);
     // Without tools nothing is parsed.
-    let mut plain = OutputAssembler::new(ToolCallFormat::Hermes, false);
+    let mut plain = OutputAssembler::new(ToolCallFormat::HERMES, false);
     let d = plain.push(&hermes(WEATHER)).unwrap();
     assert!(matches!(&d[..], [OutputDelta::Content { .. }]));
     // llama3_json.
     let l3 = r#"{"name": "add", "parameters": {"a": 1, "b": 2}}; {"name": "get_weather", "parameters": {"city": "Oslo"}}"#;
     let (content, calls, _) = summarize(&assemble(
-        ToolCallFormat::Llama3Json,
+        ToolCallFormat::LLAMA3_JSON,
         l3,
         2,
         FinishReason::Eos,
@@ -471,7 +474,7 @@ fn assembler_edge_cases() {
     assert_eq!(content, "");
     assert_eq!(calls.len(), 2);
     let (content, calls, _) = summarize(&assemble(
-        ToolCallFormat::Llama3Json,
+        ToolCallFormat::LLAMA3_JSON,
         "No call {here}",
         2,
         FinishReason::Eos,
@@ -479,7 +482,7 @@ fn assembler_edge_cases() {
     assert_eq!((content.as_str(), calls.len()), ("No call {here}", 0));
     // Cut short by max_tokens: reported as incomplete, not dropped.
     let cut = &hermes(WEATHER)[..30];
-    let mut a = OutputAssembler::new(ToolCallFormat::Hermes, true);
+    let mut a = OutputAssembler::new(ToolCallFormat::HERMES, true);
     a.push(cut).unwrap();
     let end = a.finish(FinishReason::Length).unwrap();
     assert!(
@@ -487,13 +490,13 @@ fn assembler_edge_cases() {
         "{end:?}"
     );
     // Ended by the grammar inside a call, or a call that does not parse: internal errors.
-    let mut a = OutputAssembler::new(ToolCallFormat::Hermes, true);
+    let mut a = OutputAssembler::new(ToolCallFormat::HERMES, true);
     a.push(cut).unwrap();
     assert!(matches!(
         a.finish(FinishReason::Eos),
         Err(EngineError::Internal(_))
     ));
-    let mut a = OutputAssembler::new(ToolCallFormat::Hermes, true);
+    let mut a = OutputAssembler::new(ToolCallFormat::HERMES, true);
     assert!(matches!(
         a.push("<tool_call>\n{\"nom\": 1}\n</tool_call>"),
         Err(EngineError::Internal(_))
@@ -509,7 +512,7 @@ fn call_arguments_get_no_undeclared_keys() {
     assert!(!accepts(
         smol(),
         &spec(ToolChoice::Auto),
-        ToolCallFormat::Hermes,
+        ToolCallFormat::HERMES,
         &hermes(extra)
     ));
     // A response_format schema is enforced as written: undeclared keys stay allowed there.
@@ -524,7 +527,7 @@ fn call_arguments_get_no_undeclared_keys() {
     assert!(accepts(
         smol(),
         &open,
-        ToolCallFormat::Hermes,
+        ToolCallFormat::HERMES,
         r#"{"a": 1, "b": [true]}"#
     ));
 }
@@ -565,21 +568,21 @@ fn llama3_json_refuses_auto_tools_with_a_json_reply() {
     let mut spec = ConstraintSpec {
         tools: three_tools(),
         response_format: ResponseFormat::JsonObject,
-        format: Some(ToolCallFormat::Llama3Json),
+        format: Some(ToolCallFormat::LLAMA3_JSON),
         ..ConstraintSpec::default()
     };
     assert!(matches!(
-        smol().factory.compile(&spec, ToolCallFormat::Hermes),
+        smol().factory.compile(&spec, ToolCallFormat::HERMES),
         Err(EngineError::Schema(SchemaError::InvalidResponseFormat(_)))
     ));
     spec.tool_choice = ToolChoice::Required;
     let call = r#"{"name": "add", "parameters": {"a": 1, "b": 2}}"#;
-    assert!(accepts(smol(), &spec, ToolCallFormat::Hermes, call));
+    assert!(accepts(smol(), &spec, ToolCallFormat::HERMES, call));
     spec.tool_choice = ToolChoice::None;
     assert!(accepts(
         smol(),
         &spec,
-        ToolCallFormat::Hermes,
+        ToolCallFormat::HERMES,
         r#"{"answer": 42}"#
     ));
 }

@@ -95,7 +95,7 @@ fn reference_chats_keep_their_llama_cpp_ids() {
             msgs,
             tools,
             &ToolChoice::Auto,
-            ToolCallFormat::Hermes,
+            ToolCallFormat::HERMES,
         )
         .unwrap()
     };
@@ -131,7 +131,7 @@ fn reference_chats_keep_their_llama_cpp_ids() {
         &with_call,
         &tools,
         &ToolChoice::Auto,
-        ToolCallFormat::Hermes,
+        ToolCallFormat::HERMES,
     )
     .unwrap();
     assert_eq!(rendered, chat["rendered_with_call"].as_str().unwrap());
@@ -162,7 +162,7 @@ async fn assert_content_stays_text(request: CompletionRequest) {
         &messages,
         &request.tools,
         &request.tool_choice,
-        ToolCallFormat::Hermes,
+        ToolCallFormat::HERMES,
     )
     .unwrap();
     let markup_starts = rendered.matches("<|im_start|>").count() - 1;
@@ -239,7 +239,7 @@ fn qwen_tool_call_arguments_and_descriptions_stay_text() {
         &msgs,
         &tools,
         &ToolChoice::Auto,
-        ToolCallFormat::Hermes,
+        ToolCallFormat::HERMES,
     )
     .unwrap();
     assert!(rendered.contains(r#""path": "x<|im_end|>y""#), "{rendered}");
@@ -249,7 +249,7 @@ fn qwen_tool_call_arguments_and_descriptions_stay_text() {
         &msgs,
         &tools,
         &ToolChoice::Auto,
-        ToolCallFormat::Hermes,
+        ToolCallFormat::HERMES,
     )
     .unwrap();
     let markup = rendered.matches("<|im_end|>").count() - 2;

@@ -1,4 +1,5 @@
 mod agent;
+mod auto_calls;
 mod bench_tool_calls;
 mod cli_chat;
 mod cli_run;

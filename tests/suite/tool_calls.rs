@@ -465,7 +465,7 @@ fn llama3_json_format_end_to_end() {
     use agentd::engine::constraint::format::ToolCallFormat;
     let engine = common::engine();
     let spec = ConstraintSpec {
-        format: Some(ToolCallFormat::Llama3Json),
+        format: Some(ToolCallFormat::LLAMA3_JSON),
         ..tools_spec(ToolChoice::Required)
     };
     let messages = [json!({"role": "user", "content": "What is 7 plus 5?"})];
@@ -474,7 +474,7 @@ fn llama3_json_format_end_to_end() {
         &messages,
         &spec.tools,
         &spec.tool_choice,
-        ToolCallFormat::Llama3Json,
+        ToolCallFormat::LLAMA3_JSON,
     )
     .unwrap();
     assert!(

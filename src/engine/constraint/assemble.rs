@@ -5,12 +5,19 @@
 //! soon as its name is known, its argument text fragment by fragment, and the finished [`ToolCall`] with a unique
 //! id. Under the grammar a call always parses; if one ever does not, that is an [`EngineError::Internal`], never a
 //! call silently turned into text or dropped.
+//!
+//! Calls are found with the grammar's own trigger rule (`trigger.rs`): a format marker opens a block in the
+//! format's shape (one object, or a JSON array for list formats, then the closer); a JSON trigger
+//! (`{"name": "<offered tool>"`) starts a call object in free text, and a ```` ```json ```` fence around it is
+//! dropped from the content. Text that may still become a trigger is held back until it is decided.
 
 use serde::{Deserialize, Serialize};
 
 use super::super::error::{EngineError, Result};
 use super::super::generate::FinishReason;
+use super::call_parser::CallParser;
 use super::format::ToolCallFormat;
+use super::trigger::{self, Found, JsonAt};
 
 /// A finished tool call. `arguments` is the JSON text of the arguments exactly as generated (the concatenation
 /// of the call's argument fragments).
@@ -45,283 +52,59 @@ pub enum OutputDelta {
     },
 }
 
-/// Finds where one JSON value ends in a stream of characters.
-#[derive(Debug, Default, Clone)]
-struct JsonValueEnd {
-    started: bool,
-    depth: usize,
-    in_string: bool,
-    escape: bool,
-    primitive: bool,
-    done: bool,
-}
-
-impl JsonValueEnd {
-    /// Feeds `c`; returns whether it belongs to the value (leading whitespace does).
-    fn push(&mut self, c: char) -> bool {
-        if self.done {
-            return false;
-        }
-        if !self.started {
-            if c.is_whitespace() {
-                return true;
-            }
-            self.started = true;
-            match c {
-                '{' | '[' => self.depth = 1,
-                '"' => self.in_string = true,
-                _ => self.primitive = true,
-            }
-            return true;
-        }
-        if self.primitive {
-            if c.is_whitespace() || matches!(c, ',' | '}' | ']' | ';') {
-                self.done = true;
-                return false;
-            }
-            return true;
-        }
-        if self.in_string {
-            if self.escape {
-                self.escape = false;
-            } else if c == '\\' {
-                self.escape = true;
-            } else if c == '"' {
-                self.in_string = false;
-                if self.depth == 0 {
-                    self.done = true;
-                }
-            }
-            return true;
-        }
-        match c {
-            '"' => self.in_string = true,
-            '{' | '[' => self.depth += 1,
-            '}' | ']' => {
-                self.depth = self.depth.saturating_sub(1);
-                if self.depth == 0 {
-                    self.done = true;
-                }
-            }
-            _ => {}
-        }
-        true
-    }
-}
-
-/// One call object being parsed: `{"name": "…", "arguments": …}`.
-struct CallParser {
-    index: usize,
-    id: String,
-    format: ToolCallFormat,
-    text: String,
-    object: JsonValueEnd,
-    /// Name and byte offset of the arguments in `text`, once the prefix is recognised.
-    head: Option<(String, usize)>,
-    args: JsonValueEnd,
-    args_text: String,
-}
-
-impl CallParser {
-    fn new(index: usize, format: ToolCallFormat) -> Self {
-        Self {
-            index,
-            id: new_call_id(),
-            format,
-            text: String::new(),
-            object: JsonValueEnd::default(),
-            head: None,
-            args: JsonValueEnd::default(),
-            args_text: String::new(),
-        }
-    }
-
-    /// Feeds characters until the object ends; returns how many bytes of `chunk` were used.
-    fn push(&mut self, chunk: &str, out: &mut Vec<OutputDelta>) -> usize {
-        let mut fragment = String::new();
-        let mut used = chunk.len();
-        for (i, c) in chunk.char_indices() {
-            if !self.object.push(c) {
-                used = i;
-                break;
-            }
-            self.text.push(c);
-            if self.head.is_some() {
-                if self.args.push(c) {
-                    fragment.push(c);
-                    self.args_text.push(c);
-                }
-            } else if self.text.len() <= 256 {
-                if let Some((name, at)) = match_call_prefix(&self.text, self.format) {
-                    out.push(OutputDelta::ToolCallStart {
-                        index: self.index,
-                        id: self.id.clone(),
-                        name: name.clone(),
-                    });
-                    // The character that completed the prefix is the first of the arguments.
-                    let first = &self.text[at..];
-                    for a in first.chars() {
-                        if self.args.push(a) {
-                            fragment.push(a);
-                            self.args_text.push(a);
-                        }
-                    }
-                    self.head = Some((name, at));
-                }
-            }
-            if self.object.done {
-                used = i + c.len_utf8();
-                break;
-            }
-        }
-        if !fragment.is_empty() {
-            out.push(OutputDelta::ToolCallArguments {
-                index: self.index,
-                fragment,
-            });
-        }
-        used
-    }
-
-    /// The finished call, once the object is complete.
-    fn finish(self, out: &mut Vec<OutputDelta>) -> Result<ToolCall> {
-        let internal = |why: String| {
-            EngineError::Internal(format!(
-                "a {} tool call did not parse ({why}): {:?}",
-                self.format.name(),
-                self.text
-            ))
-        };
-        let (name, arguments) = match &self.head {
-            Some((name, _)) => {
-                // Syntax only: a number beyond f64's range is still JSON, and the arguments are passed on as text.
-                serde_json::from_str::<serde::de::IgnoredAny>(&self.text)
-                    .map_err(|e| internal(e.to_string()))?;
-                (name.clone(), self.args_text.trim().to_string())
-            }
-            None => {
-                // Not the canonical key order: parse the whole call and report it now.
-                let value: serde_json::Value =
-                    serde_json::from_str(&self.text).map_err(|e| internal(e.to_string()))?;
-                let name = value
-                    .get("name")
-                    .and_then(|n| n.as_str())
-                    .ok_or_else(|| internal("no string `name`".into()))?
-                    .to_string();
-                let args = value
-                    .get(self.format.arguments_key())
-                    .or_else(|| value.get("arguments"))
-                    .or_else(|| value.get("parameters"))
-                    .ok_or_else(|| internal(format!("no `{}`", self.format.arguments_key())))?;
-                let text = args.to_string();
-                out.push(OutputDelta::ToolCallStart {
-                    index: self.index,
-                    id: self.id.clone(),
-                    name: name.clone(),
-                });
-                out.push(OutputDelta::ToolCallArguments {
-                    index: self.index,
-                    fragment: text.clone(),
-                });
-                (name, text)
-            }
-        };
-        let call = ToolCall {
-            id: self.id,
-            name,
-            arguments,
-        };
-        out.push(OutputDelta::ToolCallEnd {
-            index: self.index,
-            call: call.clone(),
-        });
-        Ok(call)
-    }
-}
-
-/// Recognises `{"name": "NAME", "<arguments key>": ` followed by at least one character; returns the name and
-/// the byte offset where the arguments begin.
-fn match_call_prefix(text: &str, format: ToolCallFormat) -> Option<(String, usize)> {
-    let b = text.as_bytes();
-    let mut i = 0;
-    let ws = |i: &mut usize| {
-        while *i < b.len() && b[*i].is_ascii_whitespace() {
-            *i += 1;
-        }
-    };
-    let lit = |i: &mut usize, s: &[u8]| -> Option<()> {
-        if b.get(*i..*i + s.len())? == s {
-            *i += s.len();
-            Some(())
-        } else {
-            None
-        }
-    };
-    let string = |i: &mut usize| -> Option<String> {
-        let start = *i;
-        if b.get(*i)? != &b'"' {
-            return None;
-        }
-        *i += 1;
-        let mut escape = false;
-        while *i < b.len() {
-            let c = b[*i];
-            *i += 1;
-            if escape {
-                escape = false;
-            } else if c == b'\\' {
-                escape = true;
-            } else if c == b'"' {
-                return serde_json::from_str(&text[start..*i]).ok();
-            }
-        }
-        None
-    };
-    ws(&mut i);
-    lit(&mut i, b"{")?;
-    ws(&mut i);
-    if string(&mut i)? != "name" {
-        return None;
-    }
-    ws(&mut i);
-    lit(&mut i, b":")?;
-    ws(&mut i);
-    let name = string(&mut i)?;
-    ws(&mut i);
-    lit(&mut i, b",")?;
-    ws(&mut i);
-    let key = string(&mut i)?;
-    if key != format.arguments_key() && key != "arguments" && key != "parameters" {
-        return None;
-    }
-    ws(&mut i);
-    lit(&mut i, b":")?;
-    ws(&mut i);
-    (i < b.len()).then_some((name, i))
-}
-
 /// A fresh `call_…` id (24 random hex digits), unique per call.
 pub fn new_call_id() -> String {
     let hex = uuid::Uuid::new_v4().simple().to_string();
     format!("call_{}", &hex[..24])
 }
 
+/// Whether `text` is only what may separate or follow calls (the grammar's `GAP`): whitespace, `;`, `,` and
+/// code fences with a language word.
+fn is_gap(text: &str) -> bool {
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if let Some(after) = rest.strip_prefix("```") {
+            rest = after.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+        } else if matches!(c, ' ' | '\t' | '\r' | '\n' | ';' | ',') {
+            rest = &rest[1..];
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+/// Where the call being parsed came from (what follows it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A marker's block: `list` (items until `]`), then the format's closer if it has one.
+    Marker { list: bool },
+    /// A JSON trigger in text, inside a fence or not.
+    Json { fenced: bool },
+}
+
 enum State {
-    /// Reply text; `held` may be the start of a call opener or trailing whitespace.
+    /// Reply text; `held` may be the start of a trigger, a fence, or trailing whitespace.
     Content,
-    /// llama3_json: nothing but whitespace so far.
-    Undecided,
-    InCall(Box<CallParser>),
-    /// A call object ended; waiting for its closer (Hermes) or the next call (llama3_json).
-    AfterCall,
-    /// llama3_json: the reply is text; calls are no longer looked for.
-    TextOnly,
+    /// After a marker, before the call object (or the array) begins.
+    Opened { list: bool },
+    /// Inside a list block, before the next item.
+    ListItem,
+    InCall(Box<CallParser>, Origin),
+    /// A list block: after an item, before `,` or `]`.
+    ListNext,
+    /// A block's call(s) ended; waiting for the format's closer.
+    AwaitClose,
+    /// A JSON-trigger call ended; a closing fence (when fenced) or a separator may follow.
+    AfterJson { fenced: bool },
 }
 
 /// Turns generated text into content and tool calls (see the module doc).
 pub struct OutputAssembler {
     format: ToolCallFormat,
     parse_calls: bool,
+    /// Offered tool names: JSON triggers name one of them.
+    names: Vec<String>,
     state: State,
     held: String,
     content: String,
@@ -330,20 +113,24 @@ pub struct OutputAssembler {
 
 impl OutputAssembler {
     /// `parse_calls`: whether the request could produce calls (tools given and `tool_choice` not `none`).
-    /// Without it every character is content.
+    /// Without it every character is content. Only markers are recognised until [`Self::with_tools`] names the
+    /// offered tools.
     pub fn new(format: ToolCallFormat, parse_calls: bool) -> Self {
-        let state = match (parse_calls, format) {
-            (true, ToolCallFormat::Llama3Json) => State::Undecided,
-            _ => State::Content,
-        };
         Self {
             format,
             parse_calls,
-            state,
+            names: Vec::new(),
+            state: State::Content,
             held: String::new(),
             content: String::new(),
             calls: Vec::new(),
         }
+    }
+
+    /// Recognises JSON calls of these tools too (what the grammar's JSON triggers allow).
+    pub fn with_tools(mut self, names: Vec<String>) -> Self {
+        self.names = names;
+        self
     }
 
     /// All content emitted so far.
@@ -356,10 +143,18 @@ impl OutputAssembler {
         &self.calls
     }
 
+    /// Whether a call has begun and not ended (the output stopped now would cut it).
+    pub fn in_call(&self) -> bool {
+        matches!(
+            self.state,
+            State::Opened { .. } | State::ListItem | State::InCall(..)
+        )
+    }
+
     /// Feeds the next piece of generated text.
     pub fn push(&mut self, text: &str) -> Result<Vec<OutputDelta>> {
         let mut out = Vec::new();
-        let mut rest = text;
+        let mut rest = text.to_string();
         while !rest.is_empty() {
             rest = self.step(rest, &mut out)?;
         }
@@ -370,34 +165,40 @@ impl OutputAssembler {
     /// generation (`Eos`), else it is reported as [`OutputDelta::ToolCallIncomplete`].
     pub fn finish(&mut self, reason: FinishReason) -> Result<Vec<OutputDelta>> {
         let mut out = Vec::new();
-        match std::mem::replace(&mut self.state, State::TextOnly) {
-            State::InCall(call) => {
-                if reason == FinishReason::Eos {
-                    return Err(EngineError::Internal(format!(
-                        "generation ended inside a {} tool call: {:?}",
-                        self.format.name(),
-                        call.text
-                    )));
-                }
-                out.push(OutputDelta::ToolCallIncomplete {
-                    index: call.index,
-                    id: call.id,
-                    text: call.text,
-                });
+        let open = match std::mem::replace(&mut self.state, State::Content) {
+            State::InCall(call, _) => Some((call.index, call.id.clone(), call.text.clone())),
+            State::Opened { .. } | State::ListItem => {
+                Some((self.calls.len(), new_call_id(), String::new()))
             }
-            State::Content | State::Undecided | State::TextOnly => {
+            State::Content => {
                 let held = std::mem::take(&mut self.held);
-                // Whitespace after the last call is layout, not reply text.
-                if !held.trim().is_empty() || self.calls.is_empty() {
+                // After a call only a gap may follow (whitespace, separators, code fences): layout, not text.
+                if self.calls.is_empty() || !is_gap(&held) {
                     self.emit_content(held, &mut out);
                 }
+                None
             }
-            State::AfterCall => {}
+            State::ListNext | State::AwaitClose | State::AfterJson { .. } => None,
+        };
+        if let Some((index, id, text)) = open {
+            if reason == FinishReason::Eos {
+                return Err(EngineError::Internal(format!(
+                    "generation ended inside a {} tool call: {text:?}",
+                    self.format.name()
+                )));
+            }
+            out.push(OutputDelta::ToolCallIncomplete { index, id, text });
         }
         Ok(out)
     }
 
     fn emit_content(&mut self, text: String, out: &mut Vec<OutputDelta>) {
+        // Leading whitespace (before any content, e.g. after a call) is layout.
+        let text = if self.content.is_empty() {
+            text.trim_start().to_string()
+        } else {
+            text
+        };
         if text.is_empty() {
             return;
         }
@@ -408,127 +209,188 @@ impl OutputAssembler {
         }
     }
 
-    /// Consumes a prefix of `text` in the current state; returns what is left.
-    fn step<'a>(&mut self, text: &'a str, out: &mut Vec<OutputDelta>) -> Result<&'a str> {
-        match &mut self.state {
-            State::TextOnly => {
-                let held = std::mem::take(&mut self.held);
-                self.emit_content(held + text, out);
-                Ok("")
+    /// Where a JSON trigger counts now (the grammar's rule).
+    fn json_at(&self) -> JsonAt {
+        if self.names.is_empty() {
+            JsonAt::Never
+        } else if !self.calls.is_empty() {
+            JsonAt::Anywhere
+        } else {
+            // Emitted content never ends in whitespace (it is held), so `held` begins the output or a line only
+            // where it says so itself.
+            JsonAt::LineStart {
+                output_start: self.content.is_empty(),
             }
+        }
+    }
+
+    fn start_call(&mut self, origin: Origin) {
+        let parser = CallParser::new(self.calls.len(), self.format);
+        self.state = State::InCall(Box::new(parser), origin);
+    }
+
+    /// Consumes a prefix of `text` in the current state; returns what is left.
+    fn step(&mut self, text: String, out: &mut Vec<OutputDelta>) -> Result<String> {
+        match &mut self.state {
             State::Content if !self.parse_calls => {
-                self.emit_content(text.to_string(), out);
-                Ok("")
+                self.emit_content(text, out);
+                Ok(String::new())
             }
             State::Content => {
-                let Some(open) = self.format.open_delimiter() else {
-                    self.state = State::TextOnly;
-                    return Ok(text);
-                };
-                self.held.push_str(text);
-                if let Some(at) = self.held.find(open) {
-                    let rest = rest_after(text, self.held.len() - at - open.len())?;
-                    let before = self.held[..at].trim_end().to_string();
-                    self.held.clear();
-                    self.emit_content(before, out);
-                    self.state =
-                        State::InCall(Box::new(CallParser::new(self.calls.len(), self.format)));
-                    // The rest is fed through the new state.
-                    return Ok(rest);
+                self.held.push_str(&text);
+                let markers = self.format.markers();
+                let json = self.json_at();
+                match trigger::find_trigger(&self.held, markers, json) {
+                    Some((at, Found::Marker { len, .. })) => {
+                        let rest = self.held[at + len..].to_string();
+                        let before = self.held[..at].trim_end().to_string();
+                        self.held.clear();
+                        self.emit_content(before, out);
+                        self.state = State::Opened {
+                            list: self.format.is_list(),
+                        };
+                        Ok(rest)
+                    }
+                    Some((at, Found::Json)) => {
+                        let rest = self.held[at..].to_string();
+                        let before = &self.held[..at];
+                        let fence = trigger::fence_before(before);
+                        let before = before[..fence.unwrap_or(before.len())]
+                            .trim_end()
+                            .to_string();
+                        self.held.clear();
+                        self.emit_content(before, out);
+                        self.start_call(Origin::Json {
+                            fenced: fence.is_some(),
+                        });
+                        Ok(rest)
+                    }
+                    // After a call, text is held to the end: the grammar allows only a gap there.
+                    None if !self.calls.is_empty() => Ok(String::new()),
+                    None => {
+                        let keep = trigger::hold_from(&self.held, markers, json);
+                        // Trailing whitespace is held too: it is layout if a call follows.
+                        let emit_to = self.held[..keep].trim_end().len();
+                        let emit: String = self.held.drain(..emit_to).collect();
+                        self.emit_content(emit, out);
+                        Ok(String::new())
+                    }
                 }
-                // Hold a suffix that may start the opener, and trailing whitespace.
-                let keep_from = partial_suffix_start(&self.held, open);
-                let ws_from = self.held[..keep_from].trim_end().len();
-                let emit: String = self.held[..ws_from].to_string();
-                self.held.drain(..ws_from);
-                self.emit_content(emit, out);
-                Ok("")
             }
-            State::Undecided => match text.char_indices().find(|(_, c)| !c.is_whitespace()) {
-                None => {
-                    self.held.push_str(text);
-                    Ok("")
+            State::Opened { list } => {
+                let list = *list;
+                let Some(at) = text.find(|c: char| !c.is_whitespace()) else {
+                    return Ok(String::new());
+                };
+                let rest = &text[at..];
+                if list {
+                    match rest.strip_prefix('[') {
+                        Some(items) => {
+                            self.state = State::ListItem;
+                            Ok(items.to_string())
+                        }
+                        None => Err(self.unexpected("`[`", rest)),
+                    }
+                } else {
+                    self.start_call(Origin::Marker { list: false });
+                    Ok(rest.to_string())
                 }
-                Some((i, '{')) => {
-                    self.held.clear();
-                    self.state =
-                        State::InCall(Box::new(CallParser::new(self.calls.len(), self.format)));
-                    Ok(&text[i..])
-                }
-                Some(_) => {
-                    self.state = State::TextOnly;
-                    Ok(text)
-                }
-            },
-            State::InCall(call) => {
-                let used = call.push(text, out);
+            }
+            State::InCall(call, origin) => {
+                let origin = *origin;
+                let used = call.push(&text, out);
                 if call.object.done {
-                    let State::InCall(call) = std::mem::replace(&mut self.state, State::AfterCall)
-                    else {
+                    let next = match origin {
+                        Origin::Marker { list: true } => State::ListNext,
+                        Origin::Marker { list: false } if !self.format.close().is_empty() => {
+                            State::AwaitClose
+                        }
+                        Origin::Marker { list: false } => State::AfterJson { fenced: false },
+                        Origin::Json { fenced } => State::AfterJson { fenced },
+                    };
+                    let State::InCall(call, _) = std::mem::replace(&mut self.state, next) else {
                         return Err(EngineError::Internal("assembler state changed".into()));
                     };
                     let finished = call.finish(out)?;
                     self.calls.push(finished);
                 }
-                Ok(&text[used..])
+                Ok(text[used..].to_string())
             }
-            State::AfterCall => match self.format.close_delimiter() {
-                Some(close) => {
-                    self.held.push_str(text);
-                    if let Some(at) = self.held.find(close) {
-                        let rest = rest_after(text, self.held.len() - at - close.len())?;
-                        self.held.clear();
-                        self.state = State::Content;
-                        return Ok(rest);
-                    }
-                    let keep_from = partial_suffix_start(&self.held, close);
-                    self.held.drain(..keep_from);
-                    Ok("")
+            State::ListItem => {
+                let Some(at) = text.find(|c: char| !c.is_whitespace()) else {
+                    return Ok(String::new());
+                };
+                self.start_call(Origin::Marker { list: true });
+                Ok(text[at..].to_string())
+            }
+            State::ListNext => {
+                let Some(at) = text.find(|c: char| !c.is_whitespace()) else {
+                    return Ok(String::new());
+                };
+                let rest = &text[at..];
+                if let Some(next) = rest.strip_prefix(',') {
+                    self.state = State::ListItem;
+                    return Ok(next.to_string());
                 }
-                None => match text
-                    .char_indices()
-                    .find(|(_, c)| !c.is_whitespace() && *c != ';')
-                {
-                    None => Ok(""),
-                    Some((i, '{')) => {
-                        self.state =
-                            State::InCall(Box::new(CallParser::new(self.calls.len(), self.format)));
-                        Ok(&text[i..])
+                if let Some(after) = rest.strip_prefix(']') {
+                    self.state = if self.format.close().is_empty() {
+                        State::AfterJson { fenced: false }
+                    } else {
+                        State::AwaitClose
+                    };
+                    return Ok(after.to_string());
+                }
+                Err(self.unexpected("`,` or `]`", rest))
+            }
+            State::AwaitClose => {
+                let close = self.format.close().trim_start();
+                self.held.push_str(&text);
+                if let Some(at) = self.held.find(close) {
+                    let rest = self.held[at + close.len()..].to_string();
+                    self.held.clear();
+                    self.state = State::Content;
+                    return Ok(rest);
+                }
+                let keep_from = trigger::partial_suffix_start(&self.held, close);
+                self.held.drain(..keep_from);
+                Ok(String::new())
+            }
+            State::AfterJson { fenced } => {
+                let fenced = *fenced;
+                self.held.push_str(&text);
+                let trimmed = self.held.trim_start().to_string();
+                if trimmed.is_empty() {
+                    return Ok(String::new());
+                }
+                let held = std::mem::take(&mut self.held);
+                if fenced {
+                    if "```".starts_with(trimmed.as_str()) && trimmed.len() < 3 {
+                        self.held = held;
+                        return Ok(String::new());
                     }
-                    Some((i, _)) => {
-                        self.state = State::TextOnly;
-                        Ok(&text[i..])
+                    self.state = State::Content;
+                    return Ok(match trimmed.strip_prefix("```") {
+                        Some(after) => after.to_string(),
+                        None => held,
+                    });
+                }
+                self.state = State::Content;
+                let sep = self.format.call_separator().trim();
+                if !sep.is_empty() && self.format.is_bare() {
+                    if let Some(after) = trimmed.strip_prefix(sep) {
+                        return Ok(after.to_string());
                     }
-                },
-            },
+                }
+                Ok(held)
+            }
         }
     }
-}
 
-/// The last `len` bytes of `text`. A delimiter is looked for in the held buffer after every push, so the first
-/// one found always ends inside the latest `text`: what follows it is a suffix of `text`.
-fn rest_after(text: &str, len: usize) -> Result<&str> {
-    if len <= text.len() && text.is_char_boundary(text.len() - len) {
-        Ok(&text[text.len() - len..])
-    } else {
-        Err(EngineError::Internal(
-            "tool-call delimiter found outside the latest text".into(),
+    fn unexpected(&self, wanted: &str, got: &str) -> EngineError {
+        EngineError::Internal(format!(
+            "a {} tool-call block has {:?} where {wanted} belongs",
+            self.format.name(),
+            got.chars().take(40).collect::<String>()
         ))
     }
-}
-
-/// Byte offset where the longest suffix of `s` that is a proper prefix of `delim` begins (`s.len()` if none).
-fn partial_suffix_start(s: &str, delim: &str) -> usize {
-    for (i, _) in delim
-        .char_indices()
-        .skip(1)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-    {
-        if s.ends_with(&delim[..i]) {
-            return s.len() - i;
-        }
-    }
-    s.len()
 }

@@ -6,13 +6,18 @@
 //! full mask (then it resamples from the masked logits). After each accepted token the tokens the grammar forces
 //! are returned so the loop can feed them in one forward pass. EOS is accepted only where the grammar accepts.
 //!
-//! Submodules: `schema` (admitting JSON Schemas), `format` (tool-call formats), `grammar` (one grammar per
-//! request), `assemble` (generated text → content + tool calls).
+//! Submodules: `format` (tool-call formats, a data table), `grammar` (one grammar per request), `trigger` (where
+//! a call starts in free text), `call_parser` and `assemble` (generated text → content + tool calls), `close`
+//! (the shortest way out of an unfinished call, used when `max_tokens` is about to cut one).
 
 pub mod assemble;
+mod call_parser;
+pub mod close;
 pub mod format;
 pub mod grammar;
+pub mod trigger;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use llguidance::{Matcher, ParserFactory};
@@ -61,20 +66,22 @@ impl ConstraintSpec {
         Ok(())
     }
 
-    /// Checks what depends on the model's tool-call format: a llama3_json call and a JSON reply both start with
-    /// `{`, so `auto` tools cannot be combined with a JSON `response_format` there.
+    /// Checks what depends on the model's tool-call format: where calls are bare JSON objects (llama3_json), a
+    /// call and a JSON reply both start with `{`, so `auto` tools cannot be combined with a JSON
+    /// `response_format` there.
     pub fn validate_for(&self, model_format: ToolCallFormat) -> Result<()> {
         self.validate()?;
         let format = self.format.unwrap_or(model_format);
-        if format == ToolCallFormat::Llama3Json
+        if format.is_bare()
             && self.response_format != ResponseFormat::Text
             && self.tool_choice == ToolChoice::Auto
             && !self.tools.is_empty()
         {
             return Err(SchemaError::InvalidResponseFormat(
-                "with the llama3_json tool-call format a JSON reply and a tool call look alike; use \
-                 tool_choice `none`, `required` or a named tool together with a JSON response_format"
-                    .into(),
+                format!(
+                    "with the {format} tool-call format a JSON reply and a tool call look alike; use \
+                     tool_choice `none`, `required` or a named tool together with a JSON response_format"
+                ),
             )
             .into());
         }
@@ -86,9 +93,16 @@ impl ConstraintSpec {
         !self.tools.is_empty() && self.tool_choice != ToolChoice::None
     }
 
-    /// The assembler for this request's output, in `model_format` unless the spec overrides it.
+    /// The assembler for this request's output, in `model_format` unless the spec overrides it. It splits text
+    /// from calls with the grammar's own trigger rule (markers, and JSON calls of the offered tools).
     pub fn assembler(&self, model_format: ToolCallFormat) -> OutputAssembler {
-        OutputAssembler::new(self.format.unwrap_or(model_format), self.calls_possible())
+        let calls = self.calls_possible();
+        let names = match (&self.tool_choice, calls) {
+            (_, false) => Vec::new(),
+            (ToolChoice::Tool { name }, true) => vec![name.clone()],
+            _ => self.tools.iter().map(|t| t.name.clone()).collect(),
+        };
+        OutputAssembler::new(self.format.unwrap_or(model_format), calls).with_tools(names)
     }
 }
 
@@ -97,6 +111,8 @@ impl ConstraintSpec {
 pub struct GrammarFactory {
     factory: ParserFactory,
     eos: Vec<u32>,
+    /// The single-byte tokens of [`close::PREFERENCE`] this vocabulary has, in that order.
+    closers: Arc<[u32]>,
     build_secs: f64,
 }
 
@@ -121,11 +137,16 @@ impl GrammarFactory {
         let env = bytes
             .into_tok_env(Some(n_vocab.max(vocab)))
             .map_err(setup)?;
+        let closers: Arc<[u32]> = close::PREFERENCE
+            .iter()
+            .filter_map(|b| env.tok_trie().token_id(&[*b]))
+            .collect();
         let mut factory = ParserFactory::new_simple(&env).map_err(setup)?;
         factory.set_stderr_log_level(0);
         Ok(Self {
             factory,
             eos,
+            closers,
             build_secs: started.elapsed().as_secs_f64(),
         })
     }
@@ -140,23 +161,16 @@ impl GrammarFactory {
         &self.eos
     }
 
-    /// Whether `text` is one special token of the vocabulary (so a grammar can name it as `<text>`).
-    pub fn is_special_token(&self, text: &str) -> bool {
-        self.factory
-            .tok_env()
-            .tok_trie()
-            .get_special_token(text)
-            .is_some()
+    /// The id of the control token whose text is `text`, if the vocabulary has one (a grammar names it as
+    /// `<[id]>`).
+    pub fn special_id(&self, text: &str) -> Option<u32> {
+        self.factory.tok_env().tok_trie().get_special_token(text)
     }
 
-    /// Whether the format's delimiters are special tokens here.
+    /// Whether the format's canonical markers and closer are control tokens here.
     pub fn special_delimiters(&self, format: ToolCallFormat) -> bool {
-        match (format.open_delimiter(), format.close_delimiter()) {
-            (Some(open), Some(close)) => {
-                self.is_special_token(open) && self.is_special_token(close)
-            }
-            _ => false,
-        }
+        let like = format.token_like();
+        !like.is_empty() && like.iter().all(|t| self.special_id(t).is_some())
     }
 
     /// Validates `spec` and compiles its grammar; `None` when the output is unconstrained.
@@ -167,7 +181,7 @@ impl GrammarFactory {
     ) -> Result<Option<Constraint>> {
         spec.validate_for(model_format)?;
         let format = spec.format.unwrap_or(model_format);
-        let Some(source) = grammar::plan(spec, format, self.special_delimiters(format)) else {
+        let Some(source) = grammar::plan(spec, format, &|t| self.special_id(t)) else {
             return Ok(None);
         };
         let what = match &spec.response_format {
@@ -206,6 +220,7 @@ impl GrammarFactory {
         Ok(Constraint {
             matcher,
             eos: self.eos.clone(),
+            closers: self.closers.clone(),
             pending_secs: 0.0,
             stats: ConstraintStats {
                 compile_secs: started.elapsed().as_secs_f64(),
@@ -230,12 +245,20 @@ pub struct ConstraintStats {
     pub step_secs: Vec<f64>,
     /// Time of each full mask computation (only for rejected tokens), seconds.
     pub mask_secs: Vec<f64>,
+    /// `max_tokens` was about to cut a call, and the output was closed early with the shortest completion the
+    /// grammar allows (see [`close`]); the generation still ends with `length`.
+    #[serde(default)]
+    pub closed_call: bool,
+    /// Tokens of that early close.
+    #[serde(default)]
+    pub close_tokens: usize,
 }
 
 /// One request's grammar state.
 pub struct Constraint {
     matcher: Matcher,
     eos: Vec<u32>,
+    closers: Arc<[u32]>,
     pending_secs: f64,
     pub stats: ConstraintStats,
 }
