@@ -1,0 +1,4 @@
+# Settings for the downloader.
+TIMEOUT_SECONDS = 30
+MAX_RETRIES = 5
+USER_AGENT = "downloader/1.0"
