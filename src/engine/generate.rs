@@ -73,6 +73,10 @@ pub struct TokenEvent {
     pub id: u32,
     pub text: String,
     pub logprob: Option<TokenLogprob>,
+    /// Part of an early close: `max_tokens` was about to cut a call and the engine closed it with the shortest
+    /// completion the grammar allows (the generation then ends with `length`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub closes_call: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -243,6 +247,7 @@ pub fn run(
                 id: t,
                 text,
                 logprob: lp.take(),
+                closes_call: closing,
             })) {
                 finish = FinishReason::Cancelled;
                 break 'decode;

@@ -158,6 +158,38 @@ impl Assembler {
         });
     }
 
+    /// Closes call `index` as cut by the output token limit: it keeps its arguments (valid JSON when
+    /// `closed_early`: the engine closed it with the shortest completion) and is marked
+    /// [`InvalidToolCallKind::Truncated`], so nobody runs it as if it were complete.
+    pub fn end_call_truncated(&mut self, index: usize, closed_early: bool) {
+        let Some(call) = self.calls.get_mut(index) else {
+            return;
+        };
+        if call.finished.is_some() {
+            return;
+        }
+        let mut checked = check_tool_call(&self.tools, &call.id, &call.name, &call.raw);
+        let how = if closed_early {
+            "it was closed early so its JSON is valid, but its arguments may be incomplete"
+        } else {
+            "its arguments are incomplete"
+        };
+        checked.invalid = Some(InvalidToolCall {
+            kind: InvalidToolCallKind::Truncated,
+            message: format!(
+                "This `{}` call was cut off by the output token limit ({how}) and was not executed. Retry \
+                 with a shorter call.",
+                call.name
+            ),
+            raw_arguments: Some(call.raw.clone()),
+        });
+        call.finished = Some(checked.clone());
+        self.emit(ProviderEvent::ToolCallEnd {
+            index,
+            call: checked,
+        });
+    }
+
     pub fn end_open_calls(&mut self) {
         for i in 0..self.calls.len() {
             self.end_call(i);

@@ -173,6 +173,9 @@ pub enum InvalidToolCallKind {
     InvalidJson,
     /// The arguments are JSON but break the tool's schema.
     SchemaViolation,
+    /// The output token limit cut the call. Where the engine could, it closed the call in the fewest tokens the
+    /// grammar allows, so the arguments are valid JSON, but they are not what the model meant to finish.
+    Truncated,
 }
 
 /// The answer to a tool call. `content` is what the model reads.

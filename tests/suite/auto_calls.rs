@@ -42,7 +42,12 @@ fn fenced_and_bare_json_calls_are_constrained_calls() {
     for m in [smol(), qwen()] {
         let f = ToolCallFormat::HERMES;
         assert!(accepts(m, &auto, f, FENCED));
-        assert!(accepts(m, &auto, f, r#"{"name": "add", "arguments": {"a": 1, "b": 2}}"#));
+        assert!(accepts(
+            m,
+            &auto,
+            f,
+            r#"{"name": "add", "arguments": {"a": 1, "b": 2}}"#
+        ));
         assert!(accepts(
             m,
             &auto,
@@ -50,11 +55,31 @@ fn fenced_and_bare_json_calls_are_constrained_calls() {
             "First:\n{\"name\":\"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n```\n"
         ));
         // After a call only more calls: no narrated result.
-        assert!(!accepts(m, &auto, f, &format!("{FENCED}\nThe file says 1 + 1 = 3.")));
+        assert!(!accepts(
+            m,
+            &auto,
+            f,
+            &format!("{FENCED}\nThe file says 1 + 1 = 3.")
+        ));
         // Once the object names a tool, the rest must be a valid call of that tool.
-        assert!(!accepts(m, &auto, f, r#"{"name": "add", "arguments": {"a": 1}}"#));
-        assert!(!accepts(m, &auto, f, r#"{"name": "read_file", "arguments": [{"path": "x"}]}"#));
-        assert!(!accepts(m, &auto, f, "```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"\"}}\n```"));
+        assert!(!accepts(
+            m,
+            &auto,
+            f,
+            r#"{"name": "add", "arguments": {"a": 1}}"#
+        ));
+        assert!(!accepts(
+            m,
+            &auto,
+            f,
+            r#"{"name": "read_file", "arguments": [{"path": "x"}]}"#
+        ));
+        assert!(!accepts(
+            m,
+            &auto,
+            f,
+            "```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"\"}}\n```"
+        ));
     }
 }
 
@@ -75,8 +100,18 @@ fn json_that_is_not_a_call_stays_text() {
         }
         // The rule's other side: an object that begins a line with the key "name" is a call, so its name must
         // be an offered tool.
-        assert!(!accepts(m, &auto, ToolCallFormat::HERMES, "```json\n{\"name\": \"Ada\", \"age\": 36}\n```"));
-        assert!(!accepts(m, &auto, ToolCallFormat::HERMES, "{\"name\": \"multiply\", \"arguments\": {}}"));
+        assert!(!accepts(
+            m,
+            &auto,
+            ToolCallFormat::HERMES,
+            "```json\n{\"name\": \"Ada\", \"age\": 36}\n```"
+        ));
+        assert!(!accepts(
+            m,
+            &auto,
+            ToolCallFormat::HERMES,
+            "{\"name\": \"multiply\", \"arguments\": {}}"
+        ));
     }
 }
 
@@ -85,7 +120,13 @@ fn the_assembler_turns_every_shape_into_calls() {
     for step in [1, 2, 7, 1000] {
         let (content, calls) = assemble(ToolCallFormat::HERMES, FENCED, step);
         assert_eq!(content, "I will read it.", "step {step}");
-        assert_eq!(calls, vec![("read_file".to_string(), serde_json::json!({"path": "calc.py"}))]);
+        assert_eq!(
+            calls,
+            vec![(
+                "read_file".to_string(),
+                serde_json::json!({"path": "calc.py"})
+            )]
+        );
         let two = "Hi.\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n";
         let (content, calls) = assemble(ToolCallFormat::HERMES, two, step);
         assert_eq!(content, "Hi.");
@@ -97,7 +138,10 @@ fn the_assembler_turns_every_shape_into_calls() {
         let m = "Sure. [TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}, {\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}]";
         let (content, calls) = assemble(mistral, m, step);
         assert_eq!(content, "Sure.");
-        assert_eq!(calls.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["add", "read_file"]);
+        assert_eq!(
+            calls.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+            ["add", "read_file"]
+        );
     }
 }
 
@@ -110,7 +154,10 @@ fn every_format_of_the_table_compiles_and_round_trips_its_own_calls() {
                 ("get_weather", r#"{"city": "Oslo"}"#),
             ]);
             for choice in [ToolChoice::Auto, ToolChoice::Required] {
-                assert!(accepts(m, &spec(choice.clone()), f, &rendered), "{f} {choice:?}: {rendered}");
+                assert!(
+                    accepts(m, &spec(choice.clone()), f, &rendered),
+                    "{f} {choice:?}: {rendered}"
+                );
             }
             let (content, calls) = assemble(f, &rendered, 5);
             assert_eq!((content.as_str(), calls.len()), ("", 2), "{f}: {rendered}");
@@ -125,17 +172,34 @@ fn parallel_false_allows_one_call_only() {
         ..spec(ToolChoice::Auto)
     };
     let call = r#"{"name": "add", "arguments": {"a": 1, "b": 2}}"#;
-    assert!(accepts(smol(), &one, ToolCallFormat::HERMES, &format!("x {call}\n")));
-    assert!(!accepts(smol(), &one, ToolCallFormat::HERMES, &format!("{call}\n{call}")));
+    assert!(accepts(
+        smol(),
+        &one,
+        ToolCallFormat::HERMES,
+        &format!("x {call}\n")
+    ));
+    assert!(!accepts(
+        smol(),
+        &one,
+        ToolCallFormat::HERMES,
+        &format!("{call}\n{call}")
+    ));
 }
 
 /// Feeds `prefix`, asks for the shortest close, applies it: the text must then parse as a complete call.
 fn close_after(m: &Model, spec: &ConstraintSpec, prefix: &str) -> (String, usize) {
-    let mut c = m.factory.compile(spec, ToolCallFormat::HERMES).unwrap().unwrap();
+    let mut c = m
+        .factory
+        .compile(spec, ToolCallFormat::HERMES)
+        .unwrap()
+        .unwrap();
     let ids = m.tokenizer.encode(prefix, true).unwrap();
     c.force(&ids).unwrap();
     assert!(c.in_call().unwrap());
-    let close = c.shortest_close(64).unwrap().expect("a close within 64 tokens");
+    let close = c
+        .shortest_close(64)
+        .unwrap()
+        .expect("a close within 64 tokens");
     assert!(c.in_call().unwrap(), "probing changed nothing");
     c.force(&close).unwrap();
     assert!(!c.in_call().unwrap());
@@ -150,18 +214,104 @@ fn a_cut_call_closes_in_a_few_tokens_as_valid_json() {
         // An endless string inside a required call.
         let required = spec(ToolChoice::Required);
         let (text, n) = close_after(m, &required, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris is a very long na");
-        let body = text.trim_start_matches("<tool_call>\n").trim_end_matches("\n</tool_call>");
+        let body = text
+            .trim_start_matches("<tool_call>\n")
+            .trim_end_matches("\n</tool_call>");
         let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text:?}"));
         assert_eq!(v["arguments"]["city"], "Paris is a very long na");
         assert!(n <= 8, "{n} tokens: {text:?}");
         // A missing required key is filled with the shortest value the schema allows.
-        let (text, _) = close_after(m, &required, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1");
-        let body = text.trim_start_matches("<tool_call>\n").trim_end_matches("\n</tool_call>");
+        let (text, _) = close_after(
+            m,
+            &required,
+            "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1",
+        );
+        let body = text
+            .trim_start_matches("<tool_call>\n")
+            .trim_end_matches("\n</tool_call>");
         let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text:?}"));
-        assert!(three_tools()[2].validate_arguments(&v["arguments"]).is_ok(), "{text}");
+        assert!(
+            three_tools()[2].validate_arguments(&v["arguments"]).is_ok(),
+            "{text}"
+        );
         // A fenced JSON call under auto.
         let auto = spec(ToolChoice::Auto);
-        let (text, _) = close_after(m, &auto, "```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"src/ma");
+        let (text, _) = close_after(
+            m,
+            &auto,
+            "```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"src/ma",
+        );
         assert!(text.ends_with("\"src/ma\"}}"), "{text:?}");
+    }
+}
+
+mod with_the_model {
+    use agentd::provider::Provider;
+    use agentd::provider::{
+        collect, CompletionRequest, ContentBlock, InvalidToolCallKind, LocalProvider, Sampling,
+        StopReason, ToolChoice, ToolSpec,
+    };
+    use serde_json::{json, Value};
+    use tokio_util::sync::CancellationToken;
+
+    use super::super::common;
+
+    fn note_tool() -> ToolSpec {
+        ToolSpec::new(
+            "note",
+            "Save a note",
+            json!({"type": "object", "properties": {"text": {"type": "string"}, "tags": {"type": "array",
+                "items": {"type": "string"}, "minItems": 1}}, "required": ["text", "tags"],
+                "additionalProperties": false}),
+        )
+        .unwrap()
+    }
+
+    /// A call cut by `max_tokens`: closed early with valid JSON when the budget allows, always marked truncated,
+    /// `finish_reason` length; the rescue rate over a sweep of budgets is printed (and must not be zero).
+    #[tokio::test]
+    async fn a_call_cut_by_max_tokens_is_reported_and_closed_when_it_can_be() {
+        let p = LocalProvider::new(common::engine().clone());
+        let mut rescued = 0;
+        let mut cut = 0;
+        for max_tokens in (18..=40).step_by(2) {
+            let req = CompletionRequest {
+                tools: vec![note_tool()],
+                tool_choice: ToolChoice::Required,
+                sampling: Sampling::greedy(),
+                max_tokens: Some(max_tokens),
+                ..CompletionRequest::user(
+                    "Write a long, detailed note about the history of the city of Rome, with many tags.",
+                )
+            };
+            let c = collect(p.stream(req, CancellationToken::new())).await;
+            let calls: Vec<_> = c
+                .message
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::ToolCall(t) => Some(t.clone()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(calls.len(), 1, "{max_tokens}: {:?}", c.message);
+            let call = &calls[0];
+            if c.stop_reason != StopReason::Length {
+                assert!(call.invalid.is_none(), "{call:?}");
+                continue;
+            }
+            cut += 1;
+            let invalid = call.invalid.as_ref().expect("a cut call is marked");
+            assert_eq!(invalid.kind, InvalidToolCallKind::Truncated, "{call:?}");
+            if call.arguments != Value::Null {
+                // Closed early: the arguments are valid JSON and satisfy the schema.
+                note_tool()
+                    .validate_arguments(&call.arguments)
+                    .unwrap_or_else(|e| panic!("{max_tokens}: {e:?} {call:?}"));
+                rescued += 1;
+            }
+        }
+        eprintln!("max_tokens sweep: {cut} calls cut, {rescued} closed early as valid JSON");
+        assert!(cut > 0 && rescued > 0, "{cut} cut, {rescued} rescued");
     }
 }

@@ -641,3 +641,49 @@ pub(super) fn wait_child(child: &mut Child, limit: Duration) -> Option<i32> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Issue 14's case: the coder model under `tool_choice: auto` writes its calls in its own shape (often a fenced
+/// JSON block); they must become real calls that run. Two turns at temperature 0 on `calc.py`.
+#[test]
+fn coder_model_really_calls_its_tools_on_the_calc_py_task() {
+    let model = super::common::qwen_path();
+    let sb = Sandbox::new(json!([]));
+    std::fs::write(
+        sb.cwd.join("calc.py"),
+        "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+    )
+    .unwrap();
+    let out = run(sb.bare_cmd(&[
+        "run",
+        "--mode",
+        "json",
+        "-p",
+        "The add function in calc.py is wrong: it should return the sum. Fix it with the edit tool.",
+        "--model-path",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--offline",
+        "--no-session",
+        "--max-turns",
+        "2",
+        "--max-tokens",
+        "256",
+        "--temperature",
+        "0",
+    ]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let started: Vec<String> = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "tool_execution_start")
+        .map(|e| e["tool_name"].as_str().unwrap_or("").to_string())
+        .collect();
+    eprintln!("calc.py task: tools run {started:?}");
+    assert!(
+        started.iter().any(|t| t == "read" || t == "edit"),
+        "no read/edit call ran: {}",
+        out.stdout
+    );
+}

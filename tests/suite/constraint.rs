@@ -237,7 +237,12 @@ fn llama3_json_format() {
     assert!(!accepts(m, &auto, f, &call("nope", "{}")));
     assert!(!accepts(m, &auto, f, &call("add", r#"{"a": 1}"#)));
     assert!(accepts(m, &auto, f, r#"  {"not": "a call"}"#));
-    assert!(accepts(m, &auto, f, &format!("<|python_tag|>{}", call("add", r#"{"a": 1, "b": 2}"#))));
+    assert!(accepts(
+        m,
+        &auto,
+        f,
+        &format!("<|python_tag|>{}", call("add", r#"{"a": 1, "b": 2}"#))
+    ));
     let named = spec(ToolChoice::Tool { name: "add".into() });
     assert!(!accepts(m, &named, f, "text"));
     assert!(accepts(m, &named, f, &call("add", r#"{"a": 1, "b": 2}"#)));
@@ -369,7 +374,9 @@ fn assemble(
     step: usize,
     finish: FinishReason,
 ) -> Vec<OutputDelta> {
-    let names = ["get_weather", "add", "read_file"].map(String::from).to_vec();
+    let names = ["get_weather", "add", "read_file"]
+        .map(String::from)
+        .to_vec();
     let mut a = OutputAssembler::new(format, true).with_tools(names);
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();

@@ -87,7 +87,9 @@ enum State {
     /// Reply text; `held` may be the start of a trigger, a fence, or trailing whitespace.
     Content,
     /// After a marker, before the call object (or the array) begins.
-    Opened { list: bool },
+    Opened {
+        list: bool,
+    },
     /// Inside a list block, before the next item.
     ListItem,
     InCall(Box<CallParser>, Origin),
@@ -96,7 +98,9 @@ enum State {
     /// A block's call(s) ended; waiting for the format's closer.
     AwaitClose,
     /// A JSON-trigger call ended; a closing fence (when fenced) or a separator may follow.
-    AfterJson { fenced: bool },
+    AfterJson {
+        fenced: bool,
+    },
 }
 
 /// Turns generated text into content and tool calls (see the module doc).

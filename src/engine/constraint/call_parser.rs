@@ -260,4 +260,3 @@ fn match_call_prefix(text: &str, format: ToolCallFormat) -> Option<(String, usiz
     ws(&mut i);
     (i < b.len()).then_some((name, i))
 }
-

@@ -63,9 +63,7 @@ impl Constraint {
 
     /// Undoes the last `n` tokens fed to the grammar.
     pub fn rollback(&mut self, n: usize) -> Result<()> {
-        self.matcher
-            .rollback(n)
-            .map_err(|e| self.grammar_error(e))
+        self.matcher.rollback(n).map_err(|e| self.grammar_error(e))
     }
 
     fn walk_close(&mut self, max: usize, path: &mut Vec<u32>) -> Result<bool> {

@@ -39,9 +39,6 @@ use super::format::ToolCallFormat;
 use super::{ConstraintSpec, ResponseFormat, ToolChoice};
 use crate::schema::compile::{close_objects, with_compact_options};
 
-/// JSON whitespace, as the triggers allow it.
-const WS: &str = r"[ \t\r\n]*";
-
 /// What the constraint compiles.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GrammarSource {
@@ -312,7 +309,9 @@ mod tests {
     #[test]
     fn no_tools_no_format_is_unconstrained() {
         assert_eq!(
-            plan(&ConstraintSpec::default(), ToolCallFormat::HERMES, &|_| None),
+            plan(&ConstraintSpec::default(), ToolCallFormat::HERMES, &|_| {
+                None
+            }),
             None
         );
     }
@@ -330,10 +329,7 @@ mod tests {
     #[test]
     fn special_delimiters_are_tokens() {
         let g = lark(&spec(ToolChoice::Required), ToolCallFormat::HERMES, true);
-        assert!(
-            g.contains("block: <[7]> \"\\n\" fn \"\\n\" <[8]>"),
-            "{g}"
-        );
+        assert!(g.contains("block: <[7]> \"\\n\" fn \"\\n\" <[8]>"), "{g}");
         assert!(
             g.contains(r#"fn_0: "{\"name\": \"read\", \"arguments\": " args_0 "}""#),
             "{g}"
@@ -345,19 +341,37 @@ mod tests {
         let g = lark(&spec(ToolChoice::Auto), ToolCallFormat::HERMES, false);
         assert!(g.starts_with("start: TEXT | seg next* GAP?\n"), "{g}");
         assert!(g.contains("hd_m0[lazy]: TEXT \"<tool_call>\""), "{g}");
-        assert!(g.contains("seg_m0: hd_m0 \"\\n\" fn \"\\n</tool_call>\""), "{g}");
-        assert!(g.contains(r#"hd_j[lazy]: TEXT /\n\{[ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*"/"#), "{g}");
-        assert!(g.contains(r#"jcall: "read\", \"arguments\": " args_0 "}""#), "{g}");
+        assert!(
+            g.contains("seg_m0: hd_m0 \"\\n\" fn \"\\n</tool_call>\""),
+            "{g}"
+        );
+        assert!(
+            g.contains(r#"hd_j[lazy]: TEXT /\n\{[ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*"/"#),
+            "{g}"
+        );
+        assert!(
+            g.contains(r#"jcall: "read\", \"arguments\": " args_0 "}""#),
+            "{g}"
+        );
         let g = lark(&spec(ToolChoice::Auto), ToolCallFormat::HERMES, true);
-        assert!(g.contains("seg_m0: TEXT <[7]> \"\\n\" fn \"\\n\" <[8]>"), "{g}");
+        assert!(
+            g.contains("seg_m0: TEXT <[7]> \"\\n\" fn \"\\n\" <[8]>"),
+            "{g}"
+        );
         let mistral = ToolCallFormat::from_name("mistral").unwrap();
         let g = lark(&spec(ToolChoice::Auto), mistral, true);
-        assert!(g.contains("seg_m0: TEXT <[7]> \"[\" fn (\", \" fn)* \"]\""), "{g}");
+        assert!(
+            g.contains("seg_m0: TEXT <[7]> \"[\" fn (\", \" fn)* \"]\""),
+            "{g}"
+        );
     }
 
     #[test]
     fn markers_are_escaped_in_the_text_rule() {
         let t = text_rule(&["[TOOL_CALLS]", "<|python_tag|>"], false);
-        assert_eq!(t, r"TEXT: /(?s:.*)/ & ~/(?s:.*)(\[TOOL_CALLS\]|<\|python_tag\|>)(?s:.*)/");
+        assert_eq!(
+            t,
+            r"TEXT: /(?s:.*)/ & ~/(?s:.*)(\[TOOL_CALLS\]|<\|python_tag\|>)(?s:.*)/"
+        );
     }
 }

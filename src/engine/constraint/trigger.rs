@@ -128,10 +128,9 @@ pub fn hold_from(text: &str, markers: &[String], json: JsonAt) -> usize {
         from = from.min(partial_suffix_start(text, m));
     }
     if json != JsonAt::Never {
-        let partial = text
-            .match_indices('{')
-            .map(|(at, _)| at)
-            .find(|&at| json.allows(text, at) && match_json_trigger(&text[at..]) == JsonMatch::Partial);
+        let partial = text.match_indices('{').map(|(at, _)| at).find(|&at| {
+            json.allows(text, at) && match_json_trigger(&text[at..]) == JsonMatch::Partial
+        });
         if let Some(at) = partial {
             from = from.min(at);
         }
@@ -163,7 +162,13 @@ pub fn fence_before(before: &str) -> Option<usize> {
 
 /// Byte offset where the longest suffix of `s` that is a proper prefix of `delim` begins (`s.len()` if none).
 pub fn partial_suffix_start(s: &str, delim: &str) -> usize {
-    for (i, _) in delim.char_indices().skip(1).collect::<Vec<_>>().into_iter().rev() {
+    for (i, _) in delim
+        .char_indices()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
         if s.ends_with(&delim[..i]) {
             return s.len() - i;
         }
@@ -179,8 +184,14 @@ mod tests {
 
     #[test]
     fn json_trigger_is_an_object_whose_first_key_is_name() {
-        assert_eq!(match_json_trigger(r#"{"name": "read", "#), JsonMatch::Full(10));
-        assert_eq!(match_json_trigger("{\n  \"name\":\"edit\""), JsonMatch::Full(12));
+        assert_eq!(
+            match_json_trigger(r#"{"name": "read", "#),
+            JsonMatch::Full(10)
+        );
+        assert_eq!(
+            match_json_trigger("{\n  \"name\":\"edit\""),
+            JsonMatch::Full(12)
+        );
         assert_eq!(match_json_trigger(r#"{"na"#), JsonMatch::Partial);
         assert_eq!(match_json_trigger(r#"{"x": 1}"#), JsonMatch::No);
         assert_eq!(match_json_trigger(r#"{"name": 5}"#), JsonMatch::No);
@@ -193,11 +204,23 @@ mod tests {
         let (at, kind) = find_trigger(t, &m, LINE).unwrap();
         assert_eq!((kind, &t[at..at + 1]), (Found::Json, "{"));
         assert_eq!(fence_before(&t[..at]), Some(t.find("```").unwrap()));
-        assert_eq!(find_trigger("  {\"name\": \"", &m, LINE), Some((2, Found::Json)));
+        assert_eq!(
+            find_trigger("  {\"name\": \"", &m, LINE),
+            Some((2, Found::Json))
+        );
         assert_eq!(find_trigger("x = {\"name\": \"a\"}", &m, LINE), None);
-        assert_eq!(find_trigger("x = [\n    {\"name\": \"a\"}]", &m, LINE), None);
-        assert_eq!(find_trigger("x = {\"name\": \"a\"}", &m, JsonAt::Anywhere), Some((4, Found::Json)));
-        assert_eq!(find_trigger("a <tool_call>\n{", &m, LINE), Some((2, Found::Marker { k: 0, len: 11 })));
+        assert_eq!(
+            find_trigger("x = [\n    {\"name\": \"a\"}]", &m, LINE),
+            None
+        );
+        assert_eq!(
+            find_trigger("x = {\"name\": \"a\"}", &m, JsonAt::Anywhere),
+            Some((4, Found::Json))
+        );
+        assert_eq!(
+            find_trigger("a <tool_call>\n{", &m, LINE),
+            Some((2, Found::Marker { k: 0, len: 11 }))
+        );
         assert_eq!(find_trigger("plain\n{\"x\": 1}", &m, LINE), None);
         let t = "text\n```json\n{\"na";
         assert_eq!(hold_from(t, &m, LINE), 5);

@@ -269,6 +269,7 @@ impl LocalProvider {
                     if let Some(lp) = &t.logprob {
                         out.logprobs(vec![self.logprob_entry(t.id, lp)]);
                     }
+                    calls.1 |= t.closes_call;
                     if let Err(e) = feed(&mut assembler, &t.text, &mut calls, &mut out) {
                         cancel.cancel();
                         return out.fail(&e, Usage::new(input, output, 0));
@@ -280,6 +281,8 @@ impl LocalProvider {
                         s.completion_tokens as u64,
                         s.cached_tokens as u64,
                     );
+                    // A call the limit cut and left open is marked as such (one closed early already is).
+                    let cut_open = s.finish == FinishReason::Length && assembler.in_call();
                     let tail = feed(&mut assembler, &s.trailing_text, &mut calls, &mut out)
                         .and_then(|()| {
                             let deltas = assembler
@@ -288,6 +291,11 @@ impl LocalProvider {
                             apply(deltas, &mut calls, &mut out);
                             Ok(())
                         });
+                    if cut_open {
+                        if let Some(last) = calls.0.last().map(|(_, ours)| *ours) {
+                            out.end_call_truncated(last, false);
+                        }
+                    }
                     if let Err(e) = tail {
                         return out.fail(&e, usage);
                     }
@@ -312,7 +320,8 @@ impl LocalProvider {
 
 /// The engine's call indices → ours (the same in practice; kept apart so neither side relies on it).
 #[derive(Default)]
-struct CallMap(Vec<(usize, usize)>);
+/// The second field: the engine is closing a call early (see [`generate::TokenEvent::closes_call`]).
+struct CallMap(Vec<(usize, usize)>, bool);
 
 impl CallMap {
     fn ours(&self, engine_index: usize) -> Option<usize> {
@@ -354,7 +363,11 @@ fn apply(deltas: Vec<OutputDelta>, calls: &mut CallMap, out: &mut Assembler) {
             }
             OutputDelta::ToolCallEnd { index, .. } => {
                 if let Some(ours) = calls.ours(index) {
-                    out.end_call(ours);
+                    if calls.1 {
+                        out.end_call_truncated(ours, true);
+                    } else {
+                        out.end_call(ours);
+                    }
                 }
             }
             // Cut off by `length`, a stop string or a cancel: the call stays open and is closed (and, being
