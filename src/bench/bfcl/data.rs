@@ -9,10 +9,10 @@
 //!   `long` → `integer`, …), recursively through `properties` and `items`;
 //! - descriptions, `required`, `enum`, `default` (and any other keyword) are kept as they are.
 //!
-//! Two differences from BFCL, both so that a correct answer is never schema-invalid: `any` drops the `type`
-//! (BFCL writes `string`, which would refuse a number for an "any" parameter), and a float gets no extra
-//! `"format": "float"` / " This is a float type value." (agentd refuses unknown string formats, and the
-//! description is left as the data set wrote it). An unknown type name becomes `string`, as in BFCL.
+//! Differences from BFCL: `any` drops the `type` (BFCL writes `string`, which would make a correct number for an
+//! "any" parameter schema-invalid); a float gets no extra `"format": "float"` and no " This is a float type
+//! value." after its description (the schema and the description stay as the data set wrote them). An unknown
+//! type name becomes `string`, as in BFCL; a property without a `type` stays without one (BFCL writes `string`).
 //!
 //! An entry whose converted schema [`ToolSpec`] refuses (a keyword the grammar cannot enforce, an `enum` that
 //! contradicts its `type`, …) is skipped, and kept with the reason, so the report can count it.

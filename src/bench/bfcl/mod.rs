@@ -104,7 +104,12 @@ pub async fn run(
                 on_answer(&result);
                 these.push(result);
             }
-            rows.push(summarize(&category.name, choice, &these));
+            rows.push(summarize(
+                &category.name,
+                choice,
+                category.has_answers,
+                &these,
+            ));
             results.extend(these);
         }
     }

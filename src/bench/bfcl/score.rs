@@ -172,15 +172,19 @@ fn share(n: usize, of: usize) -> Option<f64> {
     (of > 0).then(|| n as f64 / of as f64)
 }
 
-/// The row of `results` (one category, one `tool_choice`).
-pub fn summarize(category: &str, choice: Choice, results: &[QuestionResult]) -> Row {
+/// The row of `results` (one category, one `tool_choice`); `has_answers`: the category has ground truth.
+pub fn summarize(
+    category: &str,
+    choice: Choice,
+    has_answers: bool,
+    results: &[QuestionResult],
+) -> Row {
     let count = |f: fn(&QuestionResult) -> bool| results.iter().filter(|r| f(r)).count();
     let latencies: Vec<f64> = results
         .iter()
         .filter(|r| !r.failed())
         .map(|r| r.sample.total_ms)
         .collect();
-    let has_answers = results.iter().all(|r| r.right_function.is_some());
     Row {
         category: category.to_string(),
         tool_choice: choice,

@@ -162,7 +162,7 @@ fn an_inline_sample_is_loaded_and_scored() {
     assert!(!r2.answered && r2.call_in_text && r2.fenced_text);
     assert_eq!(r2.right_function, Some(false));
 
-    let row = summarize("mixed", Choice::Required, &[r0, r1]);
+    let row = summarize("mixed", Choice::Required, true, &[r0, r1]);
     assert_eq!(
         (row.questions, row.answered, row.calls, row.valid_calls),
         (2, 2, 3, 2)
