@@ -1,4 +1,4 @@
-//! All measurement code: what `agentd bench engine | constraint | schemas | load | tool-calls` and the tests
+//! All measurement code: what `agentd bench engine | constraint | schemas | load | tool-calls | bfcl` and the tests
 //! measure, and the arithmetic over it. The CLI (`src/cli/bench/`) only parses flags and prints what these
 //! return; `benches/` holds the `cargo bench` micro-benchmarks of single kernels.
 //!
@@ -11,9 +11,11 @@
 //! - [`openai_client`]: a streaming Chat Completions client that times every chunk as it arrives; [`metrics`]:
 //!   the per-request arithmetic over those timings (TTFT, ITL, TPOT, valid share, A/B pairing);
 //!   [`tool_calls`]: the workloads and runs of `bench tool-calls`.
+//! - [`bfcl`]: BFCL's functions and questions, asked of an endpoint and judged (`bench bfcl`).
 //!
 //! Nothing here asserts a speed: the CLI prints what it measures, the tests check the arithmetic.
 
+pub mod bfcl;
 pub mod constraint;
 pub mod engine;
 pub mod loadgen;
@@ -68,6 +70,9 @@ pub enum BenchError {
     /// bug in the bench; the message says which file or step.
     #[error("{0}")]
     Workload(String),
+    /// A data set file (BFCL's) is missing, unreadable or not JSON lines; the message names the file.
+    #[error("{path}: {message}")]
+    Dataset { path: String, message: String },
     /// Nothing was measured (no repetition gave a finite value). Check the flags (`--reps`).
     #[error("no measurements")]
     NoMeasurements,

@@ -1,6 +1,7 @@
 //! `agentd bench …`: the benchmarks' flags and printing. What they measure, and the arithmetic, is the library's
 //! `agentd::bench`; speed is measured there and printed here, never asserted in tests.
 
+mod bfcl;
 mod constraint;
 mod engine;
 mod load;
@@ -18,6 +19,9 @@ pub enum BenchCommand {
     /// Tool-call latency of any OpenAI-compatible endpoint (agentd --local, vLLM, llama.cpp): TTFT, time to the
     /// call's name and to the complete call, ITL, tok/s, valid share; --compare runs two endpoints A B A B.
     ToolCalls(tool_calls::ToolCallsBenchArgs),
+    /// Tool calls on BFCL's functions (the bfcl-eval wheel's data) against any OpenAI-compatible endpoint: questions
+    /// answered with a call, schema-valid calls, right function, under tool_choice auto and required.
+    Bfcl(bfcl::BfclBenchArgs),
     /// Concurrent streaming clients against `agentd serve` (some hanging up early): throughput, TTFT p50/p99.
     Load(load::LoadBenchArgs),
 }
@@ -28,6 +32,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Constraint(args) => constraint::run(args),
         BenchCommand::Schemas(args) => schemas::run(args),
         BenchCommand::ToolCalls(args) => tool_calls::run(args),
+        BenchCommand::Bfcl(args) => bfcl::run(args),
         BenchCommand::Load(args) => load::run(args),
     }
 }

@@ -21,6 +21,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::engine_args::EngineArgs;
 
+pub(super) use client::resolve_model;
+
 /// `--scenario` (the library's [`Scenario`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ScenarioArg {
