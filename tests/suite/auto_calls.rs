@@ -315,3 +315,22 @@ mod with_the_model {
         assert!(cut > 0 && rescued > 0, "{cut} cut, {rescued} rescued");
     }
 }
+
+#[test]
+fn a_json_reply_starting_with_name_is_not_taken_for_a_call() {
+    use agentd::engine::constraint::ResponseFormat;
+    let spec = ConstraintSpec {
+        response_format: ResponseFormat::JsonSchema {
+            name: "person".into(),
+            schema: serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+            strict: false,
+        },
+        ..spec(ToolChoice::Auto)
+    };
+    let doc = r#"{"name": "Bob"}"#;
+    assert!(accepts(smol(), &spec, ToolCallFormat::HERMES, doc));
+    let mut a = spec.assembler(ToolCallFormat::HERMES);
+    let mut deltas = a.push(doc).unwrap();
+    deltas.extend(a.finish(FinishReason::Eos).unwrap());
+    assert_eq!(deltas, vec![OutputDelta::Content { text: doc.into() }]);
+}

@@ -97,7 +97,11 @@ impl ConstraintSpec {
     /// from calls with the grammar's own trigger rule (markers, and JSON calls of the offered tools).
     pub fn assembler(&self, model_format: ToolCallFormat) -> OutputAssembler {
         let calls = self.calls_possible();
-        let names = match (&self.tool_choice, calls) {
+        // JSON calls are recognised wherever the grammar can produce one: not where a JSON reply is the
+        // alternative (`auto` with a `response_format`, whose document could start with the key "name").
+        let json_reply =
+            self.tool_choice == ToolChoice::Auto && self.response_format != ResponseFormat::Text;
+        let names = match (&self.tool_choice, calls && !json_reply) {
             (_, false) => Vec::new(),
             (ToolChoice::Tool { name }, true) => vec![name.clone()],
             _ => self.tools.iter().map(|t| t.name.clone()).collect(),
