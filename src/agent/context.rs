@@ -60,6 +60,7 @@ pub fn prompt_request(
         },
         sampling: config.sampling.clone(),
         max_tokens: config.max_tokens,
+        parallel_tool_calls: (!context.tools.is_empty()).then_some(config.parallel_tool_calls),
         cache_key: config.cache_key.clone(),
         // One conversation is one tenant: its KV prefixes are shared with no other.
         cache_scope: config.cache_key.clone(),

@@ -59,6 +59,10 @@ pub struct AgentLoopConfig {
     pub model: String,
     pub sampling: Sampling,
     pub max_tokens: Option<u32>,
+    /// Whether one model turn may hold several tool calls. Off by default: the model sees each result before its
+    /// next call, and small models cannot run away writing calls until the token limit (they do: Qwen2.5-Coder
+    /// 0.5B wrote 90 near-identical edits in one turn).
+    pub parallel_tool_calls: bool,
     /// Turns (model calls) per run before it ends with `max_turns`.
     pub max_turns: usize,
     /// Names the conversation for the engine's KV prefix reuse.
@@ -90,6 +94,7 @@ impl AgentLoopConfig {
             model: String::new(),
             sampling: Sampling::default(),
             max_tokens: None,
+            parallel_tool_calls: false,
             max_turns: DEFAULT_MAX_TURNS,
             cache_key: None,
             resources: None,

@@ -92,6 +92,26 @@ fn occurrences(haystack: &str, needle: &str) -> Vec<usize> {
     found
 }
 
+/// The file's text for a failed match, so the model can copy the exact text on its next try instead of guessing
+/// again: the whole file when it is short, else its first lines (a `read` shows the rest).
+fn file_excerpt(text: &str) -> String {
+    const MAX_LINES: usize = 40;
+    const MAX_BYTES: usize = 2000;
+    let mut shown = String::new();
+    let mut lines = 0;
+    for line in text.lines() {
+        if lines == MAX_LINES || shown.len() + line.len() + 1 > MAX_BYTES {
+            return format!(
+                "\nThe file begins (first {lines} lines; read it for the rest):\n{shown}"
+            );
+        }
+        shown.push_str(line);
+        shown.push('\n');
+        lines += 1;
+    }
+    format!("\nThe file's current text:\n{shown}")
+}
+
 /// Applies `edits` to `original` (all or nothing). `label` names the file in messages and the diff header.
 pub fn apply_edits(original: &str, edits: &[Replacement], label: &str) -> Result<Edited, String> {
     if edits.is_empty() {
@@ -132,8 +152,9 @@ pub fn apply_edits(original: &str, edits: &[Replacement], label: &str) -> Result
             0 => {
                 return Err(format!(
                     "{}Could not find the exact text in {label}. old_text must match exactly, including all \
-                     whitespace and newlines.",
-                    name(i)
+                     whitespace and newlines.{}",
+                    name(i),
+                    file_excerpt(&text)
                 ))
             }
             1 => spans.push((found[0], found[0] + old.len(), i, new)),

@@ -14,6 +14,7 @@
 
 mod raw;
 
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::assemble::Assembler;
@@ -253,10 +254,12 @@ impl LocalProvider {
         };
         let mut calls = CallMap::default();
         let mut assembler = self.engine.assembler(&gen);
+        // The generation's own token: stopping it after a repeated call must not cancel the caller's.
+        let generation = cancel.child_token();
         let mut events = raw::EngineEvents::new(self.engine.generate(
             gen,
             request.cache_key.clone(),
-            cancel.clone(),
+            generation.clone(),
         ));
         let mut output = 0u64;
         loop {
@@ -264,16 +267,30 @@ impl LocalProvider {
                 break;
             };
             match ev {
+                GenerateEvent::Token(_) if calls.repeated => {}
                 GenerateEvent::Token(t) => {
                     output += 1;
                     if let Some(lp) = &t.logprob {
                         out.logprobs(vec![self.logprob_entry(t.id, lp)]);
                     }
-                    calls.1 |= t.closes_call;
+                    calls.closing |= t.closes_call;
                     if let Err(e) = feed(&mut assembler, &t.text, &mut calls, &mut out) {
                         cancel.cancel();
                         return out.fail(&e, Usage::new(input, output, 0));
                     }
+                    if calls.repeated {
+                        // The model began repeating a call it already made in this message: stop it there.
+                        tracing::debug!("a repeated tool call ended the output");
+                        generation.cancel();
+                    }
+                }
+                GenerateEvent::Done(s) if calls.repeated => {
+                    let usage = Usage::new(
+                        s.prompt_tokens as u64,
+                        s.completion_tokens as u64,
+                        s.cached_tokens as u64,
+                    );
+                    return out.done(StopReason::Stop, usage);
                 }
                 GenerateEvent::Done(s) => {
                     let usage = Usage::new(
@@ -283,6 +300,7 @@ impl LocalProvider {
                     );
                     // A call the limit cut and left open is marked as such (one closed early already is).
                     let cut_open = s.finish == FinishReason::Length && assembler.in_call();
+                    calls.flush(&mut out);
                     let tail = feed(&mut assembler, &s.trailing_text, &mut calls, &mut out)
                         .and_then(|()| {
                             let deltas = assembler
@@ -292,7 +310,7 @@ impl LocalProvider {
                             Ok(())
                         });
                     if cut_open {
-                        if let Some(last) = calls.0.last().map(|(_, ours)| *ours) {
+                        if let Some(last) = calls.map.last().map(|(_, ours)| *ours) {
                             out.end_call_truncated(last, false);
                         }
                     }
@@ -318,17 +336,98 @@ impl LocalProvider {
     }
 }
 
-/// The engine's call indices → ours (the same in practice; kept apart so neither side relies on it).
+/// The engine's calls as the provider sees them. Call indices map engine → ours (the same in practice; kept
+/// apart so neither side relies on it). Calls after the first are held until they end, so that a call repeating
+/// an earlier one of the same message (small models loop on their last call) is never shown: it ends the output.
 #[derive(Default)]
-/// The second field: the engine is closing a call early (see [`generate::TokenEvent::closes_call`]).
-struct CallMap(Vec<(usize, usize)>, bool);
+struct CallMap {
+    map: Vec<(usize, usize)>,
+    /// The engine is closing a call early (see [`generate::TokenEvent::closes_call`]).
+    closing: bool,
+    /// Deltas of the call being held.
+    held: Vec<OutputDelta>,
+    /// `(name, arguments)` of every call ended so far.
+    seen: Vec<(String, Value)>,
+    /// A repeated call was found: the output ends before it.
+    repeated: bool,
+}
 
 impl CallMap {
     fn ours(&self, engine_index: usize) -> Option<usize> {
-        self.0
+        self.map
             .iter()
             .find(|(e, _)| *e == engine_index)
             .map(|(_, o)| *o)
+    }
+
+    /// Shows what is held (the output ended inside a held call).
+    fn flush(&mut self, out: &mut Assembler) {
+        let held = std::mem::take(&mut self.held);
+        for d in held {
+            self.show(d, out);
+        }
+    }
+
+    fn show(&mut self, d: OutputDelta, out: &mut Assembler) {
+        match d {
+            OutputDelta::Content { text } => out.text(&text),
+            OutputDelta::ToolCallStart { index, id, name } => {
+                let ours = out.begin_call(Some(id), &name);
+                self.map.push((index, ours));
+            }
+            OutputDelta::ToolCallArguments { index, fragment } => {
+                if let Some(ours) = self.ours(index) {
+                    out.call_fragment(ours, &fragment);
+                }
+            }
+            OutputDelta::ToolCallEnd { index, call } => {
+                let args = serde_json::from_str(&call.arguments)
+                    .unwrap_or(Value::String(call.arguments.clone()));
+                self.seen.push((call.name, args));
+                if let Some(ours) = self.ours(index) {
+                    if self.closing {
+                        out.end_call_truncated(ours, true);
+                    } else {
+                        out.end_call(ours);
+                    }
+                }
+            }
+            // Cut off by `length`, a stop string or a cancel: the call stays open and is closed (and marked) with
+            // the message.
+            OutputDelta::ToolCallIncomplete { index, .. } => {
+                tracing::debug!(index, "a tool call was cut off");
+            }
+        }
+    }
+
+    /// Takes one delta: shown now, or held while a call after the first is being written.
+    fn take(&mut self, d: OutputDelta, out: &mut Assembler) {
+        if self.repeated {
+            return;
+        }
+        let index = match &d {
+            OutputDelta::ToolCallStart { index, .. }
+            | OutputDelta::ToolCallArguments { index, .. }
+            | OutputDelta::ToolCallEnd { index, .. }
+            | OutputDelta::ToolCallIncomplete { index, .. } => Some(*index),
+            OutputDelta::Content { .. } => None,
+        };
+        let hold = index.is_some_and(|i| i > 0) || !self.held.is_empty();
+        if !hold {
+            return self.show(d, out);
+        }
+        if let OutputDelta::ToolCallEnd { call, .. } = &d {
+            let args = serde_json::from_str(&call.arguments)
+                .unwrap_or(Value::String(call.arguments.clone()));
+            if self.seen.iter().any(|(n, a)| *n == call.name && *a == args) {
+                self.held.clear();
+                self.repeated = true;
+                return;
+            }
+            self.held.push(d);
+            return self.flush(out);
+        }
+        self.held.push(d);
     }
 }
 
@@ -350,32 +449,7 @@ fn feed(
 /// Turns the engine's output deltas into provider events.
 fn apply(deltas: Vec<OutputDelta>, calls: &mut CallMap, out: &mut Assembler) {
     for d in deltas {
-        match d {
-            OutputDelta::Content { text } => out.text(&text),
-            OutputDelta::ToolCallStart { index, id, name } => {
-                let ours = out.begin_call(Some(id), &name);
-                calls.0.push((index, ours));
-            }
-            OutputDelta::ToolCallArguments { index, fragment } => {
-                if let Some(ours) = calls.ours(index) {
-                    out.call_fragment(ours, &fragment);
-                }
-            }
-            OutputDelta::ToolCallEnd { index, .. } => {
-                if let Some(ours) = calls.ours(index) {
-                    if calls.1 {
-                        out.end_call_truncated(ours, true);
-                    } else {
-                        out.end_call(ours);
-                    }
-                }
-            }
-            // Cut off by `length`, a stop string or a cancel: the call stays open and is closed (and, being
-            // incomplete JSON, marked invalid) with the message.
-            OutputDelta::ToolCallIncomplete { index, .. } => {
-                tracing::debug!(index, "a tool call was cut off");
-            }
-        }
+        calls.take(d, out);
     }
 }
 

@@ -93,6 +93,12 @@ async fn not_found_and_multiple_matches_are_clear_errors() {
         missing.starts_with("Could not find the exact text in f.txt."),
         "{missing}"
     );
+    // The model gets the file's text to copy from instead of guessing again.
+    let text = std::fs::read_to_string(dir.path().join("f.txt")).unwrap();
+    assert!(
+        missing.ends_with(&format!("The file's current text:\n{text}")),
+        "{missing}"
+    );
     let twice = err(
         &edit,
         json!({"path": "f.txt", "edits": [{"old_text": "x = 1", "new_text": "x"}]}),
