@@ -98,8 +98,7 @@ fn file_excerpt(text: &str) -> String {
     const MAX_LINES: usize = 40;
     const MAX_BYTES: usize = 2000;
     let mut shown = String::new();
-    let mut lines = 0;
-    for line in text.lines() {
+    for (lines, line) in text.lines().enumerate() {
         if lines == MAX_LINES || shown.len() + line.len() + 1 > MAX_BYTES {
             return format!(
                 "\nThe file begins (first {lines} lines; read it for the rest):\n{shown}"
@@ -107,7 +106,6 @@ fn file_excerpt(text: &str) -> String {
         }
         shown.push_str(line);
         shown.push('\n');
-        lines += 1;
     }
     format!("\nThe file's current text:\n{shown}")
 }
