@@ -158,13 +158,25 @@ impl Agent {
     }
 
     /// Queues a message delivered after the current tool batch (remaining calls of the batch are skipped).
-    pub fn steer(&self, message: AgentMessage) {
-        lock(&self.inner.steering).push_back(message);
+    /// True when a run is in progress and will deliver it (a run that has passed its last check runs once more
+    /// for it); false when the agent is idle: the message waits for the next `prompt` or `continue_`.
+    pub fn steer(&self, message: AgentMessage) -> bool {
+        let mut queue = lock(&self.inner.steering);
+        queue.push_back(message);
+        // Read under the queue's lock: a finishing run checks the queues and clears `running` under it too.
+        *self.inner.running.borrow()
     }
 
-    /// Queues a message delivered when the agent would otherwise stop.
-    pub fn follow_up(&self, message: AgentMessage) {
-        lock(&self.inner.follow_ups).push_back(message);
+    /// Queues a message delivered when the agent would otherwise stop. The return value is as for `steer`.
+    pub fn follow_up(&self, message: AgentMessage) -> bool {
+        let mut queue = lock(&self.inner.follow_ups);
+        queue.push_back(message);
+        *self.inner.running.borrow()
+    }
+
+    /// Whether steering or follow-up messages are waiting.
+    pub fn has_queued(&self) -> bool {
+        !lock(&self.inner.steering).is_empty() || !lock(&self.inner.follow_ups).is_empty()
     }
 
     pub fn clear_queues(&self) {
@@ -188,11 +200,15 @@ impl Agent {
 
     /// Adds `message` and runs until the agent stops. An error if a run is already in progress.
     pub async fn prompt(&self, message: AgentMessage) -> Result<AgentEndReason, AgentError> {
-        self.start_run(vec![message]).await
+        self.start_run(vec![message], false).await
     }
 
-    /// Runs from the transcript as it is (its last message must be a user message or a tool result).
+    /// Runs from the transcript as it is (its last message must be a user message or a tool result), or, when
+    /// messages are queued, delivers them (steering first, then follow-ups) as Pi's `continue` does.
     pub async fn continue_(&self) -> Result<AgentEndReason, AgentError> {
+        if self.has_queued() {
+            return self.start_run(vec![], true).await;
+        }
         {
             let state = lock(&self.inner.state);
             match state.messages.last() {
@@ -205,7 +221,15 @@ impl Agent {
                 Some(_) => {}
             }
         }
-        self.start_run(vec![]).await
+        self.start_run(vec![], false).await
+    }
+
+    /// Takes every queued message, steering first.
+    fn drain_queues(
+        steering: &mut VecDeque<AgentMessage>,
+        follow_ups: &mut VecDeque<AgentMessage>,
+    ) -> Vec<AgentMessage> {
+        steering.drain(..).chain(follow_ups.drain(..)).collect()
     }
 
     fn source(queue: &Arc<Mutex<VecDeque<AgentMessage>>>, mode: QueueMode) -> MessageSource {
@@ -219,7 +243,15 @@ impl Agent {
         })
     }
 
-    async fn start_run(&self, prompts: Vec<AgentMessage>) -> Result<AgentEndReason, AgentError> {
+    /// Claims the agent, then runs: first with `prompts` (plus every queued message when `take_queued`), then
+    /// once more for each batch of messages queued after the loop's last look at the queues, so a steer or
+    /// follow-up accepted while `running` was true is never left behind. A run that did not complete (aborted,
+    /// failed, out of turns) leaves late messages queued for the next prompt.
+    async fn start_run(
+        &self,
+        prompts: Vec<AgentMessage>,
+        take_queued: bool,
+    ) -> Result<AgentEndReason, AgentError> {
         let mut started = false;
         self.inner.running.send_if_modified(|running| {
             if *running {
@@ -233,6 +265,29 @@ impl Agent {
         if !started {
             return Err(AgentError::AlreadyRunning);
         }
+        let mut prompts = prompts;
+        if take_queued {
+            let mut steering = lock(&self.inner.steering);
+            let mut follow_ups = lock(&self.inner.follow_ups);
+            prompts.extend(Self::drain_queues(&mut steering, &mut follow_ups));
+        }
+        loop {
+            let reason = self.run_once(prompts).await;
+            let mut steering = lock(&self.inner.steering);
+            let mut follow_ups = lock(&self.inner.follow_ups);
+            if reason != AgentEndReason::Completed || (steering.is_empty() && follow_ups.is_empty())
+            {
+                // Cleared under the queues' locks: `steer` reads it under them, so a message pushed after this
+                // reports that no run will deliver it.
+                self.inner.running.send_replace(false);
+                return Ok(reason);
+            }
+            prompts = Self::drain_queues(&mut steering, &mut follow_ups);
+        }
+    }
+
+    /// One pass of the agent loop from the current state with `prompts`.
+    async fn run_once(&self, prompts: Vec<AgentMessage>) -> AgentEndReason {
         let cancel = CancellationToken::new();
         *lock(&self.inner.cancel) = Some(cancel.clone());
         let (context, config) = {
@@ -279,8 +334,7 @@ impl Agent {
             reason = AgentEndReason::Error;
         }
         *lock(&self.inner.cancel) = None;
-        self.inner.running.send_replace(false);
-        Ok(reason)
+        reason
     }
 
     /// Folds one event into the state.

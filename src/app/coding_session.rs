@@ -517,12 +517,22 @@ impl CodingSession {
             .map_err(|e| AppError::Busy(e.to_string()))
     }
 
-    pub fn steer(&self, text: &str) {
-        self.agent().steer(AgentMessage::user(text));
+    /// Queues a steering message; false when no run is in progress to deliver it (see `Agent::steer`).
+    pub fn steer(&self, text: &str) -> bool {
+        self.agent().steer(AgentMessage::user(text))
     }
 
-    pub fn follow_up(&self, text: &str) {
-        self.agent().follow_up(AgentMessage::user(text));
+    /// Queues a follow-up; false when no run is in progress to deliver it.
+    pub fn follow_up(&self, text: &str) -> bool {
+        self.agent().follow_up(AgentMessage::user(text))
+    }
+
+    /// Runs the queued messages (when the run that would have taken them had already finished).
+    pub async fn continue_queued(&self) -> Result<AgentEndReason, AppError> {
+        self.agent()
+            .continue_()
+            .await
+            .map_err(|e| AppError::Busy(e.to_string()))
     }
 
     pub fn abort(&self) {

@@ -749,3 +749,47 @@ async fn real_model_forced_read_reaches_the_next_turn() {
         .any(|m| matches!(m, AgentMessage::ToolResult(r) if r.content.contains("PINEAPPLE")));
     assert!(second_turn_saw_result);
 }
+
+/// A steer sent after the loop's last look at its queues (here: from the `agent_end` listener, which the run
+/// awaits before it ends) is still delivered — the run goes once more — and the caller is told so; a steer sent
+/// to an idle agent says it was not delivered, waits, and `continue_` runs it.
+#[tokio::test]
+async fn a_steer_that_arrives_as_the_run_ends_is_delivered_and_an_idle_one_waits_for_continue() {
+    let provider = Arc::new(ScriptedProvider::new([
+        ScriptedReply::text_only("first"),
+        ScriptedReply::text_only("late steer answered"),
+        ScriptedReply::text_only("idle steer answered"),
+    ]));
+    let agent = Agent::new(config(&provider), "", vec![]);
+    let accepted: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let ends = Arc::new(AtomicUsize::new(0));
+    let (a, acc, n) = (agent.clone(), accepted.clone(), ends.clone());
+    agent.subscribe(Arc::new(move |ev: AgentEvent| {
+        let (a, acc, n) = (a.clone(), acc.clone(), n.clone());
+        Box::pin(async move {
+            if matches!(ev, AgentEvent::AgentEnd { .. }) && n.fetch_add(1, Ordering::SeqCst) == 0 {
+                acc.lock()
+                    .unwrap()
+                    .push(a.steer(AgentMessage::user("late")));
+            }
+        })
+    }));
+    let reason = agent.prompt(AgentMessage::user("start")).await.unwrap();
+    assert_eq!(reason, AgentEndReason::Completed);
+    assert_eq!(*accepted.lock().unwrap(), vec![true]);
+    let reqs = provider.requests();
+    assert_eq!(reqs.len(), 2, "the late steer got its own pass");
+    assert_eq!(reqs[1].messages.last(), Some(&Message::user("late")));
+    assert!(!agent.has_queued());
+    assert!(!agent.state().is_running());
+
+    // Idle: not delivered, kept, and continue_ runs it although the assistant spoke last.
+    assert!(!agent.steer(AgentMessage::user("while idle")));
+    assert!(agent.has_queued());
+    assert_eq!(provider.requests().len(), 2, "nothing ran by itself");
+    agent.continue_().await.unwrap();
+    let reqs = provider.requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(reqs[2].messages.last(), Some(&Message::user("while idle")));
+    assert!(!agent.has_queued());
+}

@@ -78,6 +78,8 @@ pub struct App {
     pub(super) last_ctrl_c: Option<Instant>,
     /// Esc came before the run had started: abort it when it does.
     pub(super) abort_pending: bool,
+    /// A steer or follow-up was queued after the run had finished: deliver it when its end is reported.
+    resume_queued: bool,
     /// The session-file error last shown (shown once).
     shown_session_error: Option<String>,
     /// Cancels a running `!cmd`.
@@ -102,6 +104,7 @@ impl App {
             tick: 0,
             last_ctrl_c: None,
             abort_pending: false,
+            resume_queued: false,
             shown_session_error: None,
             bash_cancel: None,
             tx,
@@ -202,10 +205,15 @@ impl App {
             UiEvent::RunFinished(result) => {
                 self.running = false;
                 self.abort_pending = false;
-                self.queued.clear();
                 if let Err(e) = result {
                     self.error(format!("error: {e}"));
                 }
+                if std::mem::take(&mut self.resume_queued) && self.session.agent().has_queued() {
+                    // Typed in the moment between the run's last look at its queues and its end.
+                    self.run_queued();
+                    return;
+                }
+                self.queued.clear();
                 if let Some(e) = self.session.session_error() {
                     if self.shown_session_error.as_ref() != Some(&e) {
                         self.error(format!("session: {e}"));
@@ -331,6 +339,7 @@ impl App {
             self.abort_pending = !self.session.is_running();
             self.session.agent().clear_queues();
             self.queued.clear();
+            self.resume_queued = false;
             self.info("aborting…");
         } else if let Some(c) = self.bash_cancel.take() {
             c.cancel();
@@ -371,11 +380,12 @@ impl App {
         }
         let text = self.editor.take();
         if self.running {
-            if follow_up {
-                self.session.follow_up(&text);
+            let delivered = if follow_up {
+                self.session.follow_up(&text)
             } else {
-                self.session.steer(&text);
-            }
+                self.session.steer(&text)
+            };
+            self.resume_queued |= !delivered;
             self.queued.push(Queued { follow_up, text });
             return;
         }
@@ -389,6 +399,21 @@ impl App {
         tokio::spawn(async move {
             let result = session
                 .prompt(&text)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("{e:#}"));
+            let _ = tx.send(UiEvent::RunFinished(result));
+        });
+    }
+
+    /// Runs the messages queued while the last run was finishing.
+    fn run_queued(&mut self) {
+        self.running = true;
+        let session = self.session.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let result = session
+                .continue_queued()
                 .await
                 .map(|_| ())
                 .map_err(|e| format!("{e:#}"));
