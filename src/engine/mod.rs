@@ -4,6 +4,7 @@
 
 pub mod actor;
 pub mod constraint;
+pub mod cpu;
 pub mod content_guard;
 pub mod detok;
 pub mod device;

@@ -1,0 +1,8 @@
+//! The CPU engine's own kernels and forward pass: activations quantized once per matmul input, dot-product
+//! kernels per weight type and instruction set (picked at run time), a thread pool that splits each matmul by
+//! rows, and a forward pass over preallocated buffers for a batch of sequences. candle still loads the GGUF
+//! and runs the CUDA/Metal path.
+
+pub mod act;
+pub mod isa;
+pub mod kernels;
