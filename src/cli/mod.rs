@@ -20,7 +20,8 @@ use clap::{Parser, Subcommand};
     about = "GPU-local inference-plus-agent appliance"
 )]
 pub struct Cli {
-    /// CPU threads for the model (default: the machine's logical cores, or RAYON_NUM_THREADS).
+    /// CPU threads for the model (default: the machine's physical cores, at most the CPUs this process may use;
+    /// or RAYON_NUM_THREADS).
     #[arg(long, global = true, env = "AGENTD_THREADS")]
     pub threads: Option<usize>,
     /// Write logs as JSON lines (the structured events: llm.request_*, tool.*_invoke, session.*, compaction).

@@ -146,9 +146,36 @@ pub fn select_note_for(spec: DeviceSpec) -> Option<String> {
 
 static THREADS: OnceLock<usize> = OnceLock::new();
 
-/// The machine's logical cores: the default thread count.
+/// The default thread count: the physical cores this process may run on (SMT siblings share one core's
+/// execution units, so a second thread per core slows the matmuls, as llama.cpp also found), never more than
+/// the logical CPUs available to the process.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    physical_cores().map_or(logical, |p| p.clamp(1, logical))
+}
+
+/// Distinct (package, core) pairs in the kernel's CPU topology (Linux), if readable.
+fn physical_cores() -> Option<usize> {
+    let mut cores = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir("/sys/devices/system/cpu").ok()?.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Some(n) = name.strip_prefix("cpu") else {
+            continue;
+        };
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let read = |f: &str| {
+            std::fs::read_to_string(entry.path().join("topology").join(f))
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        if let (Some(pkg), Some(core)) = (read("physical_package_id"), read("core_id")) {
+            cores.insert((pkg, core));
+        }
+    }
+    (!cores.is_empty()).then_some(cores.len())
 }
 
 /// Sets the CPU thread count once per process (later calls are ignored and return the count in force).
@@ -183,6 +210,13 @@ pub fn cpu_threads() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_threads_are_between_one_and_the_logical_cpus() {
+        let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let n = default_threads();
+        assert!(n >= 1 && n <= logical, "{n} of {logical}");
+    }
 
     #[test]
     fn parses_device_specs() {

@@ -1,4 +1,5 @@
-//! Per-sequence KV cache: one growable key/value buffer per layer, owned by the sequence, not the model.
+//! Per-sequence KV cache: one growable key/value buffer per layer, owned by the sequence, not the model. On the
+//! CPU engine the buffers are [`CpuKv`]'s; on candle's devices (CUDA, Metal, `--weights native`) the tensors below.
 //!
 //! Buffers are `[1, n_kv_heads, capacity, head_dim]` and grow by doubling; a forward pass writes its new keys
 //! and values in place and attends over a view of the first `len` positions (no copy). Truncating to a
@@ -6,21 +7,36 @@
 
 use candle_core::Tensor;
 
+use super::cpu::kv::CpuKv;
 use super::error::Result;
 
 const MIN_CAPACITY: usize = 256;
 
 /// The KV state of one sequence across all layers.
 pub struct SeqKv {
-    layers: Vec<LayerKv>,
+    store: Store,
     /// The token at each cached position.
     tokens: Vec<u32>,
 }
 
+enum Store {
+    Candle(Vec<LayerKv>),
+    Cpu(CpuKv),
+}
+
 impl SeqKv {
+    /// A cache for candle's forward pass.
     pub fn new(n_layer: usize) -> Self {
         Self {
-            layers: (0..n_layer).map(|_| LayerKv::default()).collect(),
+            store: Store::Candle((0..n_layer).map(|_| LayerKv::default()).collect()),
+            tokens: Vec::new(),
+        }
+    }
+
+    /// A cache for the CPU engine's forward pass.
+    pub fn cpu(kv: CpuKv) -> Self {
+        Self {
+            store: Store::Cpu(kv),
             tokens: Vec::new(),
         }
     }
@@ -46,18 +62,33 @@ impl SeqKv {
 
     /// Bytes held by the buffers (capacity, not just the used part).
     pub fn memory_bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| {
-                l.k.as_ref()
-                    .map_or(0, |t| t.elem_count() * t.dtype().size_in_bytes())
-                    * 2
-            })
-            .sum()
+        match &self.store {
+            Store::Candle(layers) => layers
+                .iter()
+                .map(|l| {
+                    l.k.as_ref()
+                        .map_or(0, |t| t.elem_count() * t.dtype().size_in_bytes())
+                        * 2
+                })
+                .sum(),
+            Store::Cpu(kv) => kv.memory_bytes(),
+        }
     }
 
-    pub(crate) fn layer_mut(&mut self, i: usize) -> &mut LayerKv {
-        &mut self.layers[i]
+    /// Layer `i`'s tensors, when this is a candle cache.
+    pub(crate) fn layer_mut(&mut self, i: usize) -> Option<&mut LayerKv> {
+        match &mut self.store {
+            Store::Candle(layers) => layers.get_mut(i),
+            Store::Cpu(_) => None,
+        }
+    }
+
+    /// The CPU engine's buffers, when this is a CPU cache.
+    pub(crate) fn cpu_mut(&mut self) -> Option<&mut CpuKv> {
+        match &mut self.store {
+            Store::Cpu(kv) => Some(kv),
+            Store::Candle(_) => None,
+        }
     }
 
     /// Records that `tokens` were written at the end (called by the model after every layer wrote them).

@@ -166,7 +166,7 @@ mod tests {
     fn seq(tokens: &[u32]) -> SeqKv {
         let mut kv = SeqKv::new(1);
         let t = Tensor::zeros((1, 1, tokens.len(), 4), DType::F32, &Device::Cpu).unwrap();
-        kv.layer_mut(0).append(&t, &t, 0).unwrap();
+        kv.layer_mut(0).unwrap().append(&t, &t, 0).unwrap();
         kv.extend(tokens);
         kv
     }

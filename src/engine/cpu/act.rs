@@ -5,6 +5,8 @@
 
 use half::f16;
 
+use super::pool::ThreadPool;
+
 /// Values per [`BlockQ8`].
 pub const QK8: usize = 32;
 /// Values per [`BlockQ8K`] (and per K-quant super-block).
@@ -87,10 +89,7 @@ pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
             *q = (iscale * v).round().clamp(-128.0, 127.0) as i8;
         }
         for (j, s) in b.bsums.iter_mut().enumerate() {
-            *s = b.qs[16 * j..16 * j + 16]
-                .iter()
-                .map(|&q| q as i16)
-                .sum();
+            *s = b.qs[16 * j..16 * j + 16].iter().map(|&q| q as i16).sum();
         }
         b.d = 1.0 / iscale;
     }
@@ -114,5 +113,112 @@ impl ActBlock for BlockQ8K {
     const ELEMS: usize = QK_K;
     fn quantize(x: &[f32], out: &mut [Self]) {
         quantize_q8k(x, out)
+    }
+}
+
+/// Which activation form a matrix reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActKind {
+    Q8,
+    Q8K,
+    F32,
+}
+
+/// One matmul input for `rows` tokens of `cols` values, in every form some reader needs: f32 always, Q8 and
+/// Q8_K when asked. Quantized once, shared by the matrices reading the same input (q/k/v, gate/up). Buffers
+/// only grow, so steady-state decoding allocates nothing.
+#[derive(Default)]
+pub struct Acts {
+    pub rows: usize,
+    pub cols: usize,
+    pub f32: Vec<f32>,
+    pub q8: Vec<BlockQ8>,
+    pub q8k: Vec<BlockQ8K>,
+    pub has_q8: bool,
+    pub has_q8k: bool,
+}
+
+impl Acts {
+    /// Sizes the buffers for `rows × cols` and records which quantized forms will be filled.
+    pub fn reset(&mut self, rows: usize, cols: usize, kinds: &[ActKind]) {
+        self.rows = rows;
+        self.cols = cols;
+        grow(&mut self.f32, rows * cols);
+        self.has_q8 = kinds.contains(&ActKind::Q8) && cols.is_multiple_of(QK8);
+        self.has_q8k = kinds.contains(&ActKind::Q8K) && cols.is_multiple_of(QK_K);
+        if self.has_q8 {
+            grow(&mut self.q8, rows * cols / QK8);
+        }
+        if self.has_q8k {
+            grow(&mut self.q8k, rows * cols / QK_K);
+        }
+    }
+
+    /// Fills every row in parallel: `make(r, row)` writes row `r`'s f32 values, which are then quantized into
+    /// the forms asked for while the row is still in cache (the fused norm → quantize step).
+    pub fn fill(&mut self, pool: &ThreadPool, make: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+        let (rows, cols) = (self.rows, self.cols);
+        let (has_q8, has_q8k) = (self.has_q8, self.has_q8k);
+        let f = SyncPtr(self.f32.as_mut_ptr());
+        let q8 = SyncPtr(self.q8.as_mut_ptr());
+        let q8k = SyncPtr(self.q8k.as_mut_ptr());
+        pool.run(&|i, n| {
+            for r in ThreadPool::part(rows, i, n, 1) {
+                // SAFETY: threads get disjoint row ranges, and `reset` sized every buffer for `rows` rows.
+                let row = unsafe { f.slice(r * cols, cols) };
+                make(r, row);
+                if has_q8 {
+                    // SAFETY: as above; Q8 rows are `cols / QK8` blocks.
+                    quantize_q8(row, unsafe { q8.slice(r * cols / QK8, cols / QK8) });
+                }
+                if has_q8k {
+                    // SAFETY: as above; Q8_K rows are `cols / QK_K` blocks.
+                    quantize_q8k(row, unsafe { q8k.slice(r * cols / QK_K, cols / QK_K) });
+                }
+            }
+        });
+    }
+}
+
+/// A raw pointer handed to pool threads that write disjoint parts of one buffer.
+#[derive(Clone, Copy)]
+pub struct SyncPtr<T>(pub *mut T);
+
+// SAFETY: used only for buffers whose parts are written by exactly one thread each (see every `slice` call).
+unsafe impl<T> Sync for SyncPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Send for SyncPtr<T> {}
+
+impl<T> SyncPtr<T> {
+    /// # Safety
+    /// `start + len` must be within the buffer, and no other thread may touch that part meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+}
+
+/// Grows `v` to at least `n` elements (never shrinks).
+pub fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::default());
+    }
+}
+
+/// Reads a matrix's activation rows out of [`Acts`].
+pub trait ActRows: ActBlock {
+    fn rows(acts: &Acts) -> &[Self];
+}
+
+impl ActRows for BlockQ8 {
+    fn rows(acts: &Acts) -> &[Self] {
+        &acts.q8
+    }
+}
+
+impl ActRows for BlockQ8K {
+    fn rows(acts: &Acts) -> &[Self] {
+        &acts.q8k
     }
 }

@@ -6,3 +6,8 @@
 pub mod act;
 pub mod isa;
 pub mod kernels;
+pub mod kv;
+pub mod model;
+pub mod ops;
+pub mod pool;
+pub mod qmatrix;

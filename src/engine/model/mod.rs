@@ -13,6 +13,7 @@ pub mod qwen2;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 
+use super::cpu::model::{BatchSeq, CpuModel};
 use super::error::{EngineError, Result};
 use super::gguf::GgufFile;
 use super::kv::SeqKv;
@@ -168,26 +169,58 @@ pub struct Model {
     pub config: DecoderConfig,
     pub vocab_size: usize,
     device: Device,
+    backend: Backend,
+    /// Weight bytes streamed per decoded token (for benchmarks and notes).
+    pub weight_bytes: usize,
+}
+
+/// Which forward pass runs the model.
+enum Backend {
+    /// candle's ops on any device (CUDA, Metal; on the CPU with `--weights native`).
+    Candle(CandleModel),
+    /// The CPU engine's own kernels (`engine::cpu`).
+    Cpu(Box<CpuModel>),
+}
+
+struct CandleModel {
     embed: Tensor,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     output: layers::Linear,
     rotary: Rotary,
-    /// Weight bytes streamed per decoded token (for benchmarks and notes).
-    pub weight_bytes: usize,
 }
 
 /// Longest chunk of prompt tokens fed in one forward pass; bounds the attention matrix's memory.
 const PREFILL_CHUNK: usize = 512;
 
 impl Model {
-    /// Loads the weights of a supported architecture from an opened GGUF.
+    /// Loads the weights of a supported architecture from an opened GGUF: on the CPU (unless `format` is
+    /// `Native`) for the CPU engine with `threads` threads, elsewhere for candle.
     pub fn load(gguf: &GgufFile, device: &Device, format: WeightFormat) -> Result<Self> {
+        Self::load_with_threads(gguf, device, format, super::device::cpu_threads())
+    }
+
+    pub fn load_with_threads(
+        gguf: &GgufFile,
+        device: &Device,
+        format: WeightFormat,
+        threads: usize,
+    ) -> Result<Self> {
         let arch = Architecture::from_name(gguf.architecture()?)?;
         let config = match arch {
             Architecture::Llama => llama::config(gguf)?,
             Architecture::Qwen2 => qwen2::config(gguf)?,
         };
+        if device.is_cpu() && format != WeightFormat::Native {
+            let m = CpuModel::load(gguf, config.clone(), format == WeightFormat::Q8_0, threads)?;
+            return Ok(Self {
+                config,
+                vocab_size: m.vocab_size,
+                device: device.clone(),
+                weight_bytes: m.weight_bytes,
+                backend: Backend::Cpu(Box::new(m)),
+            });
+        }
         let mut reader = gguf.reader()?;
         let mut ctx = LoadCtx {
             gguf,
@@ -224,11 +257,13 @@ impl Model {
             config,
             vocab_size,
             device: device.clone(),
-            embed,
-            layers,
-            norm,
-            output,
-            rotary,
+            backend: Backend::Candle(CandleModel {
+                embed,
+                layers,
+                norm,
+                output,
+                rotary,
+            }),
             weight_bytes,
         })
     }
@@ -237,9 +272,20 @@ impl Model {
         &self.device
     }
 
+    /// The CPU engine running this model, if it is the one.
+    pub fn cpu_engine(&self) -> Option<&CpuModel> {
+        match &self.backend {
+            Backend::Cpu(m) => Some(m),
+            Backend::Candle(_) => None,
+        }
+    }
+
     /// A fresh, empty KV state for one sequence.
     pub fn new_sequence(&self) -> SeqKv {
-        SeqKv::new(self.config.n_layer)
+        match &self.backend {
+            Backend::Cpu(m) => SeqKv::cpu(m.new_kv()),
+            Backend::Candle(_) => SeqKv::new(self.config.n_layer),
+        }
     }
 
     /// Feeds `tokens` after what `kv` already holds; returns the logits (f32, `[vocab]`) of the last position.
@@ -257,24 +303,50 @@ impl Model {
         }
         let mut last = None;
         for chunk in tokens.chunks(PREFILL_CHUNK) {
-            last = Some(self.forward_chunk(chunk, kv)?);
+            last = Some(match &self.backend {
+                Backend::Candle(m) => m.forward_chunk(chunk, kv, &self.device)?,
+                Backend::Cpu(m) => {
+                    let pos = kv.len();
+                    let cpu = kv.cpu_mut().ok_or_else(|| {
+                        EngineError::Internal(
+                            "a candle KV cache was given to the CPU engine".into(),
+                        )
+                    })?;
+                    let mut batch = [BatchSeq {
+                        tokens: chunk,
+                        kv: cpu,
+                        pos,
+                    }];
+                    let logits = m.forward_batch(&mut batch)?.pop().unwrap_or_default();
+                    kv.extend(chunk);
+                    let n = logits.len();
+                    Tensor::from_vec(logits, n, &Device::Cpu)?
+                }
+            });
         }
         last.ok_or(EngineError::EmptyPrompt)
     }
+}
 
-    fn forward_chunk(&self, tokens: &[u32], kv: &mut SeqKv) -> Result<Tensor> {
+impl CandleModel {
+    fn forward_chunk(&self, tokens: &[u32], kv: &mut SeqKv, device: &Device) -> Result<Tensor> {
         let t = tokens.len();
         let pos = kv.len();
-        let ids = Tensor::new(tokens, &self.device)?;
+        let ids = Tensor::new(tokens, device)?;
         let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
         let rope = self.rotary.at(pos, t)?;
         let mask = if t > 1 {
-            Some(causal_mask(t, pos, &self.device)?)
+            Some(causal_mask(t, pos, device)?)
         } else {
             None
         };
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(&x, &rope, mask.as_ref(), kv.layer_mut(i), pos)?;
+            let layer_kv = kv.layer_mut(i).ok_or_else(|| {
+                EngineError::Internal(
+                    "a CPU-engine KV cache was given to candle's forward pass".into(),
+                )
+            })?;
+            x = layer.forward(&x, &rope, mask.as_ref(), layer_kv, pos)?;
         }
         kv.extend(tokens);
         let x = x.narrow(1, t - 1, 1)?;

@@ -103,7 +103,11 @@ pub(crate) mod testing {
                 let wf = &w[r * cols..(r + 1) * cols];
                 for a in &acts {
                     let xf: Vec<f32> = a.iter().flat_map(&dequant_act).collect();
-                    let terms: Vec<f64> = wf.iter().zip(&xf).map(|(w, x)| *w as f64 * *x as f64).collect();
+                    let terms: Vec<f64> = wf
+                        .iter()
+                        .zip(&xf)
+                        .map(|(w, x)| *w as f64 * *x as f64)
+                        .collect();
                     let want: f64 = terms.iter().sum();
                     let mag: f64 = terms.iter().map(|t| t.abs()).sum::<f64>() + 1e-6;
                     let scalar = K::vec_dot(Isa::Scalar, wr, a);

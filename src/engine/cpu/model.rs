@@ -1,0 +1,538 @@
+//! The CPU forward pass of a llama-family decoder (llama, qwen2) over our own kernels: weights in their file
+//! types, activations quantized once per matmul input (fused with the RMS norm), rotary applied in place, the
+//! SwiGLU fused with the quantization of the MLP's hidden state, attention over our own KV layout, and every
+//! parallel step on one thread pool. All intermediate buffers live in a scratch that only grows.
+//!
+//! `forward_batch` takes tokens from several sequences at once (each with its own KV cache and position): the
+//! matmuls see one token batch, attention stays per sequence. That is the shape continuous batching needs.
+
+use std::sync::{Arc, Mutex};
+
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::Device;
+
+use super::act::{grow, ActKind, Acts, SyncPtr};
+use super::isa::Isa;
+use super::kv::CpuKv;
+use super::ops;
+use super::pool::ThreadPool;
+use super::qmatrix::{matmul_many, QMatrix};
+use crate::engine::error::{EngineError, Result};
+use crate::engine::gguf::GgufFile;
+use crate::engine::model::{DecoderConfig, RopeStyle};
+
+/// One sequence's part of a batch: `tokens` go after the `kv.len` positions it already holds.
+pub struct BatchSeq<'a> {
+    pub tokens: &'a [u32],
+    pub kv: &'a mut CpuKv,
+    /// Positions already in `kv` (the first token's position).
+    pub pos: usize,
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    q: QMatrix,
+    k: QMatrix,
+    v: QMatrix,
+    o: QMatrix,
+    bias: Option<[Vec<f32>; 3]>,
+    ffn_norm: Vec<f32>,
+    gate: QMatrix,
+    up: QMatrix,
+    down: QMatrix,
+}
+
+/// The token embedding table, kept in its file type; rows are dequantized when looked up.
+struct Embedding {
+    data: Arc<[u8]>,
+    dtype: GgmlDType,
+    row_bytes: usize,
+    cols: usize,
+}
+
+impl Embedding {
+    fn row(&self, token: u32, out: &mut [f32]) -> Result<()> {
+        let at = token as usize * self.row_bytes;
+        let bytes = self.data.get(at..at + self.row_bytes).ok_or_else(|| {
+            EngineError::Internal(format!("token id {token} is outside the vocabulary"))
+        })?;
+        let row = qtensor_from_ggml(self.dtype, bytes, vec![self.cols], &Device::Cpu)?
+            .dequantize(&Device::Cpu)?
+            .to_vec1::<f32>()?;
+        out.copy_from_slice(&row);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    acts: Acts,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    tmp: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    scores: Vec<f32>,
+    /// Per batch row: (sequence index, absolute position).
+    rows: Vec<(usize, usize)>,
+}
+
+/// A decoder loaded for the CPU engine.
+pub struct CpuModel {
+    pub config: DecoderConfig,
+    pub vocab_size: usize,
+    /// Weight bytes read per decoded token.
+    pub weight_bytes: usize,
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    output: QMatrix,
+    /// `[position][head_dim / 2]` rotary tables.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    isa: Isa,
+    pool: ThreadPool,
+    scratch: Mutex<Scratch>,
+}
+
+/// Reads tensors out of the GGUF, requantising to Q8_0 when asked.
+struct Loader<'a, R> {
+    gguf: &'a GgufFile,
+    reader: R,
+    to_q8_0: bool,
+    isa: Isa,
+    weight_bytes: usize,
+}
+
+impl<R: std::io::Read + std::io::Seek> Loader<'_, R> {
+    fn raw(&mut self, name: &str) -> Result<QTensor> {
+        if !self.gguf.content.tensor_infos.contains_key(name) {
+            return Err(EngineError::InvalidGguf {
+                path: self.gguf.path.clone(),
+                message: format!("tensor `{name}` is missing"),
+            });
+        }
+        self.gguf
+            .content
+            .tensor(&mut self.reader, name, &Device::Cpu)
+            .map_err(|e| EngineError::InvalidGguf {
+                path: self.gguf.path.clone(),
+                message: format!("tensor `{name}`: {e}"),
+            })
+    }
+
+    fn vector(&mut self, name: &str) -> Result<Vec<f32>> {
+        Ok(self
+            .raw(name)?
+            .dequantize(&Device::Cpu)?
+            .flatten_all()?
+            .to_vec1()?)
+    }
+
+    fn matrix_from(&mut self, q: QTensor, data: Option<Arc<[u8]>>) -> Result<QMatrix> {
+        let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        let (q, data) = if self.to_q8_0 && quantized && q.dtype() != GgmlDType::Q8_0 {
+            let f = q.dequantize(&Device::Cpu)?;
+            (QTensor::quantize(&f, GgmlDType::Q8_0)?, None)
+        } else {
+            (q, data)
+        };
+        let (rows, cols) = q.shape().dims2()?;
+        let data = match data {
+            Some(d) => d,
+            None => Arc::from(q.data()?.into_owned()),
+        };
+        let m = QMatrix::from_raw(data, q.dtype(), rows, cols, self.isa)?;
+        self.weight_bytes += m.storage_bytes();
+        Ok(m)
+    }
+
+    fn matrix(&mut self, name: &str) -> Result<QMatrix> {
+        let q = self.raw(name)?;
+        self.matrix_from(q, None)
+    }
+}
+
+impl CpuModel {
+    /// Loads `config`'s decoder from `gguf` for the CPU engine with `threads` threads.
+    pub fn load(
+        gguf: &GgufFile,
+        config: DecoderConfig,
+        to_q8_0: bool,
+        threads: usize,
+    ) -> Result<Self> {
+        let isa = Isa::detect();
+        let mut ld = Loader {
+            gguf,
+            reader: gguf.reader()?,
+            to_q8_0,
+            isa,
+            weight_bytes: 0,
+        };
+        let embed_q = ld.raw("token_embd.weight")?;
+        let (vocab_size, hidden) = embed_q.shape().dims2()?;
+        if hidden != config.hidden {
+            return Err(EngineError::InvalidGguf {
+                path: gguf.path.clone(),
+                message: format!(
+                    "token_embd width {hidden} != embedding_length {}",
+                    config.hidden
+                ),
+            });
+        }
+        let embed_data: Arc<[u8]> = Arc::from(embed_q.data()?.into_owned());
+        let embed = Embedding {
+            row_bytes: embed_data.len() / vocab_size,
+            data: embed_data.clone(),
+            dtype: embed_q.dtype(),
+            cols: hidden,
+        };
+        let output = if gguf.content.tensor_infos.contains_key("output.weight") {
+            ld.matrix("output.weight")?
+        } else {
+            // Tied embeddings: the output head reads the embedding table's bytes.
+            ld.matrix_from(embed_q, Some(embed_data))?
+        };
+        let norm = ld.vector("output_norm.weight")?;
+        let mut layers = Vec::with_capacity(config.n_layer);
+        for i in 0..config.n_layer {
+            let p = |s: &str| format!("blk.{i}.{s}");
+            let bias = if config.qkv_bias {
+                Some([
+                    ld.vector(&p("attn_q.bias"))?,
+                    ld.vector(&p("attn_k.bias"))?,
+                    ld.vector(&p("attn_v.bias"))?,
+                ])
+            } else {
+                None
+            };
+            layers.push(Layer {
+                attn_norm: ld.vector(&p("attn_norm.weight"))?,
+                q: ld.matrix(&p("attn_q.weight"))?,
+                k: ld.matrix(&p("attn_k.weight"))?,
+                v: ld.matrix(&p("attn_v.weight"))?,
+                o: ld.matrix(&p("attn_output.weight"))?,
+                bias,
+                ffn_norm: ld.vector(&p("ffn_norm.weight"))?,
+                gate: ld.matrix(&p("ffn_gate.weight"))?,
+                up: ld.matrix(&p("ffn_up.weight"))?,
+                down: ld.matrix(&p("ffn_down.weight"))?,
+            });
+        }
+        let (q_out, kv_out) = (
+            config.n_head * config.head_dim,
+            config.n_kv_head * config.head_dim,
+        );
+        let ff = layers.first().map_or(0, |l| l.gate.rows);
+        for (i, l) in layers.iter().enumerate() {
+            let shapes = [
+                (&l.q, q_out, hidden),
+                (&l.k, kv_out, hidden),
+                (&l.v, kv_out, hidden),
+                (&l.o, hidden, q_out),
+                (&l.gate, ff, hidden),
+                (&l.up, ff, hidden),
+                (&l.down, hidden, ff),
+            ];
+            if let Some((m, r, c)) = shapes.iter().find(|(m, r, c)| m.rows != *r || m.cols != *c) {
+                return Err(EngineError::InvalidGguf {
+                    path: gguf.path.clone(),
+                    message: format!(
+                        "layer {i}: a weight is [{}, {}], expected [{r}, {c}]",
+                        m.rows, m.cols
+                    ),
+                });
+            }
+        }
+        let (cos, sin) = rope_tables(&config);
+        let weight_bytes = ld.weight_bytes;
+        Ok(Self {
+            config,
+            vocab_size,
+            weight_bytes,
+            embed,
+            layers,
+            norm,
+            output,
+            cos,
+            sin,
+            isa,
+            pool: ThreadPool::new(threads),
+            scratch: Mutex::new(Scratch::default()),
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// A fresh KV cache for one sequence.
+    pub fn new_kv(&self) -> CpuKv {
+        CpuKv::new(
+            self.config.n_layer,
+            self.config.n_kv_head,
+            self.config.head_dim,
+        )
+    }
+
+    /// Runs every sequence's tokens through the model in one batch and returns, per sequence, the logits of its
+    /// last token. Each sequence's KV gains its tokens.
+    pub fn forward_batch(&self, batch: &mut [BatchSeq<'_>]) -> Result<Vec<Vec<f32>>> {
+        let cfg = &self.config;
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &mut *guard;
+        s.rows.clear();
+        for (i, b) in batch.iter().enumerate() {
+            if b.tokens.is_empty() {
+                return Err(EngineError::EmptyPrompt);
+            }
+            let end = b.pos + b.tokens.len();
+            if end > cfg.context_length {
+                return Err(EngineError::PromptTooLong {
+                    tokens: end,
+                    limit: cfg.context_length,
+                });
+            }
+            s.rows.extend((0..b.tokens.len()).map(|t| (i, b.pos + t)));
+        }
+        let t_all = s.rows.len();
+        let (h, d) = (cfg.hidden, cfg.head_dim);
+        let (qw, kvw) = (cfg.n_head * d, cfg.n_kv_head * d);
+        let ff = self.layers.first().map_or(0, |l| l.gate.rows);
+        grow(&mut s.x, t_all * h);
+        grow(&mut s.q, t_all * qw);
+        grow(&mut s.k, t_all * kvw);
+        grow(&mut s.v, t_all * kvw);
+        grow(&mut s.att, t_all * qw);
+        grow(&mut s.tmp, t_all * h);
+        grow(&mut s.gate, t_all * ff);
+        grow(&mut s.up, t_all * ff);
+        let max_len = batch
+            .iter()
+            .map(|b| b.pos + b.tokens.len())
+            .max()
+            .unwrap_or(0);
+        grow(&mut s.scores, self.pool.threads() * max_len);
+        let mut r = 0;
+        for b in batch.iter_mut() {
+            b.kv.reserve(b.pos + b.tokens.len(), b.pos);
+            for &tok in b.tokens {
+                if tok as usize >= self.vocab_size {
+                    return Err(EngineError::Internal(format!(
+                        "token id {tok} is outside the vocabulary of {}",
+                        self.vocab_size
+                    )));
+                }
+                self.embed.row(tok, &mut s.x[r * h..(r + 1) * h])?;
+                r += 1;
+            }
+        }
+        let eps = cfg.rms_eps as f32;
+        for (li, layer) in self.layers.iter().enumerate() {
+            // Attention block.
+            let kinds = [layer.q.act_kind(), layer.k.act_kind(), layer.v.act_kind()];
+            self.norm_into(&mut s.acts, &s.x, t_all, &layer.attn_norm, eps, &kinds);
+            matmul_many(
+                &self.pool,
+                &s.acts,
+                &mut [
+                    (&layer.q, &mut s.q[..t_all * qw]),
+                    (&layer.k, &mut s.k[..t_all * kvw]),
+                    (&layer.v, &mut s.v[..t_all * kvw]),
+                ],
+            );
+            self.bias_and_rope(s, layer, t_all);
+            for (row, &(si, pos)) in s.rows.iter().enumerate() {
+                batch[si].kv.write(
+                    li,
+                    pos,
+                    &s.k[row * kvw..(row + 1) * kvw],
+                    &s.v[row * kvw..(row + 1) * kvw],
+                );
+            }
+            {
+                let kvs: Vec<&CpuKv> = batch.iter().map(|b| &*b.kv).collect();
+                self.attention(s, &kvs, li, max_len);
+            }
+            let att = &s.att;
+            s.acts.reset(t_all, qw, &[layer.o.act_kind()]);
+            s.acts.fill(&self.pool, &|r, row| {
+                row.copy_from_slice(&att[r * qw..(r + 1) * qw])
+            });
+            matmul_many(
+                &self.pool,
+                &s.acts,
+                &mut [(&layer.o, &mut s.tmp[..t_all * h])],
+            );
+            ops::add(self.isa, &mut s.x[..t_all * h], &s.tmp[..t_all * h]);
+            // MLP block.
+            let kinds = [layer.gate.act_kind(), layer.up.act_kind()];
+            self.norm_into(&mut s.acts, &s.x, t_all, &layer.ffn_norm, eps, &kinds);
+            matmul_many(
+                &self.pool,
+                &s.acts,
+                &mut [
+                    (&layer.gate, &mut s.gate[..t_all * ff]),
+                    (&layer.up, &mut s.up[..t_all * ff]),
+                ],
+            );
+            let (gate, up, isa) = (SyncPtr(s.gate.as_mut_ptr()), &s.up, self.isa);
+            s.acts.reset(t_all, ff, &[layer.down.act_kind()]);
+            s.acts.fill(&self.pool, &|r, row| {
+                // SAFETY: `fill` hands each row index to exactly one thread; `gate` holds `t_all * ff` values.
+                let g = unsafe { gate.slice(r * ff, ff) };
+                ops::silu_mul(isa, g, &up[r * ff..(r + 1) * ff]);
+                row.copy_from_slice(g);
+            });
+            matmul_many(
+                &self.pool,
+                &s.acts,
+                &mut [(&layer.down, &mut s.tmp[..t_all * h])],
+            );
+            ops::add(self.isa, &mut s.x[..t_all * h], &s.tmp[..t_all * h]);
+        }
+        // The last row of every sequence: final norm and the output head.
+        let mut last = Vec::with_capacity(batch.len());
+        let mut end = 0;
+        for b in batch.iter() {
+            end += b.tokens.len();
+            last.push(end - 1);
+        }
+        let (x, norm, isa) = (&s.x, &self.norm, self.isa);
+        s.acts.reset(last.len(), h, &[self.output.act_kind()]);
+        s.acts.fill(&self.pool, &|i, row| {
+            let r = last[i];
+            ops::rms_norm(isa, row, &x[r * h..(r + 1) * h], norm, eps);
+        });
+        let mut logits = vec![0f32; last.len() * self.vocab_size];
+        matmul_many(&self.pool, &s.acts, &mut [(&self.output, &mut logits)]);
+        Ok(logits
+            .chunks_exact(self.vocab_size)
+            .map(|c| c.to_vec())
+            .collect())
+    }
+
+    /// RMS-norms `t` rows of `x` with `w` into `acts`, quantized for `kinds` in the same pass.
+    fn norm_into(
+        &self,
+        acts: &mut Acts,
+        x: &[f32],
+        t: usize,
+        w: &[f32],
+        eps: f32,
+        kinds: &[ActKind],
+    ) {
+        let h = self.config.hidden;
+        let isa = self.isa;
+        acts.reset(t, h, kinds);
+        acts.fill(&self.pool, &|r, row| {
+            ops::rms_norm(isa, row, &x[r * h..(r + 1) * h], w, eps)
+        });
+    }
+
+    /// Adds the q/k/v biases (qwen2) and rotates q and k of every row by its position.
+    fn bias_and_rope(&self, s: &mut Scratch, layer: &Layer, t_all: usize) {
+        let cfg = &self.config;
+        let d = cfg.head_dim;
+        let (qw, kvw) = (cfg.n_head * d, cfg.n_kv_head * d);
+        let half = d / 2;
+        let neox = cfg.rope_style == RopeStyle::Neox;
+        let (q, k, v) = (
+            SyncPtr(s.q.as_mut_ptr()),
+            SyncPtr(s.k.as_mut_ptr()),
+            SyncPtr(s.v.as_mut_ptr()),
+        );
+        let rows = &s.rows;
+        self.pool.run(&|i, n| {
+            for r in ThreadPool::part(t_all, i, n, 1) {
+                // SAFETY: each row belongs to one thread; the buffers hold `t_all` rows.
+                let (qr, kr, vr) = unsafe {
+                    (
+                        q.slice(r * qw, qw),
+                        k.slice(r * kvw, kvw),
+                        v.slice(r * kvw, kvw),
+                    )
+                };
+                if let Some([bq, bk, bv]) = &layer.bias {
+                    ops::add(self.isa, qr, bq);
+                    ops::add(self.isa, kr, bk);
+                    ops::add(self.isa, vr, bv);
+                }
+                let pos = rows[r].1;
+                let (cos, sin) = (
+                    &self.cos[pos * half..(pos + 1) * half],
+                    &self.sin[pos * half..(pos + 1) * half],
+                );
+                for head in qr.chunks_exact_mut(d).chain(kr.chunks_exact_mut(d)) {
+                    ops::rope(head, cos, sin, neox);
+                }
+            }
+        });
+    }
+
+    /// Causal grouped-query attention of every row over its own sequence's cache, into `s.att`.
+    fn attention(&self, s: &mut Scratch, kvs: &[&CpuKv], layer: usize, max_len: usize) {
+        let cfg = &self.config;
+        let d = cfg.head_dim;
+        let (n_head, n_kv) = (cfg.n_head, cfg.n_kv_head);
+        let n_rep = n_head / n_kv;
+        let qw = n_head * d;
+        let scale = 1.0 / (d as f32).sqrt();
+        let items = s.rows.len() * n_kv;
+        let (att, scores) = (SyncPtr(s.att.as_mut_ptr()), SyncPtr(s.scores.as_mut_ptr()));
+        let (q, rows, isa) = (&s.q, &s.rows, self.isa);
+        self.pool.run(&|i, n| {
+            // SAFETY: thread `i` owns scores[i * max_len..(i + 1) * max_len] (sized in forward_batch).
+            let sc = unsafe { scores.slice(i * max_len, max_len) };
+            // Interleaved items: later rows attend over more positions; striding balances the threads.
+            for item in (i..items).step_by(n) {
+                let (r, kvh) = (item / n_kv, item % n_kv);
+                let (si, pos) = rows[r];
+                let len = pos + 1;
+                let keys = kvs[si].keys(layer, kvh, len);
+                let values = kvs[si].values(layer, kvh, len);
+                for hh in kvh * n_rep..(kvh + 1) * n_rep {
+                    let qh = &q[r * qw + hh * d..r * qw + (hh + 1) * d];
+                    let sc = &mut sc[..len];
+                    for (j, kj) in keys.chunks_exact(d).enumerate() {
+                        sc[j] = ops::dot(isa, qh, kj) * scale;
+                    }
+                    ops::softmax(sc);
+                    // SAFETY: (row r, head hh) is written by this item only.
+                    let out = unsafe { att.slice(r * qw + hh * d, d) };
+                    out.fill(0.0);
+                    for (w, vj) in sc.iter().zip(values.chunks_exact(d)) {
+                        ops::axpy(isa, out, *w, vj);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// cos/sin of `p · θ_i` for every position of the context and `θ_i = base^(−2i/d)` (as the candle path).
+fn rope_tables(cfg: &DecoderConfig) -> (Vec<f32>, Vec<f32>) {
+    let half = cfg.head_dim / 2;
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f32 / cfg.head_dim as f32))
+        .collect();
+    let n = cfg.context_length;
+    let mut cos = Vec::with_capacity(n * half);
+    let mut sin = Vec::with_capacity(n * half);
+    for p in 0..n {
+        for f in &inv_freq {
+            let angle = p as f32 * f;
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+        }
+    }
+    (cos, sin)
+}

@@ -1,0 +1,212 @@
+//! A weight matrix used as `y = x · Wᵀ` on the CPU: the rows of the file's own quantized type with its kernel
+//! from [`super::kernels`], or f32 rows for types without one. `matmul_many` runs several matrices that read
+//! the same activations (q/k/v, gate/up) in one pool job; each thread takes a contiguous slice of every
+//! matrix's rows, walks them in blocks that stay in cache, and runs the 4-token micro-kernel across the
+//! token batch (prefill as a tiled GEMM), so a weight block is unpacked once per four tokens.
+
+use std::sync::Arc;
+
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::quantized::GgmlDType;
+use candle_core::Device;
+
+use super::act::{ActBlock, ActKind, ActRows, Acts, SyncPtr};
+use super::isa::Isa;
+use super::kernels::WeightKernel;
+use super::ops;
+use super::pool::ThreadPool;
+use crate::engine::error::{EngineError, Result};
+
+/// Output rows a thread handles together: their weights stay in L1/L2 while every token is dotted with them.
+const ROW_BLOCK: usize = 16;
+
+/// The type-specific part of a matrix.
+trait Rows: Send + Sync {
+    fn act_kind(&self) -> ActKind;
+    /// `out[t * stride + r] = x_t · W_r` for every token `t < acts.rows` and row `r` in `rows`.
+    fn compute(&self, acts: &Acts, rows: std::ops::Range<usize>, out: SyncPtr<f32>, stride: usize);
+    fn storage_bytes(&self) -> usize;
+}
+
+/// Rows in a quantized type with a kernel, kept in the file's block layout.
+struct Typed<K: WeightKernel> {
+    data: Arc<[u8]>,
+    row_bytes: usize,
+    isa: Isa,
+    _k: std::marker::PhantomData<K>,
+}
+
+impl<K: WeightKernel> Rows for Typed<K>
+where
+    K::Act: ActRows,
+{
+    fn act_kind(&self) -> ActKind {
+        if K::Act::ELEMS == super::act::QK_K {
+            ActKind::Q8K
+        } else {
+            ActKind::Q8
+        }
+    }
+
+    fn compute(&self, acts: &Acts, rows: std::ops::Range<usize>, out: SyncPtr<f32>, stride: usize) {
+        let all = K::Act::rows(acts);
+        let nb = acts.cols / K::Act::ELEMS;
+        let x = |t: usize| &all[t * nb..(t + 1) * nb];
+        let n = acts.rows;
+        let mut r0 = rows.start;
+        while r0 < rows.end {
+            let r1 = (r0 + ROW_BLOCK).min(rows.end);
+            let mut t = 0;
+            while t + 4 <= n {
+                for r in r0..r1 {
+                    let w = &self.data[r * self.row_bytes..(r + 1) * self.row_bytes];
+                    let y = K::vec_dot_x4(self.isa, w, [x(t), x(t + 1), x(t + 2), x(t + 3)]);
+                    for (j, v) in y.iter().enumerate() {
+                        // SAFETY: row `r` belongs to this thread alone; `t + j < n` rows of `stride` fit `out`.
+                        unsafe { *out.0.add((t + j) * stride + r) = *v };
+                    }
+                }
+                t += 4;
+            }
+            for t in t..n {
+                for r in r0..r1 {
+                    let w = &self.data[r * self.row_bytes..(r + 1) * self.row_bytes];
+                    // SAFETY: as above.
+                    unsafe { *out.0.add(t * stride + r) = K::vec_dot(self.isa, w, x(t)) };
+                }
+            }
+            r0 = r1;
+        }
+    }
+
+    fn storage_bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// f32 rows (types without a kernel, and f32/f16 files): exact, slower.
+struct F32Rows {
+    data: Vec<f32>,
+    cols: usize,
+    isa: Isa,
+}
+
+impl Rows for F32Rows {
+    fn act_kind(&self) -> ActKind {
+        ActKind::F32
+    }
+
+    fn compute(&self, acts: &Acts, rows: std::ops::Range<usize>, out: SyncPtr<f32>, stride: usize) {
+        let c = self.cols;
+        for r in rows {
+            let w = &self.data[r * c..(r + 1) * c];
+            for t in 0..acts.rows {
+                let v = ops::dot(self.isa, w, &acts.f32[t * c..(t + 1) * c]);
+                // SAFETY: row `r` belongs to this thread alone.
+                unsafe { *out.0.add(t * stride + r) = v };
+            }
+        }
+    }
+
+    fn storage_bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+}
+
+/// A `[rows, cols]` weight matrix.
+pub struct QMatrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub dtype: GgmlDType,
+    inner: Box<dyn Rows>,
+}
+
+impl QMatrix {
+    /// Takes a matrix's raw GGUF bytes: kept as stored when a kernel exists for `dtype`, else dequantized to f32.
+    pub fn from_raw(
+        data: Arc<[u8]>,
+        dtype: GgmlDType,
+        rows: usize,
+        cols: usize,
+        isa: Isa,
+    ) -> Result<Self> {
+        let inner: Box<dyn Rows> = match dtype {
+            _ => {
+                let f = qtensor_from_ggml(dtype, &data, vec![rows, cols], &Device::Cpu)?
+                    .dequantize(&Device::Cpu)?
+                    .flatten_all()?
+                    .to_vec1()?;
+                Box::new(F32Rows { data: f, cols, isa })
+            }
+        };
+        Ok(Self {
+            rows,
+            cols,
+            dtype,
+            inner,
+        })
+    }
+
+    #[allow(dead_code)]
+    fn typed<K: WeightKernel>(
+        data: Arc<[u8]>,
+        rows: usize,
+        cols: usize,
+        isa: Isa,
+    ) -> Result<Box<dyn Rows>>
+    where
+        K::Act: ActRows,
+    {
+        if !cols.is_multiple_of(K::BLOCK_ELEMS)
+            || data.len() != rows * cols / K::BLOCK_ELEMS * K::BLOCK_BYTES
+        {
+            return Err(EngineError::Internal(format!(
+                "{} matrix [{rows}, {cols}]: {} bytes do not fit its blocks",
+                K::NAME,
+                data.len()
+            )));
+        }
+        Ok(Box::new(Typed::<K> {
+            row_bytes: cols / K::BLOCK_ELEMS * K::BLOCK_BYTES,
+            data,
+            isa,
+            _k: std::marker::PhantomData,
+        }))
+    }
+
+    pub fn act_kind(&self) -> ActKind {
+        self.inner.act_kind()
+    }
+
+    pub fn storage_bytes(&self) -> usize {
+        self.inner.storage_bytes()
+    }
+}
+
+/// Most matrices one `matmul_many` call runs (q/k/v).
+pub const MAX_JOBS: usize = 4;
+
+/// Runs every `(matrix, out)` pair (at most [`MAX_JOBS`]) on the same activations in one pool job:
+/// `out[t * matrix.rows + r]`.
+pub fn matmul_many(pool: &ThreadPool, acts: &Acts, jobs: &mut [(&QMatrix, &mut [f32])]) {
+    debug_assert!(jobs.len() <= MAX_JOBS);
+    let mut targets: [Option<(&QMatrix, SyncPtr<f32>)>; MAX_JOBS] = [None; MAX_JOBS];
+    for (slot, (m, out)) in targets.iter_mut().zip(jobs.iter_mut()) {
+        assert!(
+            out.len() >= acts.rows * m.rows && m.cols == acts.cols,
+            "matmul shapes: {} tokens × {} cols into [{}, {}] with {} outputs",
+            acts.rows,
+            acts.cols,
+            m.rows,
+            m.cols,
+            out.len()
+        );
+        *slot = Some((*m, SyncPtr(out.as_mut_ptr())));
+    }
+    pool.run(&|i, n| {
+        for (m, out) in targets.iter().flatten() {
+            let rows = ThreadPool::part(m.rows, i, n, ROW_BLOCK);
+            m.inner.compute(acts, rows, *out, m.rows);
+        }
+    });
+}
