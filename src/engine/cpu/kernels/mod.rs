@@ -7,6 +7,10 @@ use candle_core::quantized::GgmlDType;
 use super::act::ActBlock;
 use super::isa::Isa;
 
+pub mod q4_k;
+pub mod q5_k;
+pub mod q6_k;
+
 /// A quantized weight type's dot products.
 pub trait WeightKernel: Send + Sync + 'static {
     const NAME: &'static str;
@@ -103,7 +107,11 @@ pub(crate) mod testing {
                 let wf = &w[r * cols..(r + 1) * cols];
                 for a in &acts {
                     let xf: Vec<f32> = a.iter().flat_map(&dequant_act).collect();
-                    let terms: Vec<f64> = wf.iter().zip(&xf).map(|(w, x)| *w as f64 * *x as f64).collect();
+                    let terms: Vec<f64> = wf
+                        .iter()
+                        .zip(&xf)
+                        .map(|(w, x)| *w as f64 * *x as f64)
+                        .collect();
                     let want: f64 = terms.iter().sum();
                     let mag: f64 = terms.iter().map(|t| t.abs()).sum::<f64>() + 1e-6;
                     let scalar = K::vec_dot(Isa::Scalar, wr, a);
@@ -135,6 +143,101 @@ pub(crate) mod testing {
                     }
                 }
             }
+        }
+    }
+
+    /// One row of `blocks` random blocks and four activation rows for it.
+    fn long_row<K: WeightKernel>(
+        rng: &mut StdRng,
+        blocks: usize,
+        block: &impl Fn(&mut StdRng) -> Vec<u8>,
+    ) -> (Vec<u8>, Vec<Vec<K::Act>>) {
+        let w: Vec<u8> = (0..blocks).flat_map(|_| block(rng)).collect();
+        let acts = (0..4)
+            .map(|_| {
+                let x = activations(rng, blocks * K::BLOCK_ELEMS);
+                let mut a = vec![K::Act::default(); blocks];
+                K::Act::quantize(&x, &mut a);
+                a
+            })
+            .collect();
+        (w, acts)
+    }
+
+    /// Every instruction set this machine has, `vec_dot` and `vec_dot_x4`, against the scalar path on a
+    /// 4864-column row (19 K-quant super-blocks: more than any unrolling, not a power of two).
+    pub fn long_row_every_isa<K: WeightKernel>(block: impl Fn(&mut StdRng) -> Vec<u8>) {
+        let mut rng = StdRng::seed_from_u64(4864 ^ K::BLOCK_BYTES as u64);
+        let (w, acts) = long_row::<K>(&mut rng, 4864 / K::BLOCK_ELEMS, &block);
+        let xs = [&acts[0][..], &acts[1], &acts[2], &acts[3]];
+        for isa in Isa::available() {
+            let x4 = K::vec_dot_x4(isa, &w, xs);
+            for (t, a) in acts.iter().enumerate() {
+                let want = K::vec_dot(Isa::Scalar, &w, a);
+                let got = K::vec_dot(isa, &w, a);
+                let tol = 1e-5 * want.abs().max(1.0);
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{} {}: {got} vs scalar {want}",
+                    K::NAME,
+                    isa.name()
+                );
+                assert!(
+                    (x4[t] - want).abs() <= tol,
+                    "{} {} x4[{t}]: {} vs scalar {want}",
+                    K::NAME,
+                    isa.name(),
+                    x4[t]
+                );
+            }
+        }
+    }
+
+    /// Prints ns per row-dot (one weight row · one activation row) of a 4864-column row for every
+    /// instruction set, `vec_dot` and `vec_dot_x4` (which counts four row-dots per call).
+    pub fn timing<K: WeightKernel>(block: impl Fn(&mut StdRng) -> Vec<u8>) {
+        let mut rng = StdRng::seed_from_u64(7);
+        let nb = 4864 / K::BLOCK_ELEMS;
+        // 64 rows (~0.7 MB of Q4_K): past L2, as a matmul's weights are.
+        let rows = 64;
+        let mut w = Vec::new();
+        let mut acts = Vec::new();
+        for _ in 0..rows {
+            let (wr, a) = long_row::<K>(&mut rng, nb, &block);
+            w.extend(wr);
+            if acts.is_empty() {
+                acts = a;
+            }
+        }
+        let xs = [&acts[0][..], &acts[1], &acts[2], &acts[3]];
+        let rb = nb * K::BLOCK_BYTES;
+        for isa in Isa::available() {
+            let reps = if isa == Isa::Scalar { 100 } else { 1000 };
+            let mut sink = 0f32;
+            let t0 = std::time::Instant::now();
+            for _ in 0..reps {
+                for r in 0..rows {
+                    sink += K::vec_dot(
+                        isa,
+                        std::hint::black_box(&w[r * rb..(r + 1) * rb]),
+                        xs[r & 3],
+                    );
+                }
+            }
+            let one = t0.elapsed().as_nanos() as f64 / (reps * rows) as f64;
+            let t0 = std::time::Instant::now();
+            for _ in 0..reps {
+                for r in 0..rows {
+                    let w = std::hint::black_box(&w[r * rb..(r + 1) * rb]);
+                    sink += K::vec_dot_x4(isa, w, xs).iter().sum::<f32>();
+                }
+            }
+            let x4 = t0.elapsed().as_nanos() as f64 / (reps * rows * 4) as f64;
+            println!(
+                "{:>5} {:>10}: vec_dot {one:7.1} ns/row-dot, vec_dot_x4 {x4:7.1} ns/row-dot (sink {sink:.1})",
+                K::NAME,
+                isa.name()
+            );
         }
     }
 }
