@@ -135,7 +135,6 @@ pub(super) mod x86 {
 
     use super::{scales_mins, BLOCK_BYTES};
     use crate::engine::cpu::act::BlockQ8K;
-    use crate::engine::cpu::kernels::f16_at;
 
     /// How many whole blocks every slice holds (the kernels never read past it).
     #[inline(always)]
@@ -145,6 +144,20 @@ pub(super) mod x86 {
         x: &[&[BlockQ8K]; N],
     ) -> usize {
         x.iter().fold(w.len() / bytes, |n, x| n.min(x.len()))
+    }
+
+    /// The f16 pair at `p` (unaligned) as f32s, with F16C.
+    #[inline(always)]
+    pub(in crate::engine::cpu::kernels) unsafe fn f16x2(p: *const u8) -> (f32, f32) {
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+    }
+
+    /// The f16 at `p` (unaligned; reads 2 bytes) as f32, with F16C.
+    #[inline(always)]
+    pub(in crate::engine::cpu::kernels) unsafe fn f16x1(p: *const u8) -> f32 {
+        let bits = (p as *const u16).read_unaligned();
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
     /// Sum of the 8 lanes.
@@ -197,7 +210,7 @@ pub(super) mod x86 {
         let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            let (d, dmin) = (f16_at(wb, 0), f16_at(wb, 2));
+            let (d, dmin) = f16x2(wb.as_ptr());
             let (sc, mn) = scales_mins(&wb[4..16]);
             // The 8 scales as 16-bit words, in both 128-bit lanes (for `pshufb` broadcasts).
             let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
@@ -264,7 +277,7 @@ pub(super) mod x86 {
         let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            let (d, dmin) = (f16_at(wb, 0), f16_at(wb, 2));
+            let (d, dmin) = f16x2(wb.as_ptr());
             let (sc, mn) = scales_mins(&wb[4..16]);
             let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
             let mins2 = mins_paired(mn);
@@ -454,6 +467,9 @@ mod tests {
     #[test]
     #[ignore = "timing: cargo test --release --lib engine::cpu::kernels -- --ignored --nocapture"]
     fn timing() {
-        testing::timing::<Q4K>(block);
+        testing::timing::<Q4K>(
+            block,
+            testing::candle_k_dot::<candle_core::quantized::k_quants::BlockQ4K>,
+        );
     }
 }

@@ -101,9 +101,8 @@ mod x86 {
 
     use super::{scales_mins, BLOCK_BYTES};
     use crate::engine::cpu::act::BlockQ8K;
-    use crate::engine::cpu::kernels::f16_at;
     use crate::engine::cpu::kernels::q4_k::x86::{
-        blocks, finish_block, fold512, hsum, mins_paired, word_mask,
+        blocks, f16x2, finish_block, fold512, hsum, mins_paired, word_mask,
     };
 
     /// One Q5_K row · `N` activation rows, AVX2.
@@ -118,7 +117,7 @@ mod x86 {
         let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            let (d, dmin) = (f16_at(wb, 0), f16_at(wb, 2));
+            let (d, dmin) = f16x2(wb.as_ptr());
             let (sc, mn) = scales_mins(&wb[4..16]);
             let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
             let mins2 = mins_paired(mn);
@@ -185,7 +184,7 @@ mod x86 {
         let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            let (d, dmin) = (f16_at(wb, 0), f16_at(wb, 2));
+            let (d, dmin) = f16x2(wb.as_ptr());
             let (sc, mn) = scales_mins(&wb[4..16]);
             let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
             let mins2 = mins_paired(mn);
@@ -343,6 +342,9 @@ mod tests {
     #[test]
     #[ignore = "timing: cargo test --release --lib engine::cpu::kernels -- --ignored --nocapture"]
     fn timing() {
-        testing::timing::<Q5K>(block);
+        testing::timing::<Q5K>(
+            block,
+            testing::candle_k_dot::<candle_core::quantized::k_quants::BlockQ5K>,
+        );
     }
 }

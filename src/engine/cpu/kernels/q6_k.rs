@@ -121,8 +121,7 @@ mod x86 {
 
     use super::BLOCK_BYTES;
     use crate::engine::cpu::act::BlockQ8K;
-    use crate::engine::cpu::kernels::f16_at;
-    use crate::engine::cpu::kernels::q4_k::x86::{blocks, fold512, hsum};
+    use crate::engine::cpu::kernels::q4_k::x86::{blocks, f16x1, fold512, hsum};
 
     /// A `pshufb` mask broadcasting word `a` over the low 128-bit lane and word `b` over the high one.
     #[inline(always)]
@@ -149,8 +148,8 @@ mod x86 {
         let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            let d = f16_at(wb, 208);
             let p = wb.as_ptr();
+            let d = f16x1(p.add(208));
             // The 16 scales as words; each half's 8 in both 128-bit lanes.
             let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
             let halves = [
@@ -247,8 +246,8 @@ mod x86 {
         let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            let d = f16_at(wb, 208);
             let p = wb.as_ptr();
+            let d = f16x1(p.add(208));
             let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
             let sc512 = _mm512_castsi256_si512(sc);
             // −32·scales, for the offset term (|128·32| fits 16 bits).
@@ -404,6 +403,9 @@ mod tests {
     #[test]
     #[ignore = "timing: cargo test --release --lib engine::cpu::kernels -- --ignored --nocapture"]
     fn timing() {
-        testing::timing::<Q6K>(block);
+        testing::timing::<Q6K>(
+            block,
+            testing::candle_k_dot::<candle_core::quantized::k_quants::BlockQ6K>,
+        );
     }
 }
