@@ -238,11 +238,11 @@ pub(crate) mod testing {
         }
         let xs = [&acts[0][..], &acts[1], &acts[2], &acts[3]];
         let rb = nb * K::BLOCK_BYTES;
-        // The fastest of many short trials: the build machine is shared, and preemption only adds time.
+        // The fastest of 100 short trials: the build machine is shared, and preemption only adds time.
         let best = |f: &mut dyn FnMut() -> f32| {
             let mut best = f64::MAX;
             let mut sink = 0f32;
-            for _ in 0..30 {
+            for _ in 0..100 {
                 let t0 = std::time::Instant::now();
                 sink += f();
                 best = best.min(t0.elapsed().as_nanos() as f64);
