@@ -187,9 +187,27 @@ pub(super) mod x86 {
         _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m))
     }
 
-    /// Adds `dx·(d·isum − dmin·Σ m·bsums)` of one super-block to `acc`.
+    /// Adds `dx·(d·isum − dmin·Σ m·bsums)` of one super-block to `acc` (`d`, `dmin` broadcast once per
+    /// block for all the tokens).
     #[inline(always)]
     pub(in crate::engine::cpu::kernels) unsafe fn finish_block(
+        acc: __m256,
+        isum: __m256i,
+        xb: &BlockQ8K,
+        mins2: __m256i,
+        d: __m256,
+        dmin: __m256,
+    ) -> __m256 {
+        let bs = _mm256_loadu_si256(xb.bsums.as_ptr() as *const __m256i);
+        let msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins2));
+        let block = _mm256_fnmadd_ps(dmin, msum, _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+        _mm256_fmadd_ps(_mm256_set1_ps(xb.d), block, acc)
+    }
+
+    /// [`finish_block`] with `d`, `dmin` as scalars, folded with `dx` per token: two fewer registers held
+    /// across the block, which the AVX2 kernels (16 registers) run faster with.
+    #[inline(always)]
+    pub(in crate::engine::cpu::kernels) unsafe fn finish_block_lean(
         acc: __m256,
         isum: __m256i,
         xb: &BlockQ8K,
@@ -237,7 +255,7 @@ pub(super) mod x86 {
                 }
             }
             for (t, xt) in x.iter().enumerate() {
-                acc[t] = finish_block(acc[t], isum[t], xt.get_unchecked(i), mins2, d, dmin);
+                acc[t] = finish_block_lean(acc[t], isum[t], xt.get_unchecked(i), mins2, d, dmin);
             }
         }
         let mut out = [0f32; N];
@@ -282,6 +300,7 @@ pub(super) mod x86 {
         for i in 0..nb {
             let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
             let (d, dmin) = f16x2(wb.as_ptr());
+            let (d, dmin) = (_mm256_set1_ps(d), _mm256_set1_ps(dmin));
             let (sc, mn) = scales_mins(&wb[4..16]);
             let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
             let mins2 = mins_paired(mn);

@@ -106,7 +106,7 @@ mod x86 {
     use super::{scales_mins, BLOCK_BYTES};
     use crate::engine::cpu::act::BlockQ8K;
     use crate::engine::cpu::kernels::q4_k::x86::{
-        blocks, f16x2, finish_block, fold512, hsum, mins_paired, word_mask,
+        blocks, f16x2, finish_block, finish_block_lean, fold512, hsum, mins_paired, word_mask,
     };
 
     /// One Q5_K row · `N` activation rows, AVX2.
@@ -153,7 +153,7 @@ mod x86 {
                 }
             }
             for (t, xt) in x.iter().enumerate() {
-                acc[t] = finish_block(acc[t], isum[t], xt.get_unchecked(i), mins2, d, dmin);
+                acc[t] = finish_block_lean(acc[t], isum[t], xt.get_unchecked(i), mins2, d, dmin);
             }
         }
         let mut out = [0f32; N];
@@ -189,6 +189,7 @@ mod x86 {
         for i in 0..nb {
             let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
             let (d, dmin) = f16x2(wb.as_ptr());
+            let (d, dmin) = (_mm256_set1_ps(d), _mm256_set1_ps(dmin));
             let (sc, mn) = scales_mins(&wb[4..16]);
             let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
             let mins2 = mins_paired(mn);
