@@ -12,8 +12,9 @@
 //! Paths: plain Rust; AVX2 (`maddubs` nibble×int8 pairs, `madd` by the 16-bit sub-block scale); AVX-512 VNNI
 //! (64 bytes at a time, two sub-blocks per register, `maddubs` then `vpdpwssd` folding the scale multiply
 //! into the accumulate); NEON (`sdot` where the CPU has the dot-product extension, `smull` otherwise). Every
-//! SIMD path is one const-generic body run for 1 token (`vec_dot`) or 4 (`vec_dot_x4`: each weight block
-//! is unpacked once and dotted with four activation rows).
+//! SIMD path is one const-generic body run for 1 token (`vec_dot`) or several (`vec_dot_x4`: each weight
+//! block is unpacked once and dotted with four activation rows; AVX2 takes them two at a time, as four
+//! tokens' accumulators and the unpacked block overflow its 16 registers).
 
 use candle_core::quantized::GgmlDType;
 
