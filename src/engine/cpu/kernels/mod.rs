@@ -297,4 +297,48 @@ pub(crate) mod testing {
             );
         }
     }
+
+    /// Every instruction set against the scalar path on saturated inputs: each of `blocks` (weight blocks
+    /// with extreme quants and scales) as a one-block row, against Q8_K activations all 127, all −128, and
+    /// alternating, so that no 16-bit intermediate of a SIMD path may saturate.
+    pub fn extremes_every_isa<K: WeightKernel<Act = BlockQ8K>>(blocks: &[Vec<u8>]) {
+        let act = |f: &dyn Fn(usize) -> i8| {
+            let mut a = BlockQ8K {
+                d: 1.0 / 127.0,
+                ..Default::default()
+            };
+            for (i, q) in a.qs.iter_mut().enumerate() {
+                *q = f(i);
+            }
+            for (j, s) in a.bsums.iter_mut().enumerate() {
+                *s = a.qs[16 * j..16 * j + 16].iter().map(|&q| q as i16).sum();
+            }
+            vec![a]
+        };
+        let acts = [
+            act(&|_| 127),
+            act(&|_| -128),
+            act(&|i| if i % 2 == 0 { 127 } else { -128 }),
+            act(&|i| if (i / 16) % 2 == 0 { -128 } else { 127 }),
+        ];
+        let xs = [&acts[0][..], &acts[1], &acts[2], &acts[3]];
+        for (b, w) in blocks.iter().enumerate() {
+            assert_eq!(w.len(), K::BLOCK_BYTES);
+            for isa in Isa::available() {
+                let x4 = K::vec_dot_x4(isa, w, xs);
+                for (t, a) in acts.iter().enumerate() {
+                    let want = K::vec_dot(Isa::Scalar, w, a);
+                    let got = K::vec_dot(isa, w, a);
+                    let tol = 1e-5 * want.abs().max(1.0);
+                    assert!(
+                        (got - want).abs() <= tol && (x4[t] - want).abs() <= tol,
+                        "{} {} block {b} activations {t}: {got} (x4 {}) vs scalar {want}",
+                        K::NAME,
+                        isa.name(),
+                        x4[t]
+                    );
+                }
+            }
+        }
+    }
 }

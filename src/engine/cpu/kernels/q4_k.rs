@@ -488,6 +488,21 @@ mod tests {
         testing::long_row_every_isa::<Q4K>(block);
     }
 
+    /// Saturated quants and scales (all bits set; scales/mins 63), and max quants with zero mins.
+    #[test]
+    fn extremes_every_isa() {
+        let one = half::f16::from_f32(1.0).to_le_bytes();
+        let mut full = vec![0xffu8; BLOCK_BYTES];
+        full[..2].copy_from_slice(&one);
+        full[2..4].copy_from_slice(&one);
+        let mut no_min = full.clone();
+        // Scales 63, mins 0: packed bytes 4–7 (mins 0–3, top bits of mins 4–7) clear; packed bytes 8–11
+        // 0x0f (scales 4–7 low bits set, mins 4–7 low bits clear).
+        no_min[8..12].fill(0);
+        no_min[12..16].fill(0x0f);
+        testing::extremes_every_isa::<Q4K>(&[full, no_min]);
+    }
+
     #[test]
     #[ignore = "timing: cargo test --release --lib engine::cpu::kernels -- --ignored --nocapture"]
     fn timing() {

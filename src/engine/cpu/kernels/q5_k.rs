@@ -344,6 +344,18 @@ mod tests {
         testing::long_row_every_isa::<Q5K>(block);
     }
 
+    /// Saturated quants (31 with the fifth bit) and scales.
+    #[test]
+    fn extremes_every_isa() {
+        let one = half::f16::from_f32(1.0).to_le_bytes();
+        let mut full = vec![0xffu8; BLOCK_BYTES];
+        full[..2].copy_from_slice(&one);
+        full[2..4].copy_from_slice(&one);
+        let mut no_high = full.clone();
+        no_high[16..48].fill(0);
+        testing::extremes_every_isa::<Q5K>(&[full, no_high]);
+    }
+
     #[test]
     #[ignore = "timing: cargo test --release --lib engine::cpu::kernels -- --ignored --nocapture"]
     fn timing() {

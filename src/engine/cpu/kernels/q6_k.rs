@@ -400,6 +400,23 @@ mod tests {
         testing::long_row_every_isa::<Q6K>(block);
     }
 
+    /// Quants 63 and 0 (offset −32), scales 127 and −128.
+    #[test]
+    fn extremes_every_isa() {
+        let one = half::f16::from_f32(1.0).to_le_bytes();
+        let mut top = vec![0xffu8; BLOCK_BYTES];
+        top[192..208].fill(0x7f);
+        top[208..].copy_from_slice(&one);
+        let mut bottom = vec![0u8; BLOCK_BYTES];
+        bottom[192..208].fill(0x80);
+        bottom[208..].copy_from_slice(&one);
+        let mut mixed = top.clone();
+        for (i, s) in mixed[192..208].iter_mut().enumerate() {
+            *s = if i % 2 == 0 { 0x80 } else { 0x7f };
+        }
+        testing::extremes_every_isa::<Q6K>(&[top, bottom, mixed]);
+    }
+
     #[test]
     #[ignore = "timing: cargo test --release --lib engine::cpu::kernels -- --ignored --nocapture"]
     fn timing() {
