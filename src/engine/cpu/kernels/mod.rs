@@ -7,6 +7,10 @@ use candle_core::quantized::GgmlDType;
 use super::act::ActBlock;
 use super::isa::Isa;
 
+pub mod q4_k;
+pub mod q5_k;
+pub mod q6_k;
+
 /// A quantized weight type's dot products.
 pub trait WeightKernel: Send + Sync + 'static {
     const NAME: &'static str;
@@ -39,12 +43,13 @@ pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
 #[cfg(test)]
 pub(crate) mod testing {
     use candle_core::quantized::ggml_file::qtensor_from_ggml;
+    use candle_core::quantized::k_quants::GgmlType;
     use candle_core::Device;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
     use super::WeightKernel;
-    use crate::engine::cpu::act::ActBlock;
+    use crate::engine::cpu::act::{ActBlock, BlockQ8K};
     use crate::engine::cpu::isa::Isa;
 
     /// An f16 scale in `[-lim, lim]`, as little-endian bytes.
@@ -137,6 +142,201 @@ pub(crate) mod testing {
                             isa.name()
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// candle's dot product of K-quant rows (`w`: raw blocks of `T`) with Q8_K activations, whose layout
+    /// (`repr(C)` d, qs, bsums) ours shares.
+    pub fn candle_k_dot<T>(w: &[u8], x: &[BlockQ8K]) -> f32
+    where
+        T: GgmlType<VecDotType = candle_core::quantized::k_quants::BlockQ8K>,
+    {
+        let n = w.len() / std::mem::size_of::<T>();
+        assert_eq!(w.as_ptr() as usize % std::mem::align_of::<T>(), 0);
+        // SAFETY: `T` is a `repr(C)` block of plain bytes and f16s, `w` holds `n` of them and is aligned for
+        // them (checked); candle's `BlockQ8K` is `repr(C)` with our `BlockQ8K`'s fields.
+        let (ws, xs) = unsafe {
+            (
+                std::slice::from_raw_parts(w.as_ptr() as *const T, n),
+                std::slice::from_raw_parts(
+                    x.as_ptr() as *const candle_core::quantized::k_quants::BlockQ8K,
+                    x.len(),
+                ),
+            )
+        };
+        T::vec_dot(n * T::BLCK_SIZE, ws, xs)
+    }
+
+    /// One row of `blocks` random blocks and four activation rows for it.
+    fn long_row<K: WeightKernel>(
+        rng: &mut StdRng,
+        blocks: usize,
+        block: &impl Fn(&mut StdRng) -> Vec<u8>,
+    ) -> (Vec<u8>, Vec<Vec<K::Act>>) {
+        let w: Vec<u8> = (0..blocks).flat_map(|_| block(rng)).collect();
+        let acts = (0..4)
+            .map(|_| {
+                let x = activations(rng, blocks * K::BLOCK_ELEMS);
+                let mut a = vec![K::Act::default(); blocks];
+                K::Act::quantize(&x, &mut a);
+                a
+            })
+            .collect();
+        (w, acts)
+    }
+
+    /// Every instruction set this machine has, `vec_dot` and `vec_dot_x4`, against the scalar path on a
+    /// 4864-column row (19 K-quant super-blocks: more than any unrolling, not a power of two).
+    pub fn long_row_every_isa<K: WeightKernel>(block: impl Fn(&mut StdRng) -> Vec<u8>) {
+        let mut rng = StdRng::seed_from_u64(4864 ^ K::BLOCK_BYTES as u64);
+        let (w, acts) = long_row::<K>(&mut rng, 4864 / K::BLOCK_ELEMS, &block);
+        let xs = [&acts[0][..], &acts[1], &acts[2], &acts[3]];
+        for isa in Isa::available() {
+            let x4 = K::vec_dot_x4(isa, &w, xs);
+            for (t, a) in acts.iter().enumerate() {
+                let want = K::vec_dot(Isa::Scalar, &w, a);
+                let got = K::vec_dot(isa, &w, a);
+                let tol = 1e-5 * want.abs().max(1.0);
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{} {}: {got} vs scalar {want}",
+                    K::NAME,
+                    isa.name()
+                );
+                assert!(
+                    (x4[t] - want).abs() <= tol,
+                    "{} {} x4[{t}]: {} vs scalar {want}",
+                    K::NAME,
+                    isa.name(),
+                    x4[t]
+                );
+            }
+        }
+    }
+
+    /// Prints ns per row-dot (one weight row · one activation row) of a 4864-column row for every
+    /// instruction set, `vec_dot` and `vec_dot_x4` (which counts four row-dots per call).
+    /// `baseline` (candle's own dot, which ports ggml's AVX2 code) is timed alongside, under the same load.
+    pub fn timing<K: WeightKernel>(
+        block: impl Fn(&mut StdRng) -> Vec<u8>,
+        baseline: impl Fn(&[u8], &[K::Act]) -> f32,
+    ) {
+        let mut rng = StdRng::seed_from_u64(7);
+        let nb = 4864 / K::BLOCK_ELEMS;
+        // 64 rows (~0.7 MB of Q4_K): past L2, as a matmul's weights are.
+        let rows = 64;
+        let mut w = Vec::new();
+        let mut acts = Vec::new();
+        for _ in 0..rows {
+            let (wr, a) = long_row::<K>(&mut rng, nb, &block);
+            w.extend(wr);
+            if acts.is_empty() {
+                acts = a;
+            }
+        }
+        let xs = [&acts[0][..], &acts[1], &acts[2], &acts[3]];
+        let rb = nb * K::BLOCK_BYTES;
+        // The fastest of 100 short trials: the build machine is shared, and preemption only adds time.
+        let best = |f: &mut dyn FnMut() -> f32| {
+            let mut best = f64::MAX;
+            let mut sink = 0f32;
+            for _ in 0..100 {
+                let t0 = std::time::Instant::now();
+                sink += f();
+                best = best.min(t0.elapsed().as_nanos() as f64);
+            }
+            std::hint::black_box(sink);
+            best
+        };
+        let reps = 20;
+        let base = best(&mut || {
+            let mut sink = 0f32;
+            for _ in 0..reps {
+                for r in 0..rows {
+                    sink += baseline(std::hint::black_box(&w[r * rb..(r + 1) * rb]), xs[r & 3]);
+                }
+            }
+            sink
+        }) / (reps * rows) as f64;
+        println!(
+            "{:>5} {:>10}: vec_dot {base:7.1} ns/row-dot",
+            K::NAME,
+            "candle"
+        );
+        for isa in Isa::available() {
+            let reps = if isa == Isa::Scalar { 2 } else { reps };
+            let one = best(&mut || {
+                let mut sink = 0f32;
+                for _ in 0..reps {
+                    for r in 0..rows {
+                        sink += K::vec_dot(
+                            isa,
+                            std::hint::black_box(&w[r * rb..(r + 1) * rb]),
+                            xs[r & 3],
+                        );
+                    }
+                }
+                sink
+            }) / (reps * rows) as f64;
+            let x4 = best(&mut || {
+                let mut sink = 0f32;
+                for _ in 0..reps {
+                    for r in 0..rows {
+                        let w = std::hint::black_box(&w[r * rb..(r + 1) * rb]);
+                        sink += K::vec_dot_x4(isa, w, xs).iter().sum::<f32>();
+                    }
+                }
+                sink
+            }) / (reps * rows * 4) as f64;
+            println!(
+                "{:>5} {:>10}: vec_dot {one:7.1} ns/row-dot, vec_dot_x4 {x4:7.1} ns/row-dot",
+                K::NAME,
+                isa.name()
+            );
+        }
+    }
+
+    /// Every instruction set against the scalar path on saturated inputs: each of `blocks` (weight blocks
+    /// with extreme quants and scales) as a one-block row, against Q8_K activations all 127, all −128, and
+    /// alternating, so that no 16-bit intermediate of a SIMD path may saturate.
+    pub fn extremes_every_isa<K: WeightKernel<Act = BlockQ8K>>(blocks: &[Vec<u8>]) {
+        let act = |f: &dyn Fn(usize) -> i8| {
+            let mut a = BlockQ8K {
+                d: 1.0 / 127.0,
+                ..Default::default()
+            };
+            for (i, q) in a.qs.iter_mut().enumerate() {
+                *q = f(i);
+            }
+            for (j, s) in a.bsums.iter_mut().enumerate() {
+                *s = a.qs[16 * j..16 * j + 16].iter().map(|&q| q as i16).sum();
+            }
+            vec![a]
+        };
+        let acts = [
+            act(&|_| 127),
+            act(&|_| -128),
+            act(&|i| if i % 2 == 0 { 127 } else { -128 }),
+            act(&|i| if (i / 16) % 2 == 0 { -128 } else { 127 }),
+        ];
+        let xs = [&acts[0][..], &acts[1], &acts[2], &acts[3]];
+        for (b, w) in blocks.iter().enumerate() {
+            assert_eq!(w.len(), K::BLOCK_BYTES);
+            for isa in Isa::available() {
+                let x4 = K::vec_dot_x4(isa, w, xs);
+                for (t, a) in acts.iter().enumerate() {
+                    let want = K::vec_dot(Isa::Scalar, w, a);
+                    let got = K::vec_dot(isa, w, a);
+                    let tol = 1e-5 * want.abs().max(1.0);
+                    assert!(
+                        (got - want).abs() <= tol && (x4[t] - want).abs() <= tol,
+                        "{} {} block {b} activations {t}: {got} (x4 {}) vs scalar {want}",
+                        K::NAME,
+                        isa.name(),
+                        x4[t]
+                    );
                 }
             }
         }
