@@ -6,6 +6,7 @@ mod cli_run;
 mod common;
 mod constraint;
 mod content_guard;
+mod cpu_engine;
 mod doors;
 mod fetch;
 mod generate;

@@ -12,7 +12,7 @@ use candle_core::Device;
 
 use super::act::{ActBlock, ActKind, ActRows, Acts, SyncPtr};
 use super::isa::Isa;
-use super::kernels::WeightKernel;
+use super::kernels::{self, WeightKernel};
 use super::ops;
 use super::pool::ThreadPool;
 use crate::engine::error::{EngineError, Result};
@@ -131,6 +131,9 @@ impl QMatrix {
         isa: Isa,
     ) -> Result<Self> {
         let inner: Box<dyn Rows> = match dtype {
+            GgmlDType::Q4K => Self::typed::<kernels::q4_k::Q4K>(data, rows, cols, isa)?,
+            GgmlDType::Q5K => Self::typed::<kernels::q5_k::Q5K>(data, rows, cols, isa)?,
+            GgmlDType::Q6K => Self::typed::<kernels::q6_k::Q6K>(data, rows, cols, isa)?,
             _ => {
                 let f = qtensor_from_ggml(dtype, &data, vec![rows, cols], &Device::Cpu)?
                     .dequantize(&Device::Cpu)?
@@ -147,7 +150,6 @@ impl QMatrix {
         })
     }
 
-    #[allow(dead_code)]
     fn typed<K: WeightKernel>(
         data: Arc<[u8]>,
         rows: usize,

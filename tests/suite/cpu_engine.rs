@@ -1,0 +1,120 @@
+//! The CPU engine (`engine::cpu`) on the real models: its logits agree with candle's forward pass on the same
+//! weights, a batch of sequences gives each the logits it gets alone, and thread counts do not change results
+//! beyond float rounding.
+
+use agentd::engine::cpu::model::BatchSeq;
+use agentd::engine::gguf::GgufFile;
+use agentd::engine::model::{Model, WeightFormat};
+use candle_core::Device;
+
+use super::common;
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn logits(model: &Model, prompt: &[u32], then: &[u32]) -> Vec<Vec<f32>> {
+    let mut kv = model.new_sequence();
+    let mut out = vec![model.forward(prompt, &mut kv).unwrap().to_vec1().unwrap()];
+    for &t in then {
+        out.push(model.forward(&[t], &mut kv).unwrap().to_vec1().unwrap());
+    }
+    out
+}
+
+/// Prompt + a few decode steps: the CPU engine's logits are candle's (f32 activations, candle's kernels)
+/// within the noise of 8-bit activations.
+fn agrees_with_candle(path: std::path::PathBuf, tolerance: f32) {
+    let gguf = GgufFile::open(&path).unwrap();
+    let ours = Model::load_with_threads(&gguf, &Device::Cpu, WeightFormat::Auto, 2).unwrap();
+    assert!(ours.cpu_engine().is_some());
+    let candle = Model::load(&gguf, &Device::Cpu, WeightFormat::Native).unwrap();
+    assert!(candle.cpu_engine().is_none());
+    let prompt: Vec<u32> = (0..70).map(|i| 200 + (i * 37) % 900).collect();
+    let a = logits(&ours, &prompt, &[11, 400, 7]);
+    let b = logits(&candle, &prompt, &[11, 400, 7]);
+    for (step, (x, y)) in a.iter().zip(&b).enumerate() {
+        let diff = max_abs_diff(x, y);
+        assert!(diff < tolerance, "step {step}: max |Δlogit| {diff}");
+        let top = |v: &[f32]| agentd::engine::sampler::argmax(v);
+        assert_eq!(top(x), top(y), "step {step}: argmax differs (max |Δ| {diff})");
+    }
+}
+
+#[test]
+fn smollm2_logits_agree_with_candle() {
+    agrees_with_candle(common::smollm2_path(), 0.5);
+}
+
+#[test]
+fn qwen_logits_agree_with_candle() {
+    agrees_with_candle(common::qwen_path(), 0.5);
+}
+
+/// Three sequences of different lengths and positions in one batch get the logits each gets alone, and the
+/// batch leaves each KV cache as a lone run would.
+#[test]
+fn a_batch_of_sequences_matches_each_sequence_alone() {
+    let gguf = GgufFile::open(&common::smollm2_path()).unwrap();
+    let model = Model::load_with_threads(&gguf, &Device::Cpu, WeightFormat::Auto, 2).unwrap();
+    let cpu = model.cpu_engine().unwrap();
+    let prompts: [Vec<u32>; 3] = [
+        (0..9).map(|i| 300 + i).collect(),
+        (0..23).map(|i| 1000 + 3 * i).collect(),
+        vec![42],
+    ];
+    let alone: Vec<Vec<f32>> = prompts
+        .iter()
+        .map(|p| {
+            let mut kv = cpu.new_kv();
+            let mut b = [BatchSeq { tokens: p, kv: &mut kv, pos: 0 }];
+            cpu.forward_batch(&mut b).unwrap().pop().unwrap()
+        })
+        .collect();
+    let mut kvs: Vec<_> = prompts.iter().map(|_| cpu.new_kv()).collect();
+    let mut batch: Vec<BatchSeq> = prompts
+        .iter()
+        .zip(kvs.iter_mut())
+        .map(|(p, kv)| BatchSeq { tokens: p, kv, pos: 0 })
+        .collect();
+    let together = cpu.forward_batch(&mut batch).unwrap();
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        assert!(max_abs_diff(a, b) < 1e-3, "sequence {i}: {}", max_abs_diff(a, b));
+    }
+    // A decode step for all three at their own positions, against the same step alone.
+    let next = [5u32, 6, 7];
+    let mut batch: Vec<BatchSeq> = kvs
+        .iter_mut()
+        .zip(&next)
+        .zip(&prompts)
+        .map(|((kv, t), p)| BatchSeq {
+            tokens: std::slice::from_ref(t),
+            kv,
+            pos: p.len(),
+        })
+        .collect();
+    let stepped = cpu.forward_batch(&mut batch).unwrap();
+    for (i, p) in prompts.iter().enumerate() {
+        let mut kv = cpu.new_kv();
+        let mut seq: Vec<u32> = p.clone();
+        seq.push(next[i]);
+        let mut b = [BatchSeq { tokens: &seq, kv: &mut kv, pos: 0 }];
+        let want = cpu.forward_batch(&mut b).unwrap().pop().unwrap();
+        let diff = max_abs_diff(&want, &stepped[i]);
+        assert!(diff < 1e-2, "sequence {i} decode step: {diff}");
+    }
+}
+
+/// One thread and two threads compute the same logits.
+#[test]
+fn thread_count_does_not_change_the_result() {
+    let gguf = GgufFile::open(&common::smollm2_path()).unwrap();
+    let one = Model::load_with_threads(&gguf, &Device::Cpu, WeightFormat::Auto, 1).unwrap();
+    let two = Model::load_with_threads(&gguf, &Device::Cpu, WeightFormat::Auto, 3).unwrap();
+    let prompt: Vec<u32> = (0..40).map(|i| 500 + i).collect();
+    let a = logits(&one, &prompt, &[9]);
+    let b = logits(&two, &prompt, &[9]);
+    for (x, y) in a.iter().zip(&b) {
+        assert!(max_abs_diff(x, y) < 1e-4);
+    }
+}
