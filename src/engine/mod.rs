@@ -4,8 +4,8 @@
 
 pub mod actor;
 pub mod constraint;
-pub mod cpu;
 pub mod content_guard;
+pub mod cpu;
 pub mod detok;
 pub mod device;
 pub mod error;

@@ -87,10 +87,7 @@ pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
             *q = (iscale * v).round().clamp(-128.0, 127.0) as i8;
         }
         for (j, s) in b.bsums.iter_mut().enumerate() {
-            *s = b.qs[16 * j..16 * j + 16]
-                .iter()
-                .map(|&q| q as i16)
-                .sum();
+            *s = b.qs[16 * j..16 * j + 16].iter().map(|&q| q as i16).sum();
         }
         b.d = 1.0 / iscale;
     }
