@@ -131,6 +131,11 @@ impl QMatrix {
         isa: Isa,
     ) -> Result<Self> {
         let inner: Box<dyn Rows> = match dtype {
+            GgmlDType::Q4_0 => Self::typed::<kernels::q4_0::Q4_0>(data, rows, cols, isa)?,
+            GgmlDType::Q4_1 => Self::typed::<kernels::q4_1::Q4_1>(data, rows, cols, isa)?,
+            GgmlDType::Q5_0 => Self::typed::<kernels::q5_0::Q5_0>(data, rows, cols, isa)?,
+            GgmlDType::Q5_1 => Self::typed::<kernels::q5_1::Q5_1>(data, rows, cols, isa)?,
+            GgmlDType::Q8_0 => Self::typed::<kernels::q8_0::Q8_0>(data, rows, cols, isa)?,
             GgmlDType::Q4K => Self::typed::<kernels::q4_k::Q4K>(data, rows, cols, isa)?,
             GgmlDType::Q5K => Self::typed::<kernels::q5_k::Q5K>(data, rows, cols, isa)?,
             GgmlDType::Q6K => Self::typed::<kernels::q6_k::Q6K>(data, rows, cols, isa)?,

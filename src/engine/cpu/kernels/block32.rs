@@ -1,0 +1,386 @@
+//! The loops shared by the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), which all dot with
+//! [`BlockQ8`] activations. A type says how to turn one of its blocks into 32 bytes ([`Block32`]); the drivers
+//! here walk the row, multiply those bytes with the activation quants (one weight unpack serves `N` token rows)
+//! and apply the scales. `vec_dot` is the `N = 1` instance and `vec_dot_x4` the `N = 4` one of the same code,
+//! so a token's result is bit-identical whichever way it was batched.
+//!
+//! Two kinds of block:
+//! - signed (Q4_0, Q5_0, Q8_0): weights are `d · w` with `w` an i8; the block sum is `d_w d_x Σ w y`.
+//! - with a min (Q4_1, Q5_1): weights are `d · q + m` with `0 ≤ q < 32`; the block sum is
+//!   `d_w d_x Σ q y + m s_x`, with the activation's `s = d_x Σ y` (llama.cpp's `ggml_vec_dot_q4_1_q8_1`).
+//!
+//! Every integer sum is exact; only the per-block scaling and the accumulation are float.
+
+use super::f16_at;
+use crate::engine::cpu::act::BlockQ8;
+use crate::engine::cpu::isa::Isa;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+#[cfg(target_arch = "aarch64")]
+use std::arch::aarch64::*;
+
+/// A 32-value weight block layout, as the drivers see it. The f16 `d` is always the block's first two bytes,
+/// and the f16 `m` (types with a min) the next two.
+pub(super) trait Block32 {
+    /// Bytes per block.
+    const BYTES: usize;
+    /// Whether the unpacked weights are signed i8 (`d · w`) or unsigned bytes below 32 with a min (`d · q + m`).
+    const SIGNED: bool;
+
+    /// `Σ w_j y_j` over one block (`b` is the block's `BYTES` bytes), the weights as the unpack functions give
+    /// them: signed values for signed types, the unsigned quants (without `m`) for the others.
+    fn idot(b: &[u8], y: &[i8; 32]) -> i32;
+
+    /// The 32 unpacked weights (element `j` in byte `j`).
+    ///
+    /// # Safety
+    /// `p` points at `BYTES` readable bytes; the processor has AVX2.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unpack_avx2(p: *const u8) -> __m256i;
+
+    /// As [`Block32::unpack_avx2`], free to use AVX-512 BW/VL (mask registers).
+    ///
+    /// # Safety
+    /// `p` points at `BYTES` readable bytes; the processor has AVX2 and AVX-512 F/BW/VL.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unpack_avx512(p: *const u8) -> __m256i;
+
+    /// The 32 unpacked weights as two halves (elements 0..16, 16..32), always as i8 (values below 32 for
+    /// the unsigned types).
+    ///
+    /// # Safety
+    /// `p` points at `BYTES` readable bytes.
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t);
+}
+
+/// Blocks a call can cover: what the weight row and every activation row hold (callers pass equal lengths;
+/// the minimum keeps the SIMD paths in bounds whatever they pass).
+fn blocks<B: Block32, const N: usize>(w: &[u8], x: &[&[BlockQ8]; N]) -> usize {
+    x.iter().fold(w.len() / B::BYTES, |n, x| n.min(x.len()))
+}
+
+/// The weight row `w` dotted with `N` activation rows on the best path `isa` allows.
+#[inline]
+pub(super) fn dot<B: Block32, const N: usize>(isa: Isa, w: &[u8], x: [&[BlockQ8]; N]) -> [f32; N] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if isa.has_avx512() {
+            // SAFETY: `has_avx512` checked AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI on this processor.
+            return unsafe { x86::dot_avx512::<B, N>(w, x) };
+        }
+        if isa.has_avx2() {
+            // SAFETY: `has_avx2` checked AVX2, FMA and F16C on this processor.
+            return unsafe { x86::dot_avx2::<B, N>(w, x) };
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if isa.has_neon() {
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                // SAFETY: NEON is part of aarch64 and the dot-product extension was just detected.
+                return unsafe { neon::dot_sdot::<B, N>(w, x) };
+            }
+            // SAFETY: NEON is part of every aarch64 processor.
+            return unsafe { neon::dot_mull::<B, N>(w, x) };
+        }
+    }
+    let _ = isa;
+    dot_scalar::<B, N>(w, x)
+}
+
+/// The portable path: integer block sums, then the scales (plus the min term for the unsigned types).
+pub(super) fn dot_scalar<B: Block32, const N: usize>(w: &[u8], x: [&[BlockQ8]; N]) -> [f32; N] {
+    let nb = blocks::<B, N>(w, &x);
+    x.map(|x| {
+        let mut sum = 0f32;
+        for (b, a) in w.chunks_exact(B::BYTES).zip(&x[..nb]) {
+            sum += f16_at(b, 0) * a.d * B::idot(b, &a.qs) as f32;
+            if !B::SIGNED {
+                sum += f16_at(b, 2) * a.s;
+            }
+        }
+        sum
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod x86 {
+    //! AVX2 and AVX-512 VNNI drivers and the unpacking helpers the types share.
+
+    use super::{blocks, Block32, BlockQ8};
+    use std::arch::x86_64::*;
+
+    /// The 32 nibbles of 16 bytes at `p`: low nibbles are elements 0..16, high nibbles 16..32.
+    ///
+    /// # Safety
+    /// `p` points at 16 readable bytes; the processor has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn nibbles(p: *const u8) -> __m256i {
+        // SAFETY: the caller guarantees 16 readable bytes at `p`; the load is unaligned.
+        let b = unsafe { _mm_loadu_si128(p.cast()) };
+        _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16::<4>(b), b),
+            _mm256_set1_epi8(0x0f),
+        )
+    }
+
+    /// The little-endian u32 at `p` (the Q5 types' fifth bits).
+    ///
+    /// # Safety
+    /// `p` points at 4 readable bytes.
+    #[inline]
+    pub unsafe fn u32_at(p: *const u8) -> u32 {
+        // SAFETY: the caller guarantees 4 readable bytes; `read_unaligned` has no alignment requirement.
+        u32::from_le(unsafe { std::ptr::read_unaligned(p.cast::<u32>()) })
+    }
+
+    /// Byte `j` is 0xff where bit `j` of `bits` is set, else 0 (AVX2 has no byte masks).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub fn bit_bytes(bits: u32) -> __m256i {
+        // Byte j takes the source byte holding its bit (j / 8), then tests bit j % 8 of it.
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(bits as i32),
+            _mm256_setr_epi64x(
+                0,
+                0x0101_0101_0101_0101,
+                0x0202_0202_0202_0202,
+                0x0303_0303_0303_0303,
+            ),
+        );
+        let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select)
+    }
+
+    /// The f16 `d` (lane 0) and, for the types with a min, `m` (lane 1) of the block at `p`.
+    ///
+    /// # Safety
+    /// `p` points at 4 readable bytes; the processor has F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn scales(p: *const u8) -> __m128 {
+        // SAFETY: every block is at least 18 bytes, so its first 4 are readable; the read is unaligned.
+        let raw = unsafe { std::ptr::read_unaligned(p.cast::<i32>()) };
+        _mm_cvtph_ps(_mm_cvtsi32_si128(raw))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// AVX2 has no u8·i8 dot into i32: `maddubs` (pairs into i16, which cannot overflow here: the unsigned
+    /// side is at most 128 and the signed one at most 127 in magnitude) then `madd` with ones.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn mul_avx2(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+    }
+
+    /// VNNI: the u8·i8 products summed by fours straight into i32.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
+    fn mul_vnni(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+    }
+
+    /// One driver body for both instruction sets. Per block: unpack the weights once; signed weights go
+    /// through the sign trick (|w| as the unsigned operand, y with w's sign as the signed one); then per
+    /// token one integer dot, one conversion and one fused multiply-add into that token's 8-lane accumulator.
+    macro_rules! driver {
+        ($(#[$doc:meta])* $name:ident, $features:literal, $unpack:ident, $mul:ident) => {
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// The processor has the features this function is compiled for.
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name<B: Block32, const N: usize>(w: &[u8], x: [&[BlockQ8]; N]) -> [f32; N] {
+                let nb = blocks::<B, N>(w, &x);
+                let mut acc = [_mm256_setzero_ps(); N];
+                let mut mins = [0f32; N];
+                for i in 0..nb {
+                    // SAFETY: i < nb ≤ w.len() / BYTES, so the block's BYTES bytes lie inside `w`.
+                    let (q, dm) = unsafe {
+                        let p = w.as_ptr().add(i * B::BYTES);
+                        (B::$unpack(p), scales(p))
+                    };
+                    let dw = _mm256_broadcastss_ps(dm);
+                    let m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+                    let u = if B::SIGNED { _mm256_sign_epi8(q, q) } else { q };
+                    for t in 0..N {
+                        // SAFETY: i < nb ≤ x[t].len(); `qs` is 32 bytes, read unaligned.
+                        let (a, y) = unsafe {
+                            let a = x[t].get_unchecked(i);
+                            (a, _mm256_loadu_si256(a.qs.as_ptr().cast()))
+                        };
+                        let y = if B::SIGNED { _mm256_sign_epi8(y, q) } else { y };
+                        let d = _mm256_mul_ps(dw, _mm256_set1_ps(a.d));
+                        acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($mul(u, y)), acc[t]);
+                        if !B::SIGNED {
+                            mins[t] += m * a.s;
+                        }
+                    }
+                }
+                let mut out = [0f32; N];
+                for t in 0..N {
+                    out[t] = hsum(acc[t]) + mins[t];
+                }
+                out
+            }
+        };
+    }
+
+    driver!(
+        /// The AVX2 + FMA + F16C path.
+        dot_avx2,
+        "avx2,fma,f16c",
+        unpack_avx2,
+        mul_avx2
+    );
+    driver!(
+        /// The AVX-512 VNNI path (256-bit vectors: `vpdpbusd` replaces `maddubs` + `madd`, and the Q5 types
+        /// take their fifth bits from a mask register).
+        dot_avx512,
+        "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+        unpack_avx512,
+        mul_vnni
+    );
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(super) mod neon {
+    //! NEON drivers: with the dot-product extension (`sdot`) or with widening multiplies (base NEON).
+
+    use super::{blocks, Block32, BlockQ8};
+    use std::arch::aarch64::*;
+
+    /// The 32 nibbles of 16 bytes at `p` as (low nibbles: elements 0..16, high nibbles: 16..32).
+    ///
+    /// # Safety
+    /// `p` points at 16 readable bytes.
+    #[inline]
+    pub unsafe fn nibbles(p: *const u8) -> (uint8x16_t, uint8x16_t) {
+        // SAFETY: the caller guarantees 16 readable bytes; `vld1q_u8` has no alignment requirement.
+        let b = unsafe { vld1q_u8(p) };
+        (vandq_u8(b, vdupq_n_u8(0x0f)), vshrq_n_u8::<4>(b))
+    }
+
+    /// `0x10` in byte `j` of the first half where bit `j` of `bits` is set, and in byte `j` of the second
+    /// half where bit `16 + j` is (the Q5 types' fifth bits, shifted into place).
+    #[inline]
+    pub fn fifth_bits(bits: u32) -> (uint8x16_t, uint8x16_t) {
+        let select = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+        let half = |lo: u32, hi: u32| {
+            let spread = vcombine_u8(vdup_n_u8(lo as u8), vdup_n_u8(hi as u8));
+            vandq_u8(vtstq_u8(spread, select), vdupq_n_u8(0x10))
+        };
+        (half(bits, bits >> 8), half(bits >> 16, bits >> 24))
+    }
+
+    /// `acc + Σ` of the four products per lane, with the dot-product extension.
+    #[inline]
+    #[target_feature(enable = "neon,dotprod")]
+    fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        // SAFETY: `sdot` only reads and writes these registers; the dot-product extension is enabled for
+        // this function (callers reach it only where it was detected).
+        unsafe {
+            std::arch::asm!(
+                "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+                acc = inout(vreg) acc,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+        }
+        acc
+    }
+
+    /// The block's integer dot with `sdot`.
+    #[inline]
+    #[target_feature(enable = "neon,dotprod")]
+    fn idot_sdot(w: (int8x16_t, int8x16_t), y: (int8x16_t, int8x16_t)) -> int32x4_t {
+        sdot(sdot(vdupq_n_s32(0), w.0, y.0), w.1, y.1)
+    }
+
+    /// The block's integer dot with widening multiplies (i8·i8 fits i16) and pairwise widening adds.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn idot_mull(w: (int8x16_t, int8x16_t), y: (int8x16_t, int8x16_t)) -> int32x4_t {
+        let acc = vpaddlq_s16(vmull_s8(vget_low_s8(w.0), vget_low_s8(y.0)));
+        let acc = vpadalq_s16(acc, vmull_high_s8(w.0, y.0));
+        let acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(w.1), vget_low_s8(y.1)));
+        vpadalq_s16(acc, vmull_high_s8(w.1, y.1))
+    }
+
+    /// The f16 `d` and `m` (garbage for the signed types) of the block at `p`, as f32.
+    ///
+    /// # Safety
+    /// `p` points at 4 readable bytes.
+    #[inline]
+    unsafe fn scales(p: *const u8) -> (f32, f32) {
+        // SAFETY: the caller guarantees 4 readable bytes.
+        let b = unsafe { std::slice::from_raw_parts(p, 4) };
+        (super::f16_at(b, 0), super::f16_at(b, 2))
+    }
+
+    macro_rules! driver {
+        ($(#[$doc:meta])* $name:ident, $features:literal, $idot:ident) => {
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// The processor has the features this function is compiled for.
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name<B: Block32, const N: usize>(w: &[u8], x: [&[BlockQ8]; N]) -> [f32; N] {
+                let nb = blocks::<B, N>(w, &x);
+                let mut acc = [vdupq_n_f32(0.0); N];
+                let mut mins = [0f32; N];
+                for i in 0..nb {
+                    // SAFETY: i < nb ≤ w.len() / BYTES, so the block's BYTES bytes lie inside `w`.
+                    let (q, (d, m)) = unsafe {
+                        let p = w.as_ptr().add(i * B::BYTES);
+                        (B::unpack_neon(p), scales(p))
+                    };
+                    for t in 0..N {
+                        // SAFETY: i < nb ≤ x[t].len(); `qs` is 32 bytes.
+                        let (a, y) = unsafe {
+                            let a = x[t].get_unchecked(i);
+                            (a, (vld1q_s8(a.qs.as_ptr()), vld1q_s8(a.qs.as_ptr().add(16))))
+                        };
+                        let s = vcvtq_f32_s32($idot(q, y));
+                        acc[t] = vfmaq_f32(acc[t], s, vdupq_n_f32(d * a.d));
+                        if !B::SIGNED {
+                            mins[t] += m * a.s;
+                        }
+                    }
+                }
+                let mut out = [0f32; N];
+                for t in 0..N {
+                    out[t] = vaddvq_f32(acc[t]) + mins[t];
+                }
+                out
+            }
+        };
+    }
+
+    driver!(
+        /// NEON with the dot-product extension.
+        dot_sdot,
+        "neon,dotprod",
+        idot_sdot
+    );
+    driver!(
+        /// Base NEON.
+        dot_mull,
+        "neon",
+        idot_mull
+    );
+}

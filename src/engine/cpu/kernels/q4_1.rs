@@ -1,0 +1,99 @@
+//! Q4_1 weights (ggml `block_q4_1`, 20 bytes per 32 values): f16 `d`, f16 `m`, then 16 bytes of nibbles,
+//! low nibbles elements 0..16 and high nibbles 16..32; value `j` is `d · q_j + m`. As in llama.cpp's
+//! `ggml_vec_dot_q4_1_q8_1`, a block contributes `d_w d_x Σ q y + m_w s_x` with the activation's
+//! `s = d_x Σ y`.
+
+use candle_core::quantized::GgmlDType;
+
+use super::block32::{self, Block32};
+use super::WeightKernel;
+use crate::engine::cpu::act::BlockQ8;
+use crate::engine::cpu::isa::Isa;
+
+#[cfg(target_arch = "aarch64")]
+use std::arch::aarch64::*;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Q4_1 rows.
+pub struct Q4_1;
+
+impl Block32 for Q4_1 {
+    const BYTES: usize = 20;
+    const SIGNED: bool = false;
+
+    fn idot(b: &[u8], y: &[i8; 32]) -> i32 {
+        let (lo, hi) = y.split_at(16);
+        b[4..20]
+            .iter()
+            .zip(lo.iter().zip(hi))
+            .map(|(&q, (&y0, &y1))| (q & 0x0f) as i32 * y0 as i32 + (q >> 4) as i32 * y1 as i32)
+            .sum()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack_avx2(p: *const u8) -> __m256i {
+        // SAFETY: the block's 16 quant bytes follow its two 2-byte scales (the caller guarantees the block).
+        unsafe { block32::x86::nibbles(p.add(4)) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn unpack_avx512(p: *const u8) -> __m256i {
+        // SAFETY: as for `unpack_avx2`, whose features this function has.
+        unsafe { Self::unpack_avx2(p) }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[inline]
+    unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t) {
+        // SAFETY: the block's 16 quant bytes follow its two 2-byte scales.
+        let (lo, hi) = unsafe { block32::neon::nibbles(p.add(4)) };
+        (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
+    }
+}
+
+impl WeightKernel for Q4_1 {
+    const NAME: &'static str = "q4_1";
+    const DTYPE: GgmlDType = GgmlDType::Q4_1;
+    const BLOCK_ELEMS: usize = 32;
+    const BLOCK_BYTES: usize = <Self as Block32>::BYTES;
+    type Act = BlockQ8;
+
+    fn vec_dot(isa: Isa, w: &[u8], x: &[BlockQ8]) -> f32 {
+        let [r] = block32::dot::<Self, 1>(isa, w, [x]);
+        r
+    }
+
+    fn vec_dot_x4(isa: Isa, w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
+        block32::dot::<Self, 4>(isa, w, x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::Rng;
+
+    use super::Q4_1;
+    use crate::engine::cpu::kernels::testing;
+
+    fn block(rng: &mut rand::rngs::StdRng) -> Vec<u8> {
+        let mut b = testing::scale(rng, 0.05).to_vec();
+        b.extend(testing::scale(rng, 0.4));
+        b.extend((0..16).map(|_| rng.gen::<u8>()));
+        b
+    }
+
+    #[test]
+    fn matches_candle_on_every_isa() {
+        testing::check_kernel::<Q4_1>(block, |a| a.qs.iter().map(|&q| q as f32 * a.d).collect());
+    }
+
+    #[test]
+    fn long_rows_agree_with_scalar_on_every_isa() {
+        testing::check_long_rows::<Q4_1>(block, |a| a.qs.iter().map(|&q| q as f32 * a.d).collect());
+    }
+}
