@@ -51,7 +51,7 @@ pub(super) trait Block32 {
     /// the unsigned types).
     ///
     /// # Safety
-    /// `p` points at `BYTES` readable bytes.
+    /// `p` points at `BYTES` readable bytes; the processor has NEON (every aarch64 one does).
     #[cfg(target_arch = "aarch64")]
     unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t);
 }
@@ -267,6 +267,7 @@ pub(super) mod neon {
     /// # Safety
     /// `p` points at 16 readable bytes.
     #[inline]
+    #[target_feature(enable = "neon")]
     pub unsafe fn nibbles(p: *const u8) -> (uint8x16_t, uint8x16_t) {
         // SAFETY: the caller guarantees 16 readable bytes; `vld1q_u8` has no alignment requirement.
         let b = unsafe { vld1q_u8(p) };
@@ -276,13 +277,19 @@ pub(super) mod neon {
     /// `0x10` in byte `j` of the first half where bit `j` of `bits` is set, and in byte `j` of the second
     /// half where bit `16 + j` is (the Q5 types' fifth bits, shifted into place).
     #[inline]
+    #[target_feature(enable = "neon")]
     pub fn fifth_bits(bits: u32) -> (uint8x16_t, uint8x16_t) {
+        (fifth_bits16(bits), fifth_bits16(bits >> 16))
+    }
+
+    /// `0x10` in byte `j` where bit `j` of the low 16 bits of `bits` is set.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn fifth_bits16(bits: u32) -> uint8x16_t {
+        // Byte j takes the source byte holding its bit (j / 8), then tests bit j % 8 of it.
+        let spread = vcombine_u8(vdup_n_u8(bits as u8), vdup_n_u8((bits >> 8) as u8));
         let select = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
-        let half = |lo: u32, hi: u32| {
-            let spread = vcombine_u8(vdup_n_u8(lo as u8), vdup_n_u8(hi as u8));
-            vandq_u8(vtstq_u8(spread, select), vdupq_n_u8(0x10))
-        };
-        (half(bits, bits >> 8), half(bits >> 16, bits >> 24))
+        vandq_u8(vtstq_u8(spread, select), vdupq_n_u8(0x10))
     }
 
     /// `acc + Σ` of the four products per lane, with the dot-product extension.
@@ -383,4 +390,79 @@ pub(super) mod neon {
         "neon",
         idot_mull
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hint::black_box;
+    use std::time::Instant;
+
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::super::{q4_0::Q4_0, q4_1::Q4_1, q5_0::Q5_0, q5_1::Q5_1, q8_0::Q8_0, WeightKernel};
+    use crate::engine::cpu::act::{quantize_q8, BlockQ8};
+    use crate::engine::cpu::isa::Isa;
+
+    /// Nanoseconds per call of `f`, the best of five rounds of about 10 ms each.
+    fn ns_per_call(mut f: impl FnMut()) -> f64 {
+        let start = Instant::now();
+        let mut calls = 0u64;
+        while start.elapsed().as_millis() < 5 {
+            f();
+            calls += 1;
+        }
+        let per_round = (calls * 2).max(1);
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..per_round {
+                    f();
+                }
+                t.elapsed().as_nanos() as f64 / per_round as f64
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    fn time<K: WeightKernel<Act = BlockQ8>>(rng: &mut StdRng) {
+        for cols in [896usize, 4864] {
+            let blocks = cols / 32;
+            let mut w: Vec<u8> = (0..blocks * K::BLOCK_BYTES).map(|_| rng.gen()).collect();
+            for b in w.chunks_exact_mut(K::BLOCK_BYTES) {
+                // Finite scales (random bytes could be f16 NaN/infinity): d = 0.01, m = −0.1 where present.
+                b[..4].copy_from_slice(&[0x1f, 0x21, 0x66, 0xae]);
+            }
+            let x: Vec<f32> = (0..4 * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let mut a = vec![BlockQ8::default(); 4 * blocks];
+            quantize_q8(&x, &mut a);
+            let a: Vec<&[BlockQ8]> = a.chunks_exact(blocks).collect();
+            let x4 = [a[0], a[1], a[2], a[3]];
+            for isa in Isa::available() {
+                let one = ns_per_call(|| {
+                    black_box(K::vec_dot(isa, black_box(&w), black_box(a[0])));
+                });
+                let four = ns_per_call(|| {
+                    black_box(K::vec_dot_x4(isa, black_box(&w), black_box(x4)));
+                });
+                println!(
+                    "{} {cols:>4} cols {:>10}: vec_dot {one:>7.0} ns/row, vec_dot_x4 {:>7.0} ns/row-dot",
+                    K::NAME,
+                    isa.name(),
+                    four / 4.0
+                );
+            }
+        }
+    }
+
+    /// `cargo test --release --lib engine::cpu::kernels::block32 -- --ignored --nocapture`
+    #[test]
+    #[ignore = "timing, run by hand"]
+    fn timing() {
+        let mut rng = StdRng::seed_from_u64(7);
+        time::<Q4_0>(&mut rng);
+        time::<Q4_1>(&mut rng);
+        time::<Q5_0>(&mut rng);
+        time::<Q5_1>(&mut rng);
+        time::<Q8_0>(&mut rng);
+    }
 }
