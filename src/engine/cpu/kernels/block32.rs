@@ -360,9 +360,10 @@ pub(super) mod neon {
             #[target_feature(enable = $features)]
             pub unsafe fn $name<B: Block32, const N: usize>(w: &[u8], x: [&[BlockQ8]; N]) -> [f32; N] {
                 let nb = blocks::<B, N>(w, &x);
-                let mut acc = [vdupq_n_f32(0.0); N];
-                let mut mins = [0f32; N];
-                for i in 0..nb {
+                // Even and odd blocks into separate accumulators, as on x86.
+                let mut acc = [[vdupq_n_f32(0.0); N]; 2];
+                let mut mins = [[0f32; N]; 2];
+                let mut step = |i: usize, k: usize| {
                     // SAFETY: i < nb ≤ w.len() / BYTES, so the block's BYTES bytes lie inside `w`.
                     let (q, (d, m)) = unsafe {
                         let p = w.as_ptr().add(i * B::BYTES);
@@ -375,15 +376,24 @@ pub(super) mod neon {
                             (a, (vld1q_s8(a.qs.as_ptr()), vld1q_s8(a.qs.as_ptr().add(16))))
                         };
                         let s = vcvtq_f32_s32($idot(q, y));
-                        acc[t] = vfmaq_f32(acc[t], s, vdupq_n_f32(d * a.d));
+                        acc[k][t] = vfmaq_f32(acc[k][t], s, vdupq_n_f32(d * a.d));
                         if !B::SIGNED {
-                            mins[t] += m * a.s;
+                            mins[k][t] += m * a.s;
                         }
                     }
+                };
+                let mut i = 0;
+                while i + 1 < nb {
+                    step(i, 0);
+                    step(i + 1, 1);
+                    i += 2;
+                }
+                if i < nb {
+                    step(i, 0);
                 }
                 let mut out = [0f32; N];
                 for t in 0..N {
-                    out[t] = vaddvq_f32(acc[t]) + mins[t];
+                    out[t] = vaddvq_f32(vaddq_f32(acc[0][t], acc[1][t])) + (mins[0][t] + mins[1][t]);
                 }
                 out
             }
