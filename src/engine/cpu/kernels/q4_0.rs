@@ -51,6 +51,7 @@ impl Block32 for Q4_0 {
 
     #[cfg(target_arch = "aarch64")]
     #[inline]
+    #[target_feature(enable = "neon")]
     unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t) {
         // SAFETY: the block's 16 quant bytes follow its 2-byte scale.
         let (lo, hi) = unsafe { block32::neon::nibbles(p.add(2)) };

@@ -68,6 +68,7 @@ impl Block32 for Q5_0 {
 
     #[cfg(target_arch = "aarch64")]
     #[inline]
+    #[target_feature(enable = "neon")]
     unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t) {
         // SAFETY: the block is 22 bytes: the fifth bits at 2..6, the nibbles at 6..22.
         let (lo, hi, qh) = unsafe {

@@ -66,6 +66,7 @@ impl Block32 for Q5_1 {
 
     #[cfg(target_arch = "aarch64")]
     #[inline]
+    #[target_feature(enable = "neon")]
     unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t) {
         // SAFETY: the block is 24 bytes: the fifth bits at 4..8, the nibbles at 8..24.
         let (lo, hi, qh) = unsafe {

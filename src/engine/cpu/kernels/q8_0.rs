@@ -46,6 +46,7 @@ impl Block32 for Q8_0 {
 
     #[cfg(target_arch = "aarch64")]
     #[inline]
+    #[target_feature(enable = "neon")]
     unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t) {
         // SAFETY: the block's 32 quant bytes follow its 2-byte scale.
         unsafe { (vld1q_s8(p.add(2).cast()), vld1q_s8(p.add(18).cast())) }
