@@ -19,8 +19,8 @@ pub struct EngineArgs {
     /// auto | cpu | cuda | cuda:N | metal
     #[arg(long, default_value = "auto", env = "AGENTD_DEVICE")]
     pub device: String,
-    /// How quantized weights are kept: auto (our Q4_1 kernel; Q5_x requantised to Q8_0 on CPU), native
-    /// (candle's kernels as stored), q8_0 (requantise everything to Q8_0).
+    /// How quantized weights are kept: auto (as stored; on the CPU our own engine and kernels), native (as
+    /// stored, on candle's forward pass and kernels: the reference path), q8_0 (requantise everything to Q8_0).
     #[arg(long, default_value = "auto")]
     pub weights: WeightFormat,
     /// Use only the model cache; fetch nothing.

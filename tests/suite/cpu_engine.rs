@@ -10,7 +10,10 @@ use candle_core::Device;
 use super::common;
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 fn logits(model: &Model, prompt: &[u32], then: &[u32]) -> Vec<Vec<f32>> {
@@ -38,7 +41,11 @@ fn agrees_with_candle(path: std::path::PathBuf, tolerance: f32) {
         let diff = max_abs_diff(x, y);
         assert!(diff < tolerance, "step {step}: max |Δlogit| {diff}");
         let top = |v: &[f32]| agentd::engine::sampler::argmax(v);
-        assert_eq!(top(x), top(y), "step {step}: argmax differs (max |Δ| {diff})");
+        assert_eq!(
+            top(x),
+            top(y),
+            "step {step}: argmax differs (max |Δ| {diff})"
+        );
     }
 }
 
@@ -68,7 +75,11 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
         .iter()
         .map(|p| {
             let mut kv = cpu.new_kv();
-            let mut b = [BatchSeq { tokens: p, kv: &mut kv, pos: 0 }];
+            let mut b = [BatchSeq {
+                tokens: p,
+                kv: &mut kv,
+                pos: 0,
+            }];
             cpu.forward_batch(&mut b).unwrap().pop().unwrap()
         })
         .collect();
@@ -76,11 +87,19 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
     let mut batch: Vec<BatchSeq> = prompts
         .iter()
         .zip(kvs.iter_mut())
-        .map(|(p, kv)| BatchSeq { tokens: p, kv, pos: 0 })
+        .map(|(p, kv)| BatchSeq {
+            tokens: p,
+            kv,
+            pos: 0,
+        })
         .collect();
     let together = cpu.forward_batch(&mut batch).unwrap();
     for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
-        assert!(max_abs_diff(a, b) < 1e-3, "sequence {i}: {}", max_abs_diff(a, b));
+        assert!(
+            max_abs_diff(a, b) < 1e-3,
+            "sequence {i}: {}",
+            max_abs_diff(a, b)
+        );
     }
     // A decode step for all three at their own positions, against the same step alone.
     let next = [5u32, 6, 7];
@@ -99,7 +118,11 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
         let mut kv = cpu.new_kv();
         let mut seq: Vec<u32> = p.clone();
         seq.push(next[i]);
-        let mut b = [BatchSeq { tokens: &seq, kv: &mut kv, pos: 0 }];
+        let mut b = [BatchSeq {
+            tokens: &seq,
+            kv: &mut kv,
+            pos: 0,
+        }];
         let want = cpu.forward_batch(&mut b).unwrap().pop().unwrap();
         let diff = max_abs_diff(&want, &stepped[i]);
         assert!(diff < 1e-2, "sequence {i} decode step: {diff}");

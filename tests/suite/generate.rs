@@ -65,7 +65,7 @@ fn check_greedy_against_reference(format: WeightFormat, min_margin: f64, toleran
     assert!(checked >= 50, "only {checked} steps had a clear margin");
 }
 
-/// The default format: Q4_1 on our SIMD kernel.
+/// The default format: the CPU engine (`engine::cpu`, Q4_1 and Q8_0 on its own kernels).
 #[test]
 fn greedy_matches_llama_cpp_default_kernel() {
     check_greedy_against_reference(WeightFormat::Auto, 0.5, 0.5);

@@ -52,17 +52,53 @@ struct Embedding {
 }
 
 impl Embedding {
+    /// Writes the embedding of `token` into `out` (`cols` values).
     fn row(&self, token: u32, out: &mut [f32]) -> Result<()> {
+        use candle_core::quantized::k_quants as kq;
         let at = token as usize * self.row_bytes;
         let bytes = self.data.get(at..at + self.row_bytes).ok_or_else(|| {
             EngineError::Internal(format!("token id {token} is outside the vocabulary"))
         })?;
-        let row = qtensor_from_ggml(self.dtype, bytes, vec![self.cols], &Device::Cpu)?
-            .dequantize(&Device::Cpu)?
-            .to_vec1::<f32>()?;
-        out.copy_from_slice(&row);
+        let done = match self.dtype {
+            GgmlDType::Q4_0 => to_float::<kq::BlockQ4_0>(bytes, out),
+            GgmlDType::Q4_1 => to_float::<kq::BlockQ4_1>(bytes, out),
+            GgmlDType::Q5_0 => to_float::<kq::BlockQ5_0>(bytes, out),
+            GgmlDType::Q5_1 => to_float::<kq::BlockQ5_1>(bytes, out),
+            GgmlDType::Q8_0 => to_float::<kq::BlockQ8_0>(bytes, out),
+            GgmlDType::Q2K => to_float::<kq::BlockQ2K>(bytes, out),
+            GgmlDType::Q3K => to_float::<kq::BlockQ3K>(bytes, out),
+            GgmlDType::Q4K => to_float::<kq::BlockQ4K>(bytes, out),
+            GgmlDType::Q5K => to_float::<kq::BlockQ5K>(bytes, out),
+            GgmlDType::Q6K => to_float::<kq::BlockQ6K>(bytes, out),
+            _ => false,
+        };
+        if !done {
+            // f32/f16/bf16 tables (and any block the cast below refused): through a one-row tensor.
+            let row = qtensor_from_ggml(self.dtype, bytes, vec![self.cols], &Device::Cpu)?
+                .dequantize(&Device::Cpu)?
+                .to_vec1::<f32>()?;
+            out.copy_from_slice(&row);
+        }
         Ok(())
     }
+}
+
+/// Dequantizes `bytes` (whole blocks of `T`) into `out` without copying, when the bytes are aligned for `T`.
+fn to_float<T: candle_core::quantized::GgmlType>(bytes: &[u8], out: &mut [f32]) -> bool {
+    let size = std::mem::size_of::<T>();
+    if size == 0
+        || !bytes.len().is_multiple_of(size)
+        || bytes.len() / size * T::BLCK_SIZE != out.len()
+        || !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+    {
+        return false;
+    }
+    // SAFETY: candle's block types are `repr(C)` structs of plain numbers (any bit pattern is a value), the
+    // pointer is aligned for `T` (checked above) and the slice covers exactly `len / size` blocks.
+    let blocks =
+        unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, bytes.len() / size) };
+    T::to_float(blocks, out);
+    true
 }
 
 #[derive(Default)]
@@ -79,6 +115,8 @@ struct Scratch {
     scores: Vec<f32>,
     /// Per batch row: (sequence index, absolute position).
     rows: Vec<(usize, usize)>,
+    /// The batch row of each sequence's last token.
+    last: Vec<usize>,
 }
 
 /// A decoder loaded for the CPU engine.
@@ -358,10 +396,7 @@ impl CpuModel {
                     &s.v[row * kvw..(row + 1) * kvw],
                 );
             }
-            {
-                let kvs: Vec<&CpuKv> = batch.iter().map(|b| &*b.kv).collect();
-                self.attention(s, &kvs, li, max_len);
-            }
+            self.attention(s, batch, li, max_len);
             let att = &s.att;
             s.acts.reset(t_all, qw, &[layer.o.act_kind()]);
             s.acts.fill(&self.pool, &|r, row| {
@@ -400,13 +435,13 @@ impl CpuModel {
             ops::add(self.isa, &mut s.x[..t_all * h], &s.tmp[..t_all * h]);
         }
         // The last row of every sequence: final norm and the output head.
-        let mut last = Vec::with_capacity(batch.len());
+        s.last.clear();
         let mut end = 0;
         for b in batch.iter() {
             end += b.tokens.len();
-            last.push(end - 1);
+            s.last.push(end - 1);
         }
-        let (x, norm, isa) = (&s.x, &self.norm, self.isa);
+        let (x, norm, isa, last) = (&s.x, &self.norm, self.isa, &s.last);
         s.acts.reset(last.len(), h, &[self.output.act_kind()]);
         s.acts.fill(&self.pool, &|i, row| {
             let r = last[i];
@@ -479,7 +514,7 @@ impl CpuModel {
     }
 
     /// Causal grouped-query attention of every row over its own sequence's cache, into `s.att`.
-    fn attention(&self, s: &mut Scratch, kvs: &[&CpuKv], layer: usize, max_len: usize) {
+    fn attention(&self, s: &mut Scratch, batch: &[BatchSeq<'_>], layer: usize, max_len: usize) {
         let cfg = &self.config;
         let d = cfg.head_dim;
         let (n_head, n_kv) = (cfg.n_head, cfg.n_kv_head);
@@ -497,8 +532,8 @@ impl CpuModel {
                 let (r, kvh) = (item / n_kv, item % n_kv);
                 let (si, pos) = rows[r];
                 let len = pos + 1;
-                let keys = kvs[si].keys(layer, kvh, len);
-                let values = kvs[si].values(layer, kvh, len);
+                let keys = batch[si].kv.keys(layer, kvh, len);
+                let values = batch[si].kv.values(layer, kvh, len);
                 for hh in kvh * n_rep..(kvh + 1) * n_rep {
                     let qh = &q[r * qw + hh * d..r * qw + (hh + 1) * d];
                     let sc = &mut sc[..len];

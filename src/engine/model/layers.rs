@@ -3,10 +3,9 @@
 
 use std::io::{Read, Seek};
 
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 
-use super::q4_1::Q4_1Matrix;
 use super::{requantise, to_q8_0, DecoderConfig, RopeStyle, WeightFormat};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
@@ -39,16 +38,9 @@ impl<R: Read + Seek> LoadCtx<'_, R> {
             })
     }
 
-    /// A weight matrix for `x @ Wᵀ`: Q4_1 on the CPU gets our own SIMD kernel (unless the format says
-    /// otherwise); other types are requantised per the weight format and run on candle's kernels.
+    /// A weight matrix for `x @ Wᵀ`, requantised per the weight format, on candle's kernels.
     pub fn matmul(&mut self, name: &str) -> Result<Linear> {
         let mut q = self.raw(name)?;
-        if q.dtype() == GgmlDType::Q4_1 && self.device.is_cpu() && self.format == WeightFormat::Auto
-        {
-            let m = Q4_1Matrix::from_qtensor(&q)?;
-            self.weight_bytes += m.storage_bytes();
-            return Ok(Linear::Q4_1(m));
-        }
         if requantise(self.format, q.dtype(), self.device) {
             q = to_q8_0(q, self.device)?;
         }
@@ -72,14 +64,12 @@ impl<R: Read + Seek> LoadCtx<'_, R> {
 /// A weight matrix applied as `x @ Wᵀ`.
 pub(super) enum Linear {
     Candle(QMatMul),
-    Q4_1(Q4_1Matrix),
 }
 
 impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Linear::Candle(m) => Ok(m.forward(x)?),
-            Linear::Q4_1(m) => m.forward(x),
         }
     }
 }

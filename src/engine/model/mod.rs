@@ -7,7 +7,6 @@
 
 mod layers;
 pub mod llama;
-pub mod q4_1;
 pub mod qwen2;
 
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -130,11 +129,11 @@ impl DecoderConfig {
 /// How quantized weights are kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightFormat {
-    /// On CPU, Q4_1 runs on our own SIMD kernel (exact: the same arithmetic as llama.cpp); the other types
-    /// candle has no SIMD kernel for (Q5_0, Q5_1, Q8_1) are requantised to Q8_0. Elsewhere keep the file's types.
+    /// As stored in the file. On the CPU the CPU engine (`engine::cpu`) runs every type on its own kernel
+    /// (types without one as f32 rows); elsewhere candle's kernels.
     #[default]
     Auto,
-    /// Keep the file's types and candle's kernels (scalar for Q4_1/Q5_x on CPU).
+    /// As stored, always on candle's forward pass and kernels (on the CPU too: the reference path).
     Native,
     /// Requantise every quantized matrix to Q8_0.
     Q8_0,
@@ -365,20 +364,10 @@ fn causal_mask(t: usize, pos: usize, device: &Device) -> Result<Tensor> {
     Ok(Tensor::from_vec(data, (t, kv_len), device)?)
 }
 
-/// Whether `format` asks for `dtype` to be requantised to Q8_0 on `device`.
-fn requantise(format: WeightFormat, dtype: GgmlDType, device: &Device) -> bool {
+/// Whether `format` asks for `dtype` to be requantised to Q8_0 on candle's path.
+fn requantise(format: WeightFormat, dtype: GgmlDType, _device: &Device) -> bool {
     let quantized = !matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-    match format {
-        WeightFormat::Native => false,
-        WeightFormat::Q8_0 => quantized && dtype != GgmlDType::Q8_0,
-        WeightFormat::Auto => {
-            device.is_cpu()
-                && matches!(
-                    dtype,
-                    GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1
-                )
-        }
-    }
+    format == WeightFormat::Q8_0 && quantized && dtype != GgmlDType::Q8_0
 }
 
 fn to_q8_0(q: QTensor, device: &Device) -> Result<QTensor> {
