@@ -5,6 +5,7 @@
 
 use half::f16;
 
+use super::isa::Isa;
 use super::pool::ThreadPool;
 
 /// Values per [`BlockQ8`].
@@ -53,6 +54,29 @@ impl Default for BlockQ8K {
 
 /// Quantizes `x` (a multiple of 32 long) into `out` (`x.len() / 32` blocks).
 pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::Avx2.has_avx2() {
+        // SAFETY: the processor has AVX2 and FMA (checked just above).
+        return unsafe { quantize_q8_avx2(x, out) };
+    }
+    quantize_q8_generic(x, out)
+}
+
+/// The same loops compiled for AVX2 (rounding becomes one instruction instead of a libm call).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [BlockQ8]) {
+    quantize_q8_generic(x, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_q8k_avx2(x: &[f32], out: &mut [BlockQ8K]) {
+    quantize_q8k_generic(x, out)
+}
+
+#[inline(always)]
+fn quantize_q8_generic(x: &[f32], out: &mut [BlockQ8]) {
     debug_assert_eq!(x.len(), out.len() * QK8);
     for (x, b) in x.chunks_exact(QK8).zip(out.iter_mut()) {
         let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
@@ -71,6 +95,16 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
 
 /// Quantizes `x` (a multiple of 256 long) into `out` (`x.len() / 256` blocks).
 pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::Avx2.has_avx2() {
+        // SAFETY: the processor has AVX2 and FMA (checked just above).
+        return unsafe { quantize_q8k_avx2(x, out) };
+    }
+    quantize_q8k_generic(x, out)
+}
+
+#[inline(always)]
+fn quantize_q8k_generic(x: &[f32], out: &mut [BlockQ8K]) {
     debug_assert_eq!(x.len(), out.len() * QK_K);
     for (x, b) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
         let (mut amax, mut max) = (0f32, 0f32);

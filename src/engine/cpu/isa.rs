@@ -69,41 +69,55 @@ impl Isa {
         v
     }
 
-    /// Whether the AVX2 path may run: asked for (AVX-512 implies it) and present. Checked again here so that a
-    /// value made up by a caller can never run an instruction the processor lacks (std caches the detection).
+    /// Whether the AVX2 path may run: asked for (AVX-512 implies it) and present. Checked again here (against
+    /// a detection cached once per process) so that a value made up by a caller can never run an instruction
+    /// the processor lacks.
+    #[inline]
     pub fn has_avx2(self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            matches!(self, Self::Avx2 | Self::Avx512Vnni)
-                && std::is_x86_feature_detected!("avx2")
-                && std::is_x86_feature_detected!("fma")
-                && std::is_x86_feature_detected!("f16c")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
+        matches!(self, Self::Avx2 | Self::Avx512Vnni) && detected().avx2
     }
 
     /// Whether the AVX-512 VNNI path may run: asked for and present.
+    #[inline]
     pub fn has_avx512(self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            self == Self::Avx512Vnni
-                && self.has_avx2()
-                && std::is_x86_feature_detected!("avx512f")
-                && std::is_x86_feature_detected!("avx512bw")
-                && std::is_x86_feature_detected!("avx512vl")
-                && std::is_x86_feature_detected!("avx512vnni")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
+        self == Self::Avx512Vnni && detected().avx512
     }
 
     /// Whether the NEON path may run (always on aarch64).
+    #[inline]
     pub fn has_neon(self) -> bool {
         self == Self::Neon && cfg!(target_arch = "aarch64")
     }
+}
+
+struct Detected {
+    avx2: bool,
+    avx512: bool,
+}
+
+fn detected() -> &'static Detected {
+    static D: std::sync::OnceLock<Detected> = std::sync::OnceLock::new();
+    D.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c");
+            Detected {
+                avx2,
+                avx512: avx2
+                    && std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512vl")
+                    && std::is_x86_feature_detected!("avx512vnni"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Detected {
+                avx2: false,
+                avx512: false,
+            }
+        }
+    })
 }

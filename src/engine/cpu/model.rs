@@ -536,17 +536,9 @@ impl CpuModel {
                 let values = batch[si].kv.values(layer, kvh, len);
                 for hh in kvh * n_rep..(kvh + 1) * n_rep {
                     let qh = &q[r * qw + hh * d..r * qw + (hh + 1) * d];
-                    let sc = &mut sc[..len];
-                    for (j, kj) in keys.chunks_exact(d).enumerate() {
-                        sc[j] = ops::dot(isa, qh, kj) * scale;
-                    }
-                    ops::softmax(sc);
                     // SAFETY: (row r, head hh) is written by this item only.
                     let out = unsafe { att.slice(r * qw + hh * d, d) };
-                    out.fill(0.0);
-                    for (w, vj) in sc.iter().zip(values.chunks_exact(d)) {
-                        ops::axpy(isa, out, *w, vj);
-                    }
+                    ops::attend(isa, qh, keys, values, scale, &mut sc[..len], out);
                 }
             }
         });

@@ -51,6 +51,32 @@ multiversion! {
     pub fn add(y: &mut [f32], x: &[f32]) => add_generic, add_avx2
 }
 
+multiversion! {
+    /// One attention head over `len` cached positions: `scores[j] = q·k_j · scale`, softmax, then
+    /// `out = Σ_j scores[j] · v_j` (`keys`/`values`: `len` rows of `q.len()` values).
+    pub fn attend(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) => attend_generic, attend_avx2
+}
+
+#[inline(always)]
+fn attend_generic(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let d = q.len();
+    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
+        *s = dot_generic(q, k) * scale;
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (w, v) in scores.iter().zip(values.chunks_exact(d)) {
+        axpy_generic(out, *w, v);
+    }
+}
+
 #[inline(always)]
 fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -112,6 +138,7 @@ fn silu_mul_generic(g: &mut [f32], u: &[f32]) {
 }
 
 /// Softmax in place (max-subtracted).
+#[inline(always)]
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;

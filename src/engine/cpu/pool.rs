@@ -155,10 +155,16 @@ fn wait_until(ready: impl Fn() -> bool) {
     let start = Instant::now();
     let mut spins = 0u32;
     while !ready() {
-        spins += 1;
-        if spins < 64 || start.elapsed() < SPIN {
+        spins = spins.wrapping_add(1);
+        // The clock is read once per 128 spins: reading it costs more than a spin.
+        if !spins.is_multiple_of(128) {
             std::hint::spin_loop();
-        } else if start.elapsed() < YIELD {
+            continue;
+        }
+        let waited = start.elapsed();
+        if waited < SPIN {
+            std::hint::spin_loop();
+        } else if waited < YIELD {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(50));
@@ -171,9 +177,15 @@ fn worker(shared: &Shared, index: usize) {
     loop {
         // Wait for a new epoch: spin, yield, then park.
         let start = Instant::now();
+        let mut spins = 0u32;
         loop {
-            if shared.epoch.load(Ordering::SeqCst) != seen {
+            if shared.epoch.load(Ordering::Acquire) != seen {
                 break;
+            }
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(128) {
+                std::hint::spin_loop();
+                continue;
             }
             let waited = start.elapsed();
             if waited < SPIN {
