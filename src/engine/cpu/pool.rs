@@ -233,7 +233,7 @@ mod tests {
             let n = pool.threads();
             for round in 0..200 {
                 let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
-                let data = vec![round; 16];
+                let data = [round; 16];
                 pool.run(&|i, total| {
                     assert_eq!(total, n);
                     assert_eq!(data[0], round);
@@ -281,7 +281,7 @@ mod tests {
                 for i in 0..n {
                     let r = ThreadPool::part(len, i, n, 16);
                     assert_eq!(r.start, next);
-                    assert!(r.start % 16 == 0 || r.start == len);
+                    assert!(r.start.is_multiple_of(16) || r.start == len);
                     next = r.end;
                 }
                 assert_eq!(next, len);
