@@ -449,6 +449,9 @@ impl CpuModel {
         });
         let mut logits = vec![0f32; last.len() * self.vocab_size];
         matmul_many(&self.pool, &s.acts, &mut [(&self.output, &mut logits)]);
+        if batch.len() == 1 {
+            return Ok(vec![logits]);
+        }
         Ok(logits
             .chunks_exact(self.vocab_size)
             .map(|c| c.to_vec())
