@@ -196,9 +196,9 @@ impl Acts {
         let f = SyncPtr(self.f32.as_mut_ptr());
         let q8 = SyncPtr(self.q8.as_mut_ptr());
         let q8k = SyncPtr(self.q8k.as_mut_ptr());
-        pool.run(&|i, n| {
-            for r in ThreadPool::part(rows, i, n, 1) {
-                // SAFETY: threads get disjoint row ranges, and `reset` sized every buffer for `rows` rows.
+        pool.run(rows, &|r, _| {
+            {
+                // SAFETY: each row is one item, run once; `reset` sized every buffer for `rows` rows.
                 let row = unsafe { f.slice(r * cols, cols) };
                 make(r, row);
                 if has_q8 {

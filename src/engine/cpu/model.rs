@@ -489,9 +489,9 @@ impl CpuModel {
             SyncPtr(s.v.as_mut_ptr()),
         );
         let rows = &s.rows;
-        self.pool.run(&|i, n| {
-            for r in ThreadPool::part(t_all, i, n, 1) {
-                // SAFETY: each row belongs to one thread; the buffers hold `t_all` rows.
+        self.pool.run(t_all, &|r, _| {
+            {
+                // SAFETY: each row is one item, run once; the buffers hold `t_all` rows.
                 let (qr, kr, vr) = unsafe {
                     (
                         q.slice(r * qw, qw),
@@ -527,11 +527,10 @@ impl CpuModel {
         let items = s.rows.len() * n_kv;
         let (att, scores) = (SyncPtr(s.att.as_mut_ptr()), SyncPtr(s.scores.as_mut_ptr()));
         let (q, rows, isa) = (&s.q, &s.rows, self.isa);
-        self.pool.run(&|i, n| {
-            // SAFETY: thread `i` owns scores[i * max_len..(i + 1) * max_len] (sized in forward_batch).
-            let sc = unsafe { scores.slice(i * max_len, max_len) };
-            // Interleaved items: later rows attend over more positions; striding balances the threads.
-            for item in (i..items).step_by(n) {
+        self.pool.run(items, &|item, thread| {
+            // SAFETY: thread `thread` alone uses scores[thread * max_len..][..max_len] (sized in forward_batch).
+            let sc = unsafe { scores.slice(thread * max_len, max_len) };
+            {
                 let (r, kvh) = (item / n_kv, item % n_kv);
                 let (si, pos) = rows[r];
                 let len = pos + 1;

@@ -1,8 +1,11 @@
 //! The CPU engine's thread pool: fixed workers that wait for the next job by spinning briefly, then yielding,
-//! then parking (ggml's threadpool idea), so the ~200 matmuls of a decoded token cost no task spawning and no
-//! allocation. `run` is a fork-join: every thread (the caller is thread 0) runs the job with its index, and
-//! `run` returns when all have finished. Under a competing busy process the yield/park stages give the core
-//! back instead of spinning against it.
+//! then parking (ggml's threadpool idea), so the ~200 parallel steps of a decoded token cost no task spawning
+//! and no allocation. A job is `n` items (row blocks of a matmul, rows, attention heads) that the threads claim
+//! one at a time from a shared counter, the caller (thread 0) included; `run` returns when every item is done.
+//!
+//! Claiming instead of a fixed split is what keeps a second busy process from stalling every step: a worker
+//! the OS has descheduled claims nothing, and the threads that run take its share, so a step waits at most
+//! for the one item a preempted thread holds, not for the preempted thread's whole part.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,7 +13,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A job: called once per thread with `(thread index, thread count)`.
+/// A job: called once per item with `(item, thread index)`; the index (< `threads()`) names per-thread scratch.
 type Job<'a> = dyn Fn(usize, usize) + Sync + 'a;
 
 /// How long a waiting thread spins on the job counter before it starts yielding, then parks.
@@ -18,26 +21,31 @@ const SPIN: Duration = Duration::from_micros(50);
 const YIELD: Duration = Duration::from_millis(2);
 
 struct Shared {
-    /// Bumped once per job; a worker runs a job when it sees a new value.
+    /// Bumped once per job; a worker looks for work when it sees a new value.
     epoch: AtomicUsize,
-    /// The current job, valid while `run` waits (its lifetime erased; see `run`).
+    /// The current job, valid while `open` (its lifetime erased; see `run`).
     job: UnsafeCell<Option<*const Job<'static>>>,
-    /// Workers finished with the current job.
-    done: AtomicUsize,
+    /// Items of the current job, the next unclaimed one, and how many are done.
+    items: AtomicUsize,
+    next: AtomicUsize,
+    finished: AtomicUsize,
+    /// The current job may be entered.
+    open: AtomicBool,
+    /// Workers inside the current job (entered, not yet left).
+    active: AtomicUsize,
     /// Workers parked on `wake`.
     sleeping: AtomicUsize,
     quit: AtomicBool,
     panicked: AtomicBool,
-    /// Threads in the pool, the caller included (set once the workers are started).
-    threads: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
 }
 
-// SAFETY: `job` is written only by `run` while no worker reads it (before the epoch is bumped and after every
-// worker reported done), and read by workers only between those two points; everything else is atomic or locked.
+// SAFETY: `job` is written by `run` only while it is closed and no worker is inside (`active == 0`), and read by
+// a worker only after it entered (`active` counted) and saw `open` (set after the write, SeqCst); everything
+// else is atomic or locked.
 unsafe impl Sync for Shared {}
-// SAFETY: as above; the raw pointer is only dereferenced during `run`, which outlives every use.
+// SAFETY: as above; the raw pointer is only dereferenced while `run` waits, which outlives every use.
 unsafe impl Send for Shared {}
 
 pub struct ThreadPool {
@@ -55,11 +63,14 @@ impl ThreadPool {
         let shared = Arc::new(Shared {
             epoch: AtomicUsize::new(0),
             job: UnsafeCell::new(None),
-            done: AtomicUsize::new(0),
+            items: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            open: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
             sleeping: AtomicUsize::new(0),
             quit: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
-            threads: AtomicUsize::new(threads),
             lock: Mutex::new(()),
             wake: Condvar::new(),
         });
@@ -72,15 +83,13 @@ impl ThreadPool {
             match spawned {
                 Ok(handle) => workers.push(handle),
                 Err(e) => {
-                    // The pool works with fewer threads; every job still covers all indices (see `run`).
+                    // The pool works with fewer threads: items are claimed, so the job is covered either way.
                     tracing::warn!(error = %e, "could not start a CPU worker thread");
                     break;
                 }
             }
         }
-        // Fewer than planned if a spawn failed: workers read the count from here, so jobs still cover it all.
         let threads = workers.len() + 1;
-        shared.threads.store(threads, Ordering::SeqCst);
         Self {
             shared,
             workers,
@@ -93,46 +102,57 @@ impl ThreadPool {
         self.threads
     }
 
-    /// Runs `job(i, n)` for every thread index `i < n` in parallel and returns when all have returned. A
-    /// panic in any of them is re-raised here after the others finished.
-    pub fn run(&self, job: &(dyn Fn(usize, usize) + Sync)) {
-        let n = self.threads;
-        if n == 1 {
-            job(0, 1);
+    /// Runs `job(item, thread)` once for every `item < items`, spread over the threads, and returns when all
+    /// are done. A panic in any of them is re-raised here after the others finished.
+    pub fn run(&self, items: usize, job: &(dyn Fn(usize, usize) + Sync)) {
+        if self.threads == 1 || items <= 1 {
+            for i in 0..items {
+                job(i, 0);
+            }
             return;
         }
         let _one = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let shared = &*self.shared;
-        // SAFETY: the lifetime is erased only for the duration of this call: every worker finishes with the
-        // pointer (reports `done`) before this function clears it and returns.
+        // SAFETY: the lifetime is erased only for the duration of this call: the job is closed and every worker
+        // has left it (`active == 0`) before this function clears the pointer and returns.
         let erased: *const Job<'static> = unsafe { std::mem::transmute(job as *const Job<'_>) };
-        // SAFETY: no worker reads `job` now: the previous job's workers all reported done.
+        // SAFETY: the job is closed and no worker is inside (the previous `run` waited for that).
         unsafe { *shared.job.get() = Some(erased) };
-        shared.done.store(0, Ordering::SeqCst);
+        shared.items.store(items, Ordering::SeqCst);
+        shared.next.store(0, Ordering::SeqCst);
+        shared.finished.store(0, Ordering::SeqCst);
+        shared.open.store(true, Ordering::SeqCst);
         shared.epoch.fetch_add(1, Ordering::SeqCst);
         if shared.sleeping.load(Ordering::SeqCst) > 0 {
             let _g = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
             shared.wake.notify_all();
         }
-        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(0, n)));
-        wait_until(|| shared.done.load(Ordering::Acquire) == n - 1);
-        // SAFETY: every worker reported done, so none reads `job` any more.
+        claim(shared, job, 0);
+        wait_until(|| shared.finished.load(Ordering::Acquire) >= items);
+        shared.open.store(false, Ordering::SeqCst);
+        wait_until(|| shared.active.load(Ordering::SeqCst) == 0);
+        // SAFETY: closed, and no worker is inside: none reads `job` any more.
         unsafe { *shared.job.get() = None };
-        if let Err(p) = mine {
-            std::panic::resume_unwind(p);
-        }
         if shared.panicked.swap(false, Ordering::SeqCst) {
             panic!("a CPU worker thread panicked while running a kernel");
         }
     }
+}
 
-    /// Splits `0..len` into `n` nearly equal contiguous parts and returns part `i` (rounded to `align`).
-    pub fn part(len: usize, i: usize, n: usize, align: usize) -> std::ops::Range<usize> {
-        let align = align.max(1);
-        let units = len.div_ceil(align);
-        let start = (units * i / n * align).min(len);
-        let end = (units * (i + 1) / n * align).min(len);
-        start..end
+/// Claims and runs items of the current job until none are left. An item whose call panics still counts as
+/// finished (the panic is recorded and re-raised by `run`).
+fn claim(shared: &Shared, job: &Job<'_>, thread: usize) {
+    let items = shared.items.load(Ordering::SeqCst);
+    loop {
+        let i = shared.next.fetch_add(1, Ordering::Relaxed);
+        if i >= items {
+            return;
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(i, thread)));
+        shared.finished.fetch_add(1, Ordering::Release);
+        if r.is_err() {
+            shared.panicked.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -206,19 +226,16 @@ fn worker(shared: &Shared, index: usize) {
         if shared.quit.load(Ordering::SeqCst) {
             return;
         }
-        // SAFETY: `run` set the job before bumping the epoch and keeps it alive until every worker is done.
-        let job = unsafe { *shared.job.get() };
-        let threads = shared.threads.load(Ordering::SeqCst);
-        if let Some(job) = job {
-            // SAFETY: see above: the pointee outlives this call.
-            let job = unsafe { &*job };
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(index, threads)))
-                .is_err()
-            {
-                shared.panicked.store(true, Ordering::SeqCst);
+        shared.active.fetch_add(1, Ordering::SeqCst);
+        if shared.open.load(Ordering::SeqCst) {
+            // SAFETY: entered (`active` counted) while open: `run` wrote the pointer before opening and keeps
+            // the job alive until `active` drops to 0.
+            if let Some(job) = unsafe { *shared.job.get() } {
+                // SAFETY: see above: the pointee outlives this call.
+                claim(shared, unsafe { &*job }, index);
             }
         }
-        shared.done.fetch_add(1, Ordering::Release);
+        shared.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -227,15 +244,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_index_runs_once_per_job_and_jobs_see_borrowed_data() {
+    fn every_item_runs_once_per_job_and_jobs_see_borrowed_data() {
         for threads in [1, 2, 3, 5] {
             let pool = ThreadPool::new(threads);
             let n = pool.threads();
-            for round in 0..200 {
-                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            for round in 0..300 {
+                let items = round % 37;
+                let hits: Vec<AtomicUsize> = (0..items).map(|_| AtomicUsize::new(0)).collect();
                 let data = [round; 16];
-                pool.run(&|i, total| {
-                    assert_eq!(total, n);
+                pool.run(items, &|i, thread| {
+                    assert!(thread < n);
                     assert_eq!(data[0], round);
                     hits[i].fetch_add(1, Ordering::SeqCst);
                 });
@@ -245,47 +263,33 @@ mod tests {
     }
 
     #[test]
-    fn parked_workers_wake_up() {
+    fn parked_workers_wake_up_and_share_the_items() {
         let pool = ThreadPool::new(2);
         std::thread::sleep(Duration::from_millis(20));
-        let sum = AtomicUsize::new(0);
-        pool.run(&|i, _| {
-            sum.fetch_add(i + 1, Ordering::SeqCst);
+        let by_thread = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        pool.run(400, &|_, t| {
+            std::thread::sleep(Duration::from_micros(20));
+            by_thread[t].fetch_add(1, Ordering::SeqCst);
         });
-        assert_eq!(sum.load(Ordering::SeqCst), 3);
+        let total: usize = by_thread.iter().map(|c| c.load(Ordering::SeqCst)).sum();
+        assert_eq!(total, 400);
     }
 
     #[test]
     fn a_panicking_job_is_re_raised_and_the_pool_still_works() {
         let pool = ThreadPool::new(2);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run(&|i, _| {
-                if i == 1 {
+            pool.run(8, &|i, _| {
+                if i == 5 {
                     panic!("boom");
                 }
             })
         }));
         assert!(r.is_err());
         let count = AtomicUsize::new(0);
-        pool.run(&|_, _| {
+        pool.run(10, &|_, _| {
             count.fetch_add(1, Ordering::SeqCst);
         });
-        assert_eq!(count.load(Ordering::SeqCst), 2);
-    }
-
-    #[test]
-    fn parts_cover_the_range_without_overlap() {
-        for len in [0usize, 1, 7, 64, 100, 896] {
-            for n in 1..5 {
-                let mut next = 0;
-                for i in 0..n {
-                    let r = ThreadPool::part(len, i, n, 16);
-                    assert_eq!(r.start, next);
-                    assert!(r.start.is_multiple_of(16) || r.start == len);
-                    next = r.end;
-                }
-                assert_eq!(next, len);
-            }
-        }
+        assert_eq!(count.load(Ordering::SeqCst), 10);
     }
 }

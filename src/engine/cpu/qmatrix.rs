@@ -1,8 +1,8 @@
 //! A weight matrix used as `y = x · Wᵀ` on the CPU: the rows of the file's own quantized type with its kernel
 //! from [`super::kernels`], or f32 rows for types without one. `matmul_many` runs several matrices that read
-//! the same activations (q/k/v, gate/up) in one pool job; each thread takes a contiguous slice of every
-//! matrix's rows, walks them in blocks that stay in cache, and runs the 4-token micro-kernel across the
-//! token batch (prefill as a tiled GEMM), so a weight block is unpacked once per four tokens.
+//! the same activations (q/k/v, gate/up) in one pool job whose items are blocks of 16 rows (claimed by the
+//! threads one at a time); a block's weights stay in cache while the 4-token micro-kernel walks the token
+//! batch (prefill as a tiled GEMM), so a weight block is unpacked once per four tokens.
 
 use std::sync::Arc;
 
@@ -210,10 +210,19 @@ pub fn matmul_many(pool: &ThreadPool, acts: &Acts, jobs: &mut [(&QMatrix, &mut [
         );
         *slot = Some((*m, SyncPtr(out.as_mut_ptr())));
     }
-    pool.run(&|i, n| {
+    // Items: every matrix's row blocks, in order.
+    let blocks = |m: &QMatrix| m.rows.div_ceil(ROW_BLOCK);
+    let items: usize = targets.iter().flatten().map(|(m, _)| blocks(m)).sum();
+    pool.run(items, &|item, _| {
+        let mut item = item;
         for (m, out) in targets.iter().flatten() {
-            let rows = ThreadPool::part(m.rows, i, n, ROW_BLOCK);
-            m.inner.compute(acts, rows, *out, m.rows);
+            if item < blocks(m) {
+                let r0 = item * ROW_BLOCK;
+                m.inner
+                    .compute(acts, r0..(r0 + ROW_BLOCK).min(m.rows), *out, m.rows);
+                return;
+            }
+            item -= blocks(m);
         }
     });
 }
