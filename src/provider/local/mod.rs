@@ -381,9 +381,7 @@ impl CallMap {
                 }
             }
             OutputDelta::ToolCallEnd { index, call } => {
-                let args = serde_json::from_str(&call.arguments)
-                    .unwrap_or(Value::String(call.arguments.clone()));
-                self.seen.push((call.name, args));
+                self.seen.push(call_key(&call.name, &call.arguments));
                 if let Some(ours) = self.ours(index) {
                     if self.closing {
                         out.end_call_truncated(ours, true);
@@ -417,9 +415,8 @@ impl CallMap {
             return self.show(d, out);
         }
         if let OutputDelta::ToolCallEnd { call, .. } = &d {
-            let args = serde_json::from_str(&call.arguments)
-                .unwrap_or(Value::String(call.arguments.clone()));
-            if self.seen.iter().any(|(n, a)| *n == call.name && *a == args) {
+            let key = call_key(&call.name, &call.arguments);
+            if self.seen.contains(&key) {
                 self.held.clear();
                 self.repeated = true;
                 return;
@@ -429,6 +426,13 @@ impl CallMap {
         }
         self.held.push(d);
     }
+}
+
+/// What makes two calls the same call: the name and the parsed arguments (unparsable ones as their text).
+fn call_key(name: &str, arguments: &str) -> (String, Value) {
+    let args =
+        serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()));
+    (name.to_string(), args)
 }
 
 /// Feeds generated text to the engine's output assembler and forwards what it assembles.
