@@ -47,6 +47,21 @@ pub(super) trait Block32 {
     #[cfg(target_arch = "x86_64")]
     unsafe fn unpack_avx512(p: *const u8) -> __m256i;
 
+    /// For the signed types: the 32 weights plus 128 (`w ^ 0x80`), as the unsigned operand of `vpdpbusd`;
+    /// the VNNI driver takes `128 · Σy` (the activation block's exact `sum`) back off, so that no per-token
+    /// sign trick is needed. Unused for the unsigned types.
+    ///
+    /// # Safety
+    /// As for [`Block32::unpack_avx512`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn unpack_vnni(p: *const u8) -> __m256i {
+        // SAFETY: the caller's guarantees are this function's.
+        let q = unsafe { Self::unpack_avx512(p) };
+        _mm256_xor_si256(q, _mm256_set1_epi8(0x80u8 as i8))
+    }
+
     /// The 32 unpacked weights as two halves (elements 0..16, 16..32), always as i8 (values below 32 for
     /// the unsigned types).
     ///
@@ -178,27 +193,30 @@ pub(super) mod x86 {
     }
 
     /// AVX2 has no u8·i8 dot into i32: `maddubs` (pairs into i16, which cannot overflow here: the unsigned
-    /// side is at most 128 and the signed one at most 127 in magnitude) then `madd` with ones.
+    /// side is at most 128 and the signed one at most 127 in magnitude) then `madd` with ones, added to `acc`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn mul_avx2(u: __m256i, s: __m256i) -> __m256i {
-        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+    fn mul_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+        _mm256_add_epi32(acc, p)
     }
 
-    /// VNNI: the u8·i8 products summed by fours straight into i32.
+    /// VNNI: the u8·i8 products summed by fours straight into `acc`'s i32 lanes.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
-    fn mul_vnni(u: __m256i, s: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+    fn mul_vnni(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, u, s)
     }
 
     /// One driver body for both instruction sets. Per block: unpack the weights once; signed weights go
-    /// through the sign trick (|w| as the unsigned operand, y with w's sign as the signed one); then per
+    /// through the sign trick on AVX2 (|w| as the unsigned operand, y with w's sign as the signed one:
+    /// `maddubs` would saturate on `w + 128`), and as `w + 128` on VNNI, with `−128 · Σy` as the start
+    /// value of the integer dot (exact, and no per-token work besides a scalar move); then per
     /// token one integer dot, one conversion and one fused multiply-add into that token's 8-lane accumulator.
     /// Even and odd blocks go to separate accumulators (two dependency chains: `vec_dot` would otherwise wait
     /// on the FMA latency every block), for every `N` alike, so batching never changes a result.
     macro_rules! driver {
-        ($(#[$doc:meta])* $name:ident, $features:literal, $unpack:ident, $mul:ident) => {
+        ($(#[$doc:meta])* $name:ident, $features:literal, $unpack:ident, $mul:ident, $vnni:literal) => {
             $(#[$doc])*
             ///
             /// # Safety
@@ -213,20 +231,31 @@ pub(super) mod x86 {
                     // SAFETY: i < nb ≤ w.len() / BYTES, so the block's BYTES bytes lie inside `w`.
                     let (q, dm) = unsafe {
                         let p = w.as_ptr().add(i * B::BYTES);
-                        (B::$unpack(p), scales(p))
+                        (
+                            if $vnni && B::SIGNED { B::unpack_vnni(p) } else { B::$unpack(p) },
+                            scales(p),
+                        )
                     };
                     let dw = _mm256_broadcastss_ps(dm);
                     let m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-                    let u = if B::SIGNED { _mm256_sign_epi8(q, q) } else { q };
+                    let sign = B::SIGNED && !$vnni;
+                    let u = if sign { _mm256_sign_epi8(q, q) } else { q };
                     for t in 0..N {
                         // SAFETY: i < nb ≤ x[t].len(); `qs` is 32 bytes, read unaligned.
                         let (a, y) = unsafe {
                             let a = x[t].get_unchecked(i);
                             (a, _mm256_loadu_si256(a.qs.as_ptr().cast()))
                         };
-                        let y = if B::SIGNED { _mm256_sign_epi8(y, q) } else { y };
+                        let y = if sign { _mm256_sign_epi8(y, q) } else { y };
+                        // VNNI, signed types: lane 0 starts at −128 · Σy (|Σy| ≤ 4096), undoing the +128.
+                        let seed = if $vnni && B::SIGNED {
+                            _mm256_zextsi128_si256(_mm_cvtsi32_si128(a.sum.wrapping_mul(-128)))
+                        } else {
+                            _mm256_setzero_si256()
+                        };
                         let d = _mm256_mul_ps(dw, _mm256_set1_ps(a.d));
-                        acc[k][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($mul(u, y)), acc[k][t]);
+                        acc[k][t] =
+                            _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($mul(seed, u, y)), acc[k][t]);
                         if !B::SIGNED {
                             mins[k][t] += m * a.s;
                         }
@@ -255,7 +284,8 @@ pub(super) mod x86 {
         dot_avx2,
         "avx2,fma,f16c",
         unpack_avx2,
-        mul_avx2
+        mul_avx2,
+        false
     );
     driver!(
         /// The AVX-512 VNNI path (256-bit vectors: `vpdpbusd` replaces `maddubs` + `madd`, and the Q5 types
@@ -263,7 +293,8 @@ pub(super) mod x86 {
         dot_avx512,
         "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
         unpack_avx512,
-        mul_vnni
+        mul_vnni,
+        true
     );
 }
 

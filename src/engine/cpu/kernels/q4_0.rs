@@ -49,6 +49,16 @@ impl Block32 for Q4_0 {
         unsafe { Self::unpack_avx2(p) }
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn unpack_vnni(p: *const u8) -> __m256i {
+        // SAFETY: the block's 16 quant bytes follow its 2-byte scale (the caller guarantees the block).
+        let q = unsafe { block32::x86::nibbles(p.add(2)) };
+        // (q − 8) + 128.
+        _mm256_add_epi8(q, _mm256_set1_epi8(120))
+    }
+
     #[cfg(target_arch = "aarch64")]
     #[inline]
     #[target_feature(enable = "neon")]
