@@ -80,15 +80,27 @@ fn blocks<B: Block32, const N: usize>(w: &[u8], x: &[&[BlockQ8]; N]) -> usize {
 /// The weight row `w` dotted with `N` activation rows on the best path `isa` allows.
 #[inline]
 pub(super) fn dot<B: Block32, const N: usize>(isa: Isa, w: &[u8], x: [&[BlockQ8]; N]) -> [f32; N] {
+    let [r] = dot_rows::<B, 1, N>(isa, [w], x);
+    r
+}
+
+/// `M` weight rows each dotted with `N` activation rows: on x86 one pass in which every activation load
+/// serves all `M` rows; each row's results are bit for bit those of [`dot`].
+#[inline]
+pub(super) fn dot_rows<B: Block32, const M: usize, const N: usize>(
+    isa: Isa,
+    w: [&[u8]; M],
+    x: [&[BlockQ8]; N],
+) -> [[f32; N]; M] {
     #[cfg(target_arch = "x86_64")]
     {
         if isa.has_avx512() {
             // SAFETY: `has_avx512` checked AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI on this processor.
-            return unsafe { x86::dot_avx512::<B, N>(w, x) };
+            return unsafe { x86::dot_avx512::<B, M, N>(w, x) };
         }
         if isa.has_avx2() {
             // SAFETY: `has_avx2` checked AVX2, FMA and F16C on this processor.
-            return unsafe { x86::dot_avx2::<B, N>(w, x) };
+            return unsafe { x86::dot_avx2::<B, M, N>(w, x) };
         }
     }
     #[cfg(target_arch = "aarch64")]
@@ -96,14 +108,14 @@ pub(super) fn dot<B: Block32, const N: usize>(isa: Isa, w: &[u8], x: [&[BlockQ8]
         if isa.has_neon() {
             if std::arch::is_aarch64_feature_detected!("dotprod") {
                 // SAFETY: NEON is part of aarch64 and the dot-product extension was just detected.
-                return unsafe { neon::dot_sdot::<B, N>(w, x) };
+                return w.map(|w| unsafe { neon::dot_sdot::<B, N>(w, x) });
             }
             // SAFETY: NEON is part of every aarch64 processor.
-            return unsafe { neon::dot_mull::<B, N>(w, x) };
+            return w.map(|w| unsafe { neon::dot_mull::<B, N>(w, x) });
         }
     }
     let _ = isa;
-    dot_scalar::<B, N>(w, x)
+    w.map(|w| dot_scalar::<B, N>(w, x))
 }
 
 /// The portable path: integer block sums, then the scales (plus the min term for the unsigned types).
@@ -222,42 +234,54 @@ pub(super) mod x86 {
             /// # Safety
             /// The processor has the features this function is compiled for.
             #[target_feature(enable = $features)]
-            pub unsafe fn $name<B: Block32, const N: usize>(w: &[u8], x: [&[BlockQ8]; N]) -> [f32; N] {
-                let nb = blocks::<B, N>(w, &x);
-                let mut acc = [[_mm256_setzero_ps(); N]; 2];
-                let mut mins = [[0f32; N]; 2];
+            pub unsafe fn $name<B: Block32, const M: usize, const N: usize>(
+                w: [&[u8]; M],
+                x: [&[BlockQ8]; N],
+            ) -> [[f32; N]; M] {
+                let nb = w.iter().map(|w| blocks::<B, N>(w, &x)).min().unwrap_or(0);
+                let mut acc = [[[_mm256_setzero_ps(); N]; M]; 2];
+                let mut mins = [[[0f32; N]; M]; 2];
                 // Block `i` into accumulator set `k`.
                 let mut step = |i: usize, k: usize| {
-                    // SAFETY: i < nb ≤ w.len() / BYTES, so the block's BYTES bytes lie inside `w`.
-                    let (q, dm) = unsafe {
-                        let p = w.as_ptr().add(i * B::BYTES);
-                        (
-                            if $vnni && B::SIGNED { B::unpack_vnni(p) } else { B::$unpack(p) },
-                            scales(p),
-                        )
-                    };
-                    let dw = _mm256_broadcastss_ps(dm);
-                    let m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+                    let mut q = [_mm256_setzero_si256(); M];
+                    let mut dm = [_mm_setzero_ps(); M];
+                    for r in 0..M {
+                        // SAFETY: i < nb ≤ w[r].len() / BYTES, so the block's BYTES bytes lie inside `w[r]`.
+                        unsafe {
+                            let p = w[r].as_ptr().add(i * B::BYTES);
+                            q[r] = if $vnni && B::SIGNED { B::unpack_vnni(p) } else { B::$unpack(p) };
+                            dm[r] = scales(p);
+                        }
+                    }
                     let sign = B::SIGNED && !$vnni;
-                    let u = if sign { _mm256_sign_epi8(q, q) } else { q };
                     for t in 0..N {
                         // SAFETY: i < nb ≤ x[t].len(); `qs` is 32 bytes, read unaligned.
                         let (a, y) = unsafe {
                             let a = x[t].get_unchecked(i);
                             (a, _mm256_loadu_si256(a.qs.as_ptr().cast()))
                         };
-                        let y = if sign { _mm256_sign_epi8(y, q) } else { y };
                         // VNNI, signed types: lane 0 starts at −128 · Σy (|Σy| ≤ 4096), undoing the +128.
                         let seed = if $vnni && B::SIGNED {
                             _mm256_zextsi128_si256(_mm_cvtsi32_si128(a.sum.wrapping_mul(-128)))
                         } else {
                             _mm256_setzero_si256()
                         };
-                        let d = _mm256_mul_ps(dw, _mm256_set1_ps(a.d));
-                        acc[k][t] =
-                            _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($mul(seed, u, y)), acc[k][t]);
-                        if !B::SIGNED {
-                            mins[k][t] += m * a.s;
+                        let dy = _mm256_set1_ps(a.d);
+                        for r in 0..M {
+                            let (u, y) = if sign {
+                                (_mm256_sign_epi8(q[r], q[r]), _mm256_sign_epi8(y, q[r]))
+                            } else {
+                                (q[r], y)
+                            };
+                            let d = _mm256_mul_ps(_mm256_broadcastss_ps(dm[r]), dy);
+                            acc[k][r][t] = _mm256_fmadd_ps(
+                                d,
+                                _mm256_cvtepi32_ps($mul(seed, u, y)),
+                                acc[k][r][t],
+                            );
+                            if !B::SIGNED {
+                                mins[k][r][t] += _mm_cvtss_f32(_mm_movehdup_ps(dm[r])) * a.s;
+                            }
                         }
                     }
                 };
@@ -270,9 +294,12 @@ pub(super) mod x86 {
                 if i < nb {
                     step(i, 0);
                 }
-                let mut out = [0f32; N];
-                for t in 0..N {
-                    out[t] = hsum(_mm256_add_ps(acc[0][t], acc[1][t])) + (mins[0][t] + mins[1][t]);
+                let mut out = [[0f32; N]; M];
+                for r in 0..M {
+                    for t in 0..N {
+                        out[r][t] = hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t]))
+                            + (mins[0][r][t] + mins[1][r][t]);
+                    }
                 }
                 out
             }
@@ -480,7 +507,9 @@ mod tests {
     fn time<K: WeightKernel<Act = BlockQ8>>(rng: &mut StdRng) {
         for cols in [896usize, 4864] {
             let blocks = cols / 32;
-            let mut w: Vec<u8> = (0..blocks * K::BLOCK_BYTES).map(|_| rng.gen()).collect();
+            let mut w: Vec<u8> = (0..2 * blocks * K::BLOCK_BYTES)
+                .map(|_| rng.gen())
+                .collect();
             for b in w.chunks_exact_mut(K::BLOCK_BYTES) {
                 // Finite scales (random bytes could be f16 NaN/infinity): d = 0.01, m = −0.1 where present.
                 b[..4].copy_from_slice(&[0x1f, 0x21, 0x66, 0xae]);
@@ -490,18 +519,24 @@ mod tests {
             quantize_q8(&x, &mut a);
             let a: Vec<&[BlockQ8]> = a.chunks_exact(blocks).collect();
             let x4 = [a[0], a[1], a[2], a[3]];
+            let (w, w1) = w.split_at(blocks * K::BLOCK_BYTES);
             for isa in Isa::available() {
                 let one = ns_per_call(|| {
-                    black_box(K::vec_dot(isa, black_box(&w), black_box(a[0])));
+                    black_box(K::vec_dot(isa, black_box(w), black_box(a[0])));
                 });
                 let four = ns_per_call(|| {
-                    black_box(K::vec_dot_x4(isa, black_box(&w), black_box(x4)));
+                    black_box(K::vec_dot_x4(isa, black_box(w), black_box(x4)));
+                });
+                let eight = ns_per_call(|| {
+                    black_box(K::vec_dot_2x4(isa, black_box([w, w1]), black_box(x4)));
                 });
                 println!(
-                    "{} {cols:>4} cols {:>10}: vec_dot {one:>7.0} ns/row, vec_dot_x4 {:>7.0} ns/row-dot",
+                    "{} {cols:>4} cols {:>10}: vec_dot {one:>7.0} ns/row, vec_dot_x4 {:>7.1} ns/row-dot, \
+                     vec_dot_2x4 {:>7.1} ns/row-dot",
                     K::NAME,
                     isa.name(),
-                    four / 4.0
+                    four / 4.0,
+                    eight / 8.0
                 );
             }
         }
