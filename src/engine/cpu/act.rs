@@ -14,12 +14,14 @@ pub const QK8: usize = 32;
 pub const QK_K: usize = 256;
 
 /// 32 activations: `x ≈ d · qs`. `s = d · Σqs` (both f16-rounded, as in Q8_1) serves the offset term of
-/// Q4_1/Q5_1; Q4_0/Q5_0/Q8_0 ignore it.
+/// Q4_1/Q5_1; Q4_0/Q5_0/Q8_0 ignore it. `sum = Σqs` exactly: the VNNI path feeds signed weights as unsigned
+/// bytes `w + 128` and takes `128 · sum` back off.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[repr(C)]
 pub struct BlockQ8 {
     pub d: f32,
     pub s: f32,
+    pub sum: i32,
     pub qs: [i8; QK8],
 }
 
@@ -28,6 +30,7 @@ impl Default for BlockQ8 {
         Self {
             d: 0.0,
             s: 0.0,
+            sum: 0,
             qs: [0; QK8],
         }
     }
@@ -90,6 +93,7 @@ fn quantize_q8_generic(x: &[f32], out: &mut [BlockQ8]) {
         let d16 = f16::from_f32(d);
         b.d = d16.to_f32();
         b.s = (f16::from_f32(sum as f32) * d16).to_f32();
+        b.sum = sum;
     }
 }
 

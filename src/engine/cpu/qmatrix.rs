@@ -1,8 +1,9 @@
 //! A weight matrix used as `y = x · Wᵀ` on the CPU: the rows of the file's own quantized type with its kernel
 //! from [`super::kernels`], or f32 rows for types without one. `matmul_many` runs several matrices that read
 //! the same activations (q/k/v, gate/up) in one pool job whose items are blocks of 16 rows (claimed by the
-//! threads one at a time); a block's weights stay in cache while the 4-token micro-kernel walks the token
-//! batch (prefill as a tiled GEMM), so a weight block is unpacked once per four tokens.
+//! threads one at a time); a block's weights stay in cache while the micro-kernel walks the token batch
+//! (prefill as a tiled GEMM): rows go in pairs across 4 tokens (`vec_dot_2x4`), so a weight block is unpacked
+//! once per four tokens and an activation block loaded once per two rows.
 
 use std::sync::Arc;
 
@@ -57,10 +58,23 @@ where
         while r0 < rows.end {
             let r1 = (r0 + ROW_BLOCK).min(rows.end);
             let mut t = 0;
+            let row = |r: usize| &self.data[r * self.row_bytes..(r + 1) * self.row_bytes];
             while t + 4 <= n {
-                for r in r0..r1 {
-                    let w = &self.data[r * self.row_bytes..(r + 1) * self.row_bytes];
-                    let y = K::vec_dot_x4(self.isa, w, [x(t), x(t + 1), x(t + 2), x(t + 3)]);
+                let x4 = [x(t), x(t + 1), x(t + 2), x(t + 3)];
+                let mut r = r0;
+                while r + 2 <= r1 {
+                    let y = K::vec_dot_2x4(self.isa, [row(r), row(r + 1)], x4);
+                    for (i, y) in y.iter().enumerate() {
+                        for (j, v) in y.iter().enumerate() {
+                            // SAFETY: rows `r`, `r + 1` belong to this thread alone; `t + j < n` rows of
+                            // `stride` fit `out`.
+                            unsafe { *out.0.add((t + j) * stride + r + i) = *v };
+                        }
+                    }
+                    r += 2;
+                }
+                if r < r1 {
+                    let y = K::vec_dot_x4(self.isa, row(r), x4);
                     for (j, v) in y.iter().enumerate() {
                         // SAFETY: row `r` belongs to this thread alone; `t + j < n` rows of `stride` fit `out`.
                         unsafe { *out.0.add((t + j) * stride + r) = *v };
@@ -70,9 +84,8 @@ where
             }
             for t in t..n {
                 for r in r0..r1 {
-                    let w = &self.data[r * self.row_bytes..(r + 1) * self.row_bytes];
                     // SAFETY: as above.
-                    unsafe { *out.0.add(t * stride + r) = K::vec_dot(self.isa, w, x(t)) };
+                    unsafe { *out.0.add(t * stride + r) = K::vec_dot(self.isa, row(r), x(t)) };
                 }
             }
             r0 = r1;

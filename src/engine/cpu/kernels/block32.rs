@@ -47,6 +47,21 @@ pub(super) trait Block32 {
     #[cfg(target_arch = "x86_64")]
     unsafe fn unpack_avx512(p: *const u8) -> __m256i;
 
+    /// For the signed types: the 32 weights plus 128 (`w ^ 0x80`), as the unsigned operand of `vpdpbusd`;
+    /// the VNNI driver takes `128 · Σy` (the activation block's exact `sum`) back off, so that no per-token
+    /// sign trick is needed. Unused for the unsigned types.
+    ///
+    /// # Safety
+    /// As for [`Block32::unpack_avx512`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn unpack_vnni(p: *const u8) -> __m256i {
+        // SAFETY: the caller's guarantees are this function's.
+        let q = unsafe { Self::unpack_avx512(p) };
+        _mm256_xor_si256(q, _mm256_set1_epi8(0x80u8 as i8))
+    }
+
     /// The 32 unpacked weights as two halves (elements 0..16, 16..32), always as i8 (values below 32 for
     /// the unsigned types).
     ///
@@ -65,15 +80,27 @@ fn blocks<B: Block32, const N: usize>(w: &[u8], x: &[&[BlockQ8]; N]) -> usize {
 /// The weight row `w` dotted with `N` activation rows on the best path `isa` allows.
 #[inline]
 pub(super) fn dot<B: Block32, const N: usize>(isa: Isa, w: &[u8], x: [&[BlockQ8]; N]) -> [f32; N] {
+    let [r] = dot_rows::<B, 1, N>(isa, [w], x);
+    r
+}
+
+/// `M` weight rows each dotted with `N` activation rows: on x86 one pass in which every activation load
+/// serves all `M` rows; each row's results are bit for bit those of [`dot`].
+#[inline]
+pub(super) fn dot_rows<B: Block32, const M: usize, const N: usize>(
+    isa: Isa,
+    w: [&[u8]; M],
+    x: [&[BlockQ8]; N],
+) -> [[f32; N]; M] {
     #[cfg(target_arch = "x86_64")]
     {
         if isa.has_avx512() {
             // SAFETY: `has_avx512` checked AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI on this processor.
-            return unsafe { x86::dot_avx512::<B, N>(w, x) };
+            return unsafe { x86::dot_avx512::<B, M, N>(w, x) };
         }
         if isa.has_avx2() {
             // SAFETY: `has_avx2` checked AVX2, FMA and F16C on this processor.
-            return unsafe { x86::dot_avx2::<B, N>(w, x) };
+            return unsafe { x86::dot_avx2::<B, M, N>(w, x) };
         }
     }
     #[cfg(target_arch = "aarch64")]
@@ -81,14 +108,14 @@ pub(super) fn dot<B: Block32, const N: usize>(isa: Isa, w: &[u8], x: [&[BlockQ8]
         if isa.has_neon() {
             if std::arch::is_aarch64_feature_detected!("dotprod") {
                 // SAFETY: NEON is part of aarch64 and the dot-product extension was just detected.
-                return unsafe { neon::dot_sdot::<B, N>(w, x) };
+                return w.map(|w| unsafe { neon::dot_sdot::<B, N>(w, x) });
             }
             // SAFETY: NEON is part of every aarch64 processor.
-            return unsafe { neon::dot_mull::<B, N>(w, x) };
+            return w.map(|w| unsafe { neon::dot_mull::<B, N>(w, x) });
         }
     }
     let _ = isa;
-    dot_scalar::<B, N>(w, x)
+    w.map(|w| dot_scalar::<B, N>(w, x))
 }
 
 /// The portable path: integer block sums, then the scales (plus the min term for the unsigned types).
@@ -178,57 +205,83 @@ pub(super) mod x86 {
     }
 
     /// AVX2 has no u8·i8 dot into i32: `maddubs` (pairs into i16, which cannot overflow here: the unsigned
-    /// side is at most 128 and the signed one at most 127 in magnitude) then `madd` with ones.
+    /// side is at most 128 and the signed one at most 127 in magnitude) then `madd` with ones, added to `acc`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn mul_avx2(u: __m256i, s: __m256i) -> __m256i {
-        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+    fn mul_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+        _mm256_add_epi32(acc, p)
     }
 
-    /// VNNI: the u8·i8 products summed by fours straight into i32.
+    /// VNNI: the u8·i8 products summed by fours straight into `acc`'s i32 lanes.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
-    fn mul_vnni(u: __m256i, s: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+    fn mul_vnni(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, u, s)
     }
 
     /// One driver body for both instruction sets. Per block: unpack the weights once; signed weights go
-    /// through the sign trick (|w| as the unsigned operand, y with w's sign as the signed one); then per
+    /// through the sign trick on AVX2 (|w| as the unsigned operand, y with w's sign as the signed one:
+    /// `maddubs` would saturate on `w + 128`), and as `w + 128` on VNNI, with `−128 · Σy` as the start
+    /// value of the integer dot (exact, and no per-token work besides a scalar move); then per
     /// token one integer dot, one conversion and one fused multiply-add into that token's 8-lane accumulator.
     /// Even and odd blocks go to separate accumulators (two dependency chains: `vec_dot` would otherwise wait
     /// on the FMA latency every block), for every `N` alike, so batching never changes a result.
     macro_rules! driver {
-        ($(#[$doc:meta])* $name:ident, $features:literal, $unpack:ident, $mul:ident) => {
+        ($(#[$doc:meta])* $name:ident, $features:literal, $unpack:ident, $mul:ident, $vnni:literal) => {
             $(#[$doc])*
             ///
             /// # Safety
             /// The processor has the features this function is compiled for.
             #[target_feature(enable = $features)]
-            pub unsafe fn $name<B: Block32, const N: usize>(w: &[u8], x: [&[BlockQ8]; N]) -> [f32; N] {
-                let nb = blocks::<B, N>(w, &x);
-                let mut acc = [[_mm256_setzero_ps(); N]; 2];
-                let mut mins = [[0f32; N]; 2];
+            pub unsafe fn $name<B: Block32, const M: usize, const N: usize>(
+                w: [&[u8]; M],
+                x: [&[BlockQ8]; N],
+            ) -> [[f32; N]; M] {
+                let nb = w.iter().map(|w| blocks::<B, N>(w, &x)).min().unwrap_or(0);
+                let mut acc = [[[_mm256_setzero_ps(); N]; M]; 2];
+                let mut mins = [[[0f32; N]; M]; 2];
                 // Block `i` into accumulator set `k`.
                 let mut step = |i: usize, k: usize| {
-                    // SAFETY: i < nb ≤ w.len() / BYTES, so the block's BYTES bytes lie inside `w`.
-                    let (q, dm) = unsafe {
-                        let p = w.as_ptr().add(i * B::BYTES);
-                        (B::$unpack(p), scales(p))
-                    };
-                    let dw = _mm256_broadcastss_ps(dm);
-                    let m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-                    let u = if B::SIGNED { _mm256_sign_epi8(q, q) } else { q };
+                    let mut q = [_mm256_setzero_si256(); M];
+                    let mut dm = [_mm_setzero_ps(); M];
+                    for r in 0..M {
+                        // SAFETY: i < nb ≤ w[r].len() / BYTES, so the block's BYTES bytes lie inside `w[r]`.
+                        unsafe {
+                            let p = w[r].as_ptr().add(i * B::BYTES);
+                            q[r] = if $vnni && B::SIGNED { B::unpack_vnni(p) } else { B::$unpack(p) };
+                            dm[r] = scales(p);
+                        }
+                    }
+                    let sign = B::SIGNED && !$vnni;
                     for t in 0..N {
                         // SAFETY: i < nb ≤ x[t].len(); `qs` is 32 bytes, read unaligned.
                         let (a, y) = unsafe {
                             let a = x[t].get_unchecked(i);
                             (a, _mm256_loadu_si256(a.qs.as_ptr().cast()))
                         };
-                        let y = if B::SIGNED { _mm256_sign_epi8(y, q) } else { y };
-                        let d = _mm256_mul_ps(dw, _mm256_set1_ps(a.d));
-                        acc[k][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($mul(u, y)), acc[k][t]);
-                        if !B::SIGNED {
-                            mins[k][t] += m * a.s;
+                        // VNNI, signed types: lane 0 starts at −128 · Σy (|Σy| ≤ 4096), undoing the +128.
+                        let seed = if $vnni && B::SIGNED {
+                            _mm256_zextsi128_si256(_mm_cvtsi32_si128(a.sum.wrapping_mul(-128)))
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        let dy = _mm256_set1_ps(a.d);
+                        for r in 0..M {
+                            let (u, y) = if sign {
+                                (_mm256_sign_epi8(q[r], q[r]), _mm256_sign_epi8(y, q[r]))
+                            } else {
+                                (q[r], y)
+                            };
+                            let d = _mm256_mul_ps(_mm256_broadcastss_ps(dm[r]), dy);
+                            acc[k][r][t] = _mm256_fmadd_ps(
+                                d,
+                                _mm256_cvtepi32_ps($mul(seed, u, y)),
+                                acc[k][r][t],
+                            );
+                            if !B::SIGNED {
+                                mins[k][r][t] += _mm_cvtss_f32(_mm_movehdup_ps(dm[r])) * a.s;
+                            }
                         }
                     }
                 };
@@ -241,9 +294,12 @@ pub(super) mod x86 {
                 if i < nb {
                     step(i, 0);
                 }
-                let mut out = [0f32; N];
-                for t in 0..N {
-                    out[t] = hsum(_mm256_add_ps(acc[0][t], acc[1][t])) + (mins[0][t] + mins[1][t]);
+                let mut out = [[0f32; N]; M];
+                for r in 0..M {
+                    for t in 0..N {
+                        out[r][t] = hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t]))
+                            + (mins[0][r][t] + mins[1][r][t]);
+                    }
                 }
                 out
             }
@@ -255,7 +311,8 @@ pub(super) mod x86 {
         dot_avx2,
         "avx2,fma,f16c",
         unpack_avx2,
-        mul_avx2
+        mul_avx2,
+        false
     );
     driver!(
         /// The AVX-512 VNNI path (256-bit vectors: `vpdpbusd` replaces `maddubs` + `madd`, and the Q5 types
@@ -263,7 +320,8 @@ pub(super) mod x86 {
         dot_avx512,
         "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
         unpack_avx512,
-        mul_vnni
+        mul_vnni,
+        true
     );
 }
 
@@ -449,7 +507,9 @@ mod tests {
     fn time<K: WeightKernel<Act = BlockQ8>>(rng: &mut StdRng) {
         for cols in [896usize, 4864] {
             let blocks = cols / 32;
-            let mut w: Vec<u8> = (0..blocks * K::BLOCK_BYTES).map(|_| rng.gen()).collect();
+            let mut w: Vec<u8> = (0..2 * blocks * K::BLOCK_BYTES)
+                .map(|_| rng.gen())
+                .collect();
             for b in w.chunks_exact_mut(K::BLOCK_BYTES) {
                 // Finite scales (random bytes could be f16 NaN/infinity): d = 0.01, m = −0.1 where present.
                 b[..4].copy_from_slice(&[0x1f, 0x21, 0x66, 0xae]);
@@ -459,18 +519,24 @@ mod tests {
             quantize_q8(&x, &mut a);
             let a: Vec<&[BlockQ8]> = a.chunks_exact(blocks).collect();
             let x4 = [a[0], a[1], a[2], a[3]];
+            let (w, w1) = w.split_at(blocks * K::BLOCK_BYTES);
             for isa in Isa::available() {
                 let one = ns_per_call(|| {
-                    black_box(K::vec_dot(isa, black_box(&w), black_box(a[0])));
+                    black_box(K::vec_dot(isa, black_box(w), black_box(a[0])));
                 });
                 let four = ns_per_call(|| {
-                    black_box(K::vec_dot_x4(isa, black_box(&w), black_box(x4)));
+                    black_box(K::vec_dot_x4(isa, black_box(w), black_box(x4)));
+                });
+                let eight = ns_per_call(|| {
+                    black_box(K::vec_dot_2x4(isa, black_box([w, w1]), black_box(x4)));
                 });
                 println!(
-                    "{} {cols:>4} cols {:>10}: vec_dot {one:>7.0} ns/row, vec_dot_x4 {:>7.0} ns/row-dot",
+                    "{} {cols:>4} cols {:>10}: vec_dot {one:>7.0} ns/row, vec_dot_x4 {:>7.1} ns/row-dot, \
+                     vec_dot_2x4 {:>7.1} ns/row-dot",
                     K::NAME,
                     isa.name(),
-                    four / 4.0
+                    four / 4.0,
+                    eight / 8.0
                 );
             }
         }

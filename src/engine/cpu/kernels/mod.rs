@@ -36,6 +36,12 @@ pub trait WeightKernel: Send + Sync + 'static {
     fn vec_dot_x4(isa: Isa, w: &[u8], x: [&[Self::Act]; 4]) -> [f32; 4] {
         x.map(|x| Self::vec_dot(isa, w, x))
     }
+
+    /// Two weight rows · four activation rows (each activation load serves both rows); row `r`'s results
+    /// are bit for bit `vec_dot_x4(isa, w[r], x)`. The default calls `vec_dot_x4` twice.
+    fn vec_dot_2x4(isa: Isa, w: [&[u8]; 2], x: [&[Self::Act]; 4]) -> [[f32; 4]; 2] {
+        w.map(|w| Self::vec_dot_x4(isa, w, x))
+    }
 }
 
 /// Reads a little-endian f16 at `b[at..at + 2]` as f32.
@@ -375,8 +381,23 @@ pub(crate) mod testing {
                 })
                 .collect();
             let x4 = [&acts[0][..], &acts[1][..], &acts[2][..], &acts[3][..]];
+            let row =
+                |r: usize| &raw[r * blocks * K::BLOCK_BYTES..(r + 1) * blocks * K::BLOCK_BYTES];
+            for isa in Isa::available() {
+                let got2 = K::vec_dot_2x4(isa, [row(0), row(1)], x4);
+                for (r, got) in got2.iter().enumerate() {
+                    let want = K::vec_dot_x4(isa, row(r), x4);
+                    assert_eq!(
+                        got.map(f32::to_bits),
+                        want.map(f32::to_bits),
+                        "{} {cols} cols row {r}: {} 2x4 {got:?} vs x4 {want:?}",
+                        K::NAME,
+                        isa.name()
+                    );
+                }
+            }
             for r in 0..rows {
-                let wr = &raw[r * blocks * K::BLOCK_BYTES..(r + 1) * blocks * K::BLOCK_BYTES];
+                let wr = row(r);
                 let wf = &w[r * cols..(r + 1) * cols];
                 for isa in Isa::available() {
                     let got4 = K::vec_dot_x4(isa, wr, x4);

@@ -49,6 +49,16 @@ impl Block32 for Q4_0 {
         unsafe { Self::unpack_avx2(p) }
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn unpack_vnni(p: *const u8) -> __m256i {
+        // SAFETY: the block's 16 quant bytes follow its 2-byte scale (the caller guarantees the block).
+        let q = unsafe { block32::x86::nibbles(p.add(2)) };
+        // (q − 8) + 128.
+        _mm256_add_epi8(q, _mm256_set1_epi8(120))
+    }
+
     #[cfg(target_arch = "aarch64")]
     #[inline]
     #[target_feature(enable = "neon")]
@@ -77,6 +87,10 @@ impl WeightKernel for Q4_0 {
 
     fn vec_dot_x4(isa: Isa, w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
         block32::dot::<Self, 4>(isa, w, x)
+    }
+
+    fn vec_dot_2x4(isa: Isa, w: [&[u8]; 2], x: [&[BlockQ8]; 4]) -> [[f32; 4]; 2] {
+        block32::dot_rows::<Self, 2, 4>(isa, w, x)
     }
 }
 

@@ -68,6 +68,10 @@ impl WeightKernel for Q8_0 {
     fn vec_dot_x4(isa: Isa, w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
         block32::dot::<Self, 4>(isa, w, x)
     }
+
+    fn vec_dot_2x4(isa: Isa, w: [&[u8]; 2], x: [&[BlockQ8]; 4]) -> [[f32; 4]; 2] {
+        block32::dot_rows::<Self, 2, 4>(isa, w, x)
+    }
 }
 
 #[cfg(test)]
