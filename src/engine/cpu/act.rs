@@ -5,6 +5,7 @@
 
 use half::f16;
 
+#[cfg(target_arch = "x86_64")]
 use super::isa::Isa;
 use super::pool::ThreadPool;
 
