@@ -11,7 +11,9 @@
 //!
 //! Every integer sum is exact; only the per-block scaling and the accumulation are float.
 
-use super::f16_at;
+use candle_core::quantized::GgmlDType;
+
+use super::{f16_at, WeightKernel};
 use crate::engine::cpu::act::BlockQ8;
 use crate::engine::cpu::isa::Isa;
 
@@ -24,6 +26,9 @@ use std::arch::aarch64::*;
 /// A 32-value weight block layout, as the drivers see it. The f16 `d` is always the block's first two bytes,
 /// and the f16 `m` (types with a min) the next two.
 pub(super) trait Block32 {
+    /// The type's name and GGUF type (for [`WeightKernel`]).
+    const NAME: &'static str;
+    const DTYPE: GgmlDType;
     /// Bytes per block.
     const BYTES: usize;
     /// Whether the unpacked weights are signed i8 (`d · w`) or unsigned bytes below 32 with a min (`d · q + m`).
@@ -69,6 +74,28 @@ pub(super) trait Block32 {
     /// `p` points at `BYTES` readable bytes; the processor has NEON (every aarch64 one does).
     #[cfg(target_arch = "aarch64")]
     unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t);
+}
+
+/// Every 32-value block type is a [`WeightKernel`] through the drivers below.
+impl<B: Block32 + Send + Sync + 'static> WeightKernel for B {
+    const NAME: &'static str = B::NAME;
+    const DTYPE: GgmlDType = B::DTYPE;
+    const BLOCK_ELEMS: usize = 32;
+    const BLOCK_BYTES: usize = B::BYTES;
+    type Act = BlockQ8;
+
+    fn vec_dot(isa: Isa, w: &[u8], x: &[BlockQ8]) -> f32 {
+        let [r] = dot::<B, 1>(isa, w, [x]);
+        r
+    }
+
+    fn vec_dot_x4(isa: Isa, w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
+        dot::<B, 4>(isa, w, x)
+    }
+
+    fn vec_dot_2x4(isa: Isa, w: [&[u8]; 2], x: [&[BlockQ8]; 4]) -> [[f32; 4]; 2] {
+        dot_rows::<B, 2, 4>(isa, w, x)
+    }
 }
 
 /// Blocks a call can cover: what the weight row and every activation row hold (callers pass equal lengths;

@@ -5,9 +5,6 @@
 use candle_core::quantized::GgmlDType;
 
 use super::block32::{self, Block32};
-use super::WeightKernel;
-use crate::engine::cpu::act::BlockQ8;
-use crate::engine::cpu::isa::Isa;
 
 #[cfg(target_arch = "aarch64")]
 use std::arch::aarch64::*;
@@ -18,6 +15,8 @@ use std::arch::x86_64::*;
 pub struct Q4_0;
 
 impl Block32 for Q4_0 {
+    const NAME: &'static str = "q4_0";
+    const DTYPE: GgmlDType = GgmlDType::Q4_0;
     const BYTES: usize = 18;
     const SIGNED: bool = true;
 
@@ -70,27 +69,6 @@ impl Block32 for Q4_0 {
             vsubq_s8(vreinterpretq_s8_u8(lo), eight),
             vsubq_s8(vreinterpretq_s8_u8(hi), eight),
         )
-    }
-}
-
-impl WeightKernel for Q4_0 {
-    const NAME: &'static str = "q4_0";
-    const DTYPE: GgmlDType = GgmlDType::Q4_0;
-    const BLOCK_ELEMS: usize = 32;
-    const BLOCK_BYTES: usize = <Self as Block32>::BYTES;
-    type Act = BlockQ8;
-
-    fn vec_dot(isa: Isa, w: &[u8], x: &[BlockQ8]) -> f32 {
-        let [r] = block32::dot::<Self, 1>(isa, w, [x]);
-        r
-    }
-
-    fn vec_dot_x4(isa: Isa, w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
-        block32::dot::<Self, 4>(isa, w, x)
-    }
-
-    fn vec_dot_2x4(isa: Isa, w: [&[u8]; 2], x: [&[BlockQ8]; 4]) -> [[f32; 4]; 2] {
-        block32::dot_rows::<Self, 2, 4>(isa, w, x)
     }
 }
 

@@ -3,10 +3,7 @@
 
 use candle_core::quantized::GgmlDType;
 
-use super::block32::{self, Block32};
-use super::WeightKernel;
-use crate::engine::cpu::act::BlockQ8;
-use crate::engine::cpu::isa::Isa;
+use super::block32::Block32;
 
 #[cfg(target_arch = "aarch64")]
 use std::arch::aarch64::*;
@@ -17,6 +14,8 @@ use std::arch::x86_64::*;
 pub struct Q8_0;
 
 impl Block32 for Q8_0 {
+    const NAME: &'static str = "q8_0";
+    const DTYPE: GgmlDType = GgmlDType::Q8_0;
     const BYTES: usize = 34;
     const SIGNED: bool = true;
 
@@ -50,27 +49,6 @@ impl Block32 for Q8_0 {
     unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t) {
         // SAFETY: the block's 32 quant bytes follow its 2-byte scale.
         unsafe { (vld1q_s8(p.add(2).cast()), vld1q_s8(p.add(18).cast())) }
-    }
-}
-
-impl WeightKernel for Q8_0 {
-    const NAME: &'static str = "q8_0";
-    const DTYPE: GgmlDType = GgmlDType::Q8_0;
-    const BLOCK_ELEMS: usize = 32;
-    const BLOCK_BYTES: usize = <Self as Block32>::BYTES;
-    type Act = BlockQ8;
-
-    fn vec_dot(isa: Isa, w: &[u8], x: &[BlockQ8]) -> f32 {
-        let [r] = block32::dot::<Self, 1>(isa, w, [x]);
-        r
-    }
-
-    fn vec_dot_x4(isa: Isa, w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
-        block32::dot::<Self, 4>(isa, w, x)
-    }
-
-    fn vec_dot_2x4(isa: Isa, w: [&[u8]; 2], x: [&[BlockQ8]; 4]) -> [[f32; 4]; 2] {
-        block32::dot_rows::<Self, 2, 4>(isa, w, x)
     }
 }
 
