@@ -213,15 +213,7 @@ impl CpuModel {
         };
         let embed_q = ld.raw("token_embd.weight")?;
         let (vocab_size, hidden) = embed_q.shape().dims2()?;
-        if hidden != config.hidden {
-            return Err(EngineError::InvalidGguf {
-                path: gguf.path.clone(),
-                message: format!(
-                    "token_embd width {hidden} != embedding_length {}",
-                    config.hidden
-                ),
-            });
-        }
+        config.check_embedding_width(gguf, hidden)?;
         let embed_data: Arc<[u8]> = Arc::from(embed_q.data()?.into_owned());
         let embed = Embedding {
             row_bytes: embed_data.len() / vocab_size,
@@ -286,7 +278,7 @@ impl CpuModel {
                 });
             }
         }
-        let (cos, sin) = rope_tables(&config);
+        let (cos, sin) = config.rope_tables();
         let weight_bytes = ld.weight_bytes;
         Ok(Self {
             config,
@@ -545,23 +537,4 @@ impl CpuModel {
             }
         });
     }
-}
-
-/// cos/sin of `p · θ_i` for every position of the context and `θ_i = base^(−2i/d)` (as the candle path).
-fn rope_tables(cfg: &DecoderConfig) -> (Vec<f32>, Vec<f32>) {
-    let half = cfg.head_dim / 2;
-    let inv_freq: Vec<f32> = (0..half)
-        .map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f32 / cfg.head_dim as f32))
-        .collect();
-    let n = cfg.context_length;
-    let mut cos = Vec::with_capacity(n * half);
-    let mut sin = Vec::with_capacity(n * half);
-    for p in 0..n {
-        for f in &inv_freq {
-            let angle = p as f32 * f;
-            cos.push(angle.cos());
-            sin.push(angle.sin());
-        }
-    }
-    (cos, sin)
 }

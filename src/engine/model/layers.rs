@@ -98,20 +98,8 @@ pub(super) struct Rotary {
 
 impl Rotary {
     pub fn new(cfg: &DecoderConfig, device: &Device) -> Result<Self> {
-        let half = cfg.head_dim / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f32 / cfg.head_dim as f32))
-            .collect();
-        let n = cfg.context_length;
-        let mut cos = Vec::with_capacity(n * half);
-        let mut sin = Vec::with_capacity(n * half);
-        for p in 0..n {
-            for f in &inv_freq {
-                let angle = p as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
+        let (half, n) = (cfg.head_dim / 2, cfg.context_length);
+        let (cos, sin) = cfg.rope_tables();
         Ok(Self {
             cos: Tensor::from_vec(cos, (n, half), device)?,
             sin: Tensor::from_vec(sin, (n, half), device)?,

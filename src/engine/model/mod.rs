@@ -124,6 +124,40 @@ impl DecoderConfig {
             qkv_bias,
         })
     }
+
+    /// `token_embd`'s width must be the model's hidden size.
+    pub(crate) fn check_embedding_width(&self, gguf: &GgufFile, width: usize) -> Result<()> {
+        if width != self.hidden {
+            return Err(EngineError::InvalidGguf {
+                path: gguf.path.clone(),
+                message: format!(
+                    "token_embd width {width} != embedding_length {}",
+                    self.hidden
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Rotary tables `[position][head_dim / 2]` for the whole context: cos and sin of `p · θ_i`, with
+    /// `θ_i = base^(−2i/d)` (both forward passes use these).
+    pub(crate) fn rope_tables(&self) -> (Vec<f32>, Vec<f32>) {
+        let half = self.head_dim / 2;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| 1.0 / self.rope_theta.powf((2 * i) as f32 / self.head_dim as f32))
+            .collect();
+        let n = self.context_length;
+        let mut cos = Vec::with_capacity(n * half);
+        let mut sin = Vec::with_capacity(n * half);
+        for p in 0..n {
+            for f in &inv_freq {
+                let angle = p as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        (cos, sin)
+    }
 }
 
 /// How quantized weights are kept in memory.
@@ -230,15 +264,7 @@ impl Model {
         };
         let embed_q = ctx.raw("token_embd.weight")?;
         let (vocab_size, hidden) = embed_q.shape().dims2()?;
-        if hidden != config.hidden {
-            return Err(EngineError::InvalidGguf {
-                path: gguf.path.clone(),
-                message: format!(
-                    "token_embd width {hidden} != embedding_length {}",
-                    config.hidden
-                ),
-            });
-        }
+        config.check_embedding_width(gguf, hidden)?;
         let embed = embed_q.dequantize(device)?;
         let output = if gguf.content.tensor_infos.contains_key("output.weight") {
             ctx.matmul("output.weight")?
