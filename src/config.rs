@@ -69,6 +69,14 @@ pub struct EngineConfig {
     pub weights: String,
     /// Use only the model cache; fetch nothing.
     pub offline: bool,
+    /// Sequences generating at once in the scheduler's batch.
+    pub max_num_seqs: usize,
+    /// Tokens fed per forward pass (decode tokens first, prompt chunks in the rest).
+    pub max_num_batched_tokens: usize,
+    /// Memory for the KV cache: bytes, or a size like `512MiB`, `2GiB`.
+    pub kv_cache_memory: String,
+    /// Keep and share the KV blocks of prompts that start the same way.
+    pub prefix_caching: bool,
     /// Show a progress bar while a model is fetched (set by the command line, not the file).
     #[serde(skip)]
     pub progress: bool,
@@ -82,9 +90,39 @@ impl Default for EngineConfig {
             threads: 0,
             weights: "auto".into(),
             offline: false,
+            max_num_seqs: crate::engine::scheduler::DEFAULT_MAX_NUM_SEQS,
+            max_num_batched_tokens: crate::engine::scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            kv_cache_memory: "1GiB".into(),
+            prefix_caching: true,
             progress: false,
         }
     }
+}
+
+/// Parses a memory size: a number of bytes, or a number with `K`/`M`/`G`/`T` and an optional `iB`/`B` (powers
+/// of 1024: `512MiB`, `2G`, `1.5GiB`).
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (say 536870912, 512MiB or 2GiB)"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1u64,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("`{other}` in `{text}` is not a size unit (B, KiB, MiB, GiB, TiB)")),
+    };
+    let bytes = value * scale as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > usize::MAX as f64 {
+        return Err(format!("`{text}` is not a usable size"));
+    }
+    Ok(bytes as usize)
 }
 
 /// What [`Config::build_provider`] made.
@@ -160,6 +198,14 @@ impl Config {
                 e.threads
             ));
         }
+        let scheduler = crate::engine::scheduler::SchedulerConfig {
+            max_num_seqs: e.max_num_seqs,
+            max_num_batched_tokens: e.max_num_batched_tokens,
+            kv_cache_bytes: parse_bytes(&e.kv_cache_memory)
+                .map_err(|err| format!("engine.kv_cache_memory: {err}"))?,
+            prefix_caching: e.prefix_caching,
+        };
+        scheduler.validate().map_err(|err| format!("engine: {err}"))?;
         Ok(EngineOptions {
             model: ModelSelector::parse(&e.model),
             device,
@@ -169,7 +215,7 @@ impl Config {
                 progress: e.progress,
                 ..FetchOptions::default()
             },
-            ..EngineOptions::default()
+            scheduler,
         })
     }
 

@@ -1,10 +1,12 @@
-//! Flags shared by every subcommand that loads a model: which model, which device, how weights are kept.
+//! Flags shared by every subcommand that loads a model: which model, which device, how weights are kept, how the
+//! scheduler batches.
 
 use std::path::PathBuf;
 
 use agentd::engine::device::DeviceSpec;
 use agentd::engine::fetch::{FetchOptions, ModelSelector};
 use agentd::engine::model::WeightFormat;
+use agentd::engine::scheduler::SchedulerConfig;
 use agentd::engine::{Engine, EngineOptions};
 use anyhow::Context;
 
@@ -26,6 +28,60 @@ pub struct EngineArgs {
     /// Use only the model cache; fetch nothing.
     #[arg(long)]
     pub offline: bool,
+    #[command(flatten)]
+    pub batch: BatchArgs,
+}
+
+/// The scheduler's flags (vLLM's names): how many sequences batch together, how many tokens a step feeds, how
+/// much memory the KV cache has, and whether prompt prefixes are shared.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct BatchArgs {
+    /// Sequences generating at once (default 64).
+    #[arg(long)]
+    pub max_num_seqs: Option<usize>,
+    /// Tokens fed per forward pass: decode tokens first, prompt chunks in the rest (default 512).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<usize>,
+    /// Memory for the KV cache: bytes or a size like 512MiB, 2GiB (default 1GiB). Requests beyond it wait or
+    /// are preempted and recomputed; a request that fits alone always completes.
+    #[arg(long, value_name = "SIZE")]
+    pub kv_cache_memory: Option<String>,
+    /// Do not keep or share the KV blocks of prompt prefixes.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+}
+
+impl BatchArgs {
+    /// Writes the flags given into an `[engine]` config section.
+    pub fn apply(&self, engine: &mut agentd::config::EngineConfig) {
+        if let Some(n) = self.max_num_seqs {
+            engine.max_num_seqs = n;
+        }
+        if let Some(n) = self.max_num_batched_tokens {
+            engine.max_num_batched_tokens = n;
+        }
+        if let Some(m) = &self.kv_cache_memory {
+            engine.kv_cache_memory = m.clone();
+        }
+        if self.no_prefix_caching {
+            engine.prefix_caching = false;
+        }
+    }
+
+    /// The scheduler settings these flags give over the defaults.
+    pub fn scheduler(&self) -> anyhow::Result<SchedulerConfig> {
+        let mut engine = agentd::config::EngineConfig::default();
+        self.apply(&mut engine);
+        let config = SchedulerConfig {
+            max_num_seqs: engine.max_num_seqs,
+            max_num_batched_tokens: engine.max_num_batched_tokens,
+            kv_cache_bytes: agentd::config::parse_bytes(&engine.kv_cache_memory)
+                .map_err(|e| anyhow::anyhow!("--kv-cache-memory: {e}"))?,
+            prefix_caching: engine.prefix_caching,
+        };
+        config.validate().map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
 }
 
 impl EngineArgs {
@@ -47,7 +103,7 @@ impl EngineArgs {
                 offline: self.offline,
                 ..FetchOptions::default()
             },
-            ..EngineOptions::default()
+            scheduler: self.batch.scheduler()?,
         })
     }
 

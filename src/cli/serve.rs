@@ -50,9 +50,12 @@ pub struct ServeArgs {
     /// Requests that may wait for the model beyond the running ones; more get 503 with Retry-After.
     #[arg(long, default_value_t = 256)]
     pub max_queue: usize,
-    /// Requests generating at once (default: 1 on the local engine, 64 in front of a remote server).
+    /// Requests admitted to generate at once (default: the local engine's --max-num-seqs, 64 in front of a
+    /// remote server).
     #[arg(long)]
     pub max_running: Option<usize>,
+    #[command(flatten)]
+    pub batch: crate::cli::engine_args::BatchArgs,
     /// Largest accepted request body, in bytes (larger: 413).
     #[arg(long, default_value_t = 32 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -117,6 +120,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.cache {
         config.cache.enabled = true;
     }
+    args.batch.apply(&mut config.engine);
     config.engine.progress = true;
     if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
         anyhow::bail!("--shutdown-grace must be a number of seconds >= 0");

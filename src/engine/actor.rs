@@ -1,8 +1,7 @@
-//! The engine actor: the model lives on its own OS thread; each request carries its own reply channel and a
-//! cancellation token, checked between prefill chunks and after every token (a request whose reply channel was
-//! dropped counts as cancelled too). One sequence runs at a time; the KV state of recent sequences is kept in a
-//! [`PrefixCache`] (keyed by the request's `cache_key`, or matched by content, always within the request's
-//! `cache_scope`) so that a later request that shares a prefix only prefills what is new.
+//! The engine actor: the model lives on its own OS thread, driven by the [`Scheduler`] (continuous batching over a
+//! paged KV cache with shared prefixes); each request carries its own reply channel and a cancellation token,
+//! checked before every step (a request whose reply channel was dropped counts as cancelled too). Validation,
+//! grammar compilation and tokenizing happen on the caller's thread so the model never waits for them.
 
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, OnceLock};
@@ -18,11 +17,12 @@ use super::constraint::{Constraint, GrammarFactory};
 use super::device::{self, DeviceSpec};
 use super::error::{EngineError, Result};
 use super::fetch::{self, FetchOptions, ModelSelector};
+use super::blocks::PrefixCacheStats;
 use super::generate::{self, GenerateEvent, GenerateRequest, GenerateSummary, TokenEvent};
 use super::gguf::GgufFile;
 use super::manifest::ModelManifest;
 use super::model::{Model, WeightFormat};
-use super::prefix_cache::{PrefixCache, PrefixCacheStats};
+use super::scheduler::{Job, Scheduler, SchedulerConfig, SchedulerStats};
 use super::template::ChatTemplate;
 use super::tokenizer::Tokenizer;
 
@@ -32,8 +32,8 @@ pub struct EngineOptions {
     pub device: DeviceSpec,
     pub weight_format: WeightFormat,
     pub fetch: FetchOptions,
-    /// Memory budget for the KV state of recent sequences (prefix reuse).
-    pub prefix_cache_bytes: usize,
+    /// Batching, KV memory and prefix caching.
+    pub scheduler: SchedulerConfig,
 }
 
 impl Default for EngineOptions {
@@ -43,7 +43,7 @@ impl Default for EngineOptions {
             device: DeviceSpec::Auto,
             weight_format: WeightFormat::Auto,
             fetch: FetchOptions::default(),
-            prefix_cache_bytes: super::prefix_cache::DEFAULT_BUDGET_BYTES,
+            scheduler: SchedulerConfig::default(),
         }
     }
 }
@@ -71,6 +71,8 @@ pub struct ModelInfo {
 
 struct Shared {
     prefix_stats: Arc<PrefixCacheStats>,
+    scheduler_stats: Arc<SchedulerStats>,
+    scheduler: SchedulerConfig,
     tokenizer: Tokenizer,
     template: ChatTemplate,
     info: ModelInfo,
@@ -88,14 +90,6 @@ pub struct Completion {
     pub summary: GenerateSummary,
 }
 
-struct Job {
-    req: GenerateRequest,
-    constraint: Option<Box<Constraint>>,
-    cache_key: Option<String>,
-    cancel: CancellationToken,
-    reply: tokio_mpsc::UnboundedSender<GenerateEvent>,
-}
-
 /// A handle to the engine thread. Cheap to clone; the thread ends when the last handle is dropped.
 #[derive(Clone)]
 pub struct Engine {
@@ -108,6 +102,7 @@ impl Engine {
     /// new engine thread. Returns once the model is ready or has failed to load.
     pub fn load(opts: EngineOptions) -> Result<Self> {
         let started = Instant::now();
+        opts.scheduler.validate().map_err(EngineError::Config)?;
         let resolved = fetch::resolve(&opts.model, &opts.fetch)?;
         let gguf = GgufFile::open(&resolved.path)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
@@ -119,7 +114,9 @@ impl Engine {
         let thread_tokenizer = tokenizer.clone();
         let prefix_stats = Arc::new(PrefixCacheStats::default());
         let thread_stats = prefix_stats.clone();
-        let prefix_budget = opts.prefix_cache_bytes;
+        let scheduler_stats = Arc::new(SchedulerStats::default());
+        let thread_sched_stats = scheduler_stats.clone();
+        let sched_config = opts.scheduler.clone();
         let format = opts.weight_format;
         std::thread::Builder::new()
             .name("agentd-engine".into())
@@ -137,8 +134,15 @@ impl Engine {
                     model.weight_bytes,
                     model.config.arch.name().to_string(),
                 )));
-                let cache = PrefixCache::new(prefix_budget, thread_stats);
-                serve(model, thread_tokenizer, jobs_rx, cache);
+                Scheduler::new(
+                    model,
+                    thread_tokenizer,
+                    sched_config,
+                    jobs_rx,
+                    thread_stats,
+                    thread_sched_stats,
+                )
+                .run();
             })
             .map_err(|e| EngineError::io("cannot start the engine thread", e))?;
         let (context_length, vocab_size, weight_bytes, architecture) =
@@ -176,6 +180,8 @@ impl Engine {
         Ok(Self {
             shared: Arc::new(Shared {
                 prefix_stats,
+                scheduler_stats,
+                scheduler: opts.scheduler,
                 tokenizer,
                 template,
                 info,
@@ -193,9 +199,19 @@ impl Engine {
         &self.shared.template
     }
 
-    /// Prefix-cache counters (tokens queried, tokens reused, evictions).
+    /// Prefix-cache counters (tokens queried, tokens reused, evictions) and the block pool's use.
     pub fn prefix_cache_stats(&self) -> &PrefixCacheStats {
         &self.shared.prefix_stats
+    }
+
+    /// The scheduler's live counts (running, waiting, preemptions, steps).
+    pub fn scheduler_stats(&self) -> &SchedulerStats {
+        &self.shared.scheduler_stats
+    }
+
+    /// How the scheduler batches.
+    pub fn scheduler_config(&self) -> &SchedulerConfig {
+        &self.shared.scheduler
     }
 
     pub fn info(&self) -> &ModelInfo {
@@ -267,8 +283,9 @@ impl Engine {
 
     /// Queues a request; events arrive on the returned channel, ending with `Done` or `Error` (a request
     /// cancelled before it started ends with `Done` and [`FinishReason::Cancelled`](generate::FinishReason)).
-    /// `cache_key` names the sequence whose KV state may be reused (an agent session, say), within the request's
-    /// [`cache_scope`](GenerateRequest::cache_scope).
+    /// KV prefixes are shared by content within the request's [`cache_scope`](GenerateRequest::cache_scope);
+    /// `cache_key` names the sequence to reuse on candle's backends, which keep whole sequences rather than
+    /// blocks (an agent session, say).
     pub fn generate(
         &self,
         req: GenerateRequest,
@@ -372,58 +389,4 @@ impl Engine {
 /// A spec that constrains nothing: no tools, plain text (validation still runs).
 fn grammar_free(spec: &super::constraint::ConstraintSpec) -> bool {
     spec.tools.is_empty() && spec.response_format == super::constraint::ResponseFormat::Text
-}
-
-/// The engine thread's loop: one job at a time until every handle is dropped.
-fn serve(model: Model, tokenizer: Tokenizer, jobs: mpsc::Receiver<Job>, mut cache: PrefixCache) {
-    while let Ok(mut job) = jobs.recv() {
-        if job.reply.is_closed() {
-            continue;
-        }
-        if job.cancel.is_cancelled() {
-            let _ = job
-                .reply
-                .send(GenerateEvent::Done(generate::cancelled_before_start(
-                    &job.req,
-                )));
-            continue;
-        }
-        let scope = job.req.cache_scope.clone();
-        let mut kv = cache
-            .take(scope.as_deref(), job.cache_key.as_deref(), &job.req.prompt)
-            .unwrap_or_else(|| model.new_sequence());
-        let reply = job.reply.clone();
-        let mut emit = |ev: GenerateEvent| reply.send(ev).is_ok();
-        let cancelled = || job.cancel.is_cancelled() || job.reply.is_closed();
-        // A panic inside a tensor op must not take the engine down with it: report it as an error.
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            generate::run(
-                &model,
-                &tokenizer,
-                &job.req,
-                &mut kv,
-                &cancelled,
-                job.constraint.as_deref_mut(),
-                &mut emit,
-            )
-        }));
-        let event = match outcome {
-            Ok(Ok(summary)) => GenerateEvent::Done(summary),
-            Ok(Err(e)) => {
-                kv.truncate(0);
-                GenerateEvent::Error(e)
-            }
-            Err(_) => {
-                kv = model.new_sequence();
-                GenerateEvent::Error(EngineError::Internal(
-                    "the engine panicked during generation".into(),
-                ))
-            }
-        };
-        if let GenerateEvent::Done(summary) = &event {
-            cache.record(summary.prompt_tokens, summary.cached_tokens);
-        }
-        let _ = job.reply.send(event);
-        cache.put(scope, job.cache_key, kv);
-    }
 }

@@ -62,6 +62,14 @@ pub enum EngineError {
     /// The prompt (plus at least one generated token) does not fit the model's context window.
     #[error("prompt is {tokens} tokens, but the model's context window is {limit} tokens")]
     PromptTooLong { tokens: usize, limit: usize },
+    /// The request needs more KV positions than the whole KV cache holds, even with nothing else running.
+    #[error(
+        "the request needs {tokens} KV positions but the KV cache holds {capacity} (raise --kv-cache-memory)"
+    )]
+    KvCacheTooSmall { tokens: usize, capacity: usize },
+    /// Engine settings that contradict each other or make no sense.
+    #[error("invalid engine settings: {0}")]
+    Config(String),
     /// An empty prompt: there is nothing to condition on.
     #[error("the prompt is empty")]
     EmptyPrompt,

@@ -1,8 +1,9 @@
 //! The local inference engine: model files (manifests, fetching, GGUF), the tokenizer and chat template built
 //! from GGUF metadata, the model forward passes, sampling, and the engine actor that owns the model on its own
-//! thread.
+//! thread, where the scheduler batches every running sequence into one forward pass over a paged KV cache.
 
 pub mod actor;
+pub mod blocks;
 pub mod constraint;
 pub mod content_guard;
 pub mod cpu;
@@ -20,6 +21,8 @@ mod pip_wheel;
 pub mod prefix_cache;
 pub mod prompt;
 pub mod sampler;
+pub mod scheduler;
+pub mod sequence;
 pub mod staging;
 pub mod template;
 pub mod tokenizer;

@@ -1,5 +1,7 @@
-//! KV prefix reuse across requests: the engine keeps the KV state of recent sequences, finds the one sharing
-//! the longest token prefix with a new request, and prefills only the rest.
+//! KV prefix reuse on candle's backends (CUDA, Metal, `--weights native`), whose forward pass reads one contiguous
+//! KV buffer per sequence rather than the CPU engine's paged blocks (`engine::blocks`): the engine keeps the KV
+//! state of recent sequences, finds the one sharing the longest token prefix with a new request, and prefills
+//! only the rest.
 //!
 //! A request names its sequence with a cache key (an agent session id); plain API calls without one are
 //! matched by content: any kept sequence whose tokens share a long enough prefix with the prompt is reused.
@@ -12,9 +14,10 @@
 //! in latency), so reuse across scopes would tell one tenant what another one sent. `None` is a scope of its own:
 //! unscoped requests share with each other and with nobody else.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+pub use super::blocks::PrefixCacheStats;
 use super::kv::SeqKv;
 
 /// Unkeyed requests reuse a kept sequence only when at least this many leading tokens match (below that
@@ -22,27 +25,6 @@ use super::kv::SeqKv;
 pub const MIN_CONTENT_MATCH: usize = 16;
 /// Default memory budget for kept KV state.
 pub const DEFAULT_BUDGET_BYTES: usize = 512 << 20;
-
-/// Counters exported as `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` (in tokens, like vLLM).
-#[derive(Debug, Default)]
-pub struct PrefixCacheStats {
-    /// Prompt tokens looked up.
-    pub queries: AtomicU64,
-    /// Prompt tokens whose KV state was reused.
-    pub hits: AtomicU64,
-    /// Entries evicted for the memory budget.
-    pub evictions: AtomicU64,
-}
-
-impl PrefixCacheStats {
-    pub fn snapshot(&self) -> (u64, u64, u64) {
-        (
-            self.queries.load(Ordering::Relaxed),
-            self.hits.load(Ordering::Relaxed),
-            self.evictions.load(Ordering::Relaxed),
-        )
-    }
-}
 
 struct Entry {
     scope: Option<String>,
@@ -104,14 +86,6 @@ impl PrefixCache {
                 .map(|(i, _)| i)
         })?;
         Some(self.entries.swap_remove(index).kv)
-    }
-
-    /// Records a lookup: `reused` of `prompt_tokens` came from the cache.
-    pub fn record(&self, prompt_tokens: usize, reused: usize) {
-        self.stats
-            .queries
-            .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
-        self.stats.hits.fetch_add(reused as u64, Ordering::Relaxed);
     }
 
     /// Keeps `kv` in `scope` under `key` (replacing the entry of that scope with the same key), then evicts

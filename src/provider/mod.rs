@@ -74,8 +74,8 @@ pub trait Provider: Send + Sync {
             .map_or_else(|| "provider".into(), |p| p.describe())
     }
 
-    /// How many requests this provider serves at once (`None`: no known limit). The local engine runs one
-    /// sequence at a time.
+    /// How many requests this provider serves at once (`None`: no known limit). The local engine batches up
+    /// to its `max_num_seqs`.
     fn concurrency(&self) -> Option<usize> {
         self.wrapped().and_then(|p| p.concurrency())
     }
@@ -95,6 +95,11 @@ pub trait Provider: Send + Sync {
     /// The KV prefix-cache counters, when this provider keeps a prefix cache it can report.
     fn prefix_cache(&self) -> Option<PrefixCacheCounts> {
         self.wrapped().and_then(|p| p.prefix_cache())
+    }
+
+    /// The engine's scheduler gauges, when this provider batches on this machine.
+    fn engine_load(&self) -> Option<EngineLoad> {
+        self.wrapped().and_then(|p| p.engine_load())
     }
 
     /// A raw-text completion (no chat template, no tools). Providers that cannot do it end the stream with an
@@ -261,9 +266,11 @@ impl ProviderError {
     /// `tool_choice`, `response_format`) an invalid request, anything else an engine error.
     pub fn from_engine(e: EngineError) -> Self {
         match e {
-            EngineError::PromptTooLong { .. } => ProviderError::ContextOverflow {
-                message: e.to_string(),
-            },
+            EngineError::PromptTooLong { .. } | EngineError::KvCacheTooSmall { .. } => {
+                ProviderError::ContextOverflow {
+                    message: e.to_string(),
+                }
+            }
             EngineError::InvalidSampling(_) | EngineError::EmptyPrompt | EngineError::Schema(_) => {
                 ProviderError::InvalidRequest {
                     status: 400,

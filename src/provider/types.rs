@@ -476,6 +476,19 @@ pub struct PrefixCacheCounts {
     pub evictions: u64,
 }
 
+/// What a batching engine is doing now (vLLM's scheduler gauges).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineLoad {
+    /// Sequences in the running batch.
+    pub running: u64,
+    /// Requests queued inside the engine (waiting for a batch slot or KV blocks, or preempted).
+    pub waiting: u64,
+    /// The fraction of KV-cache blocks in use (0 to 1).
+    pub kv_cache_usage: f64,
+    /// Sequences preempted since start.
+    pub preemptions: u64,
+}
+
 /// A prompt's size in tokens. `exact: false` marks an estimate (no tokenizer for the model was available).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenCount {

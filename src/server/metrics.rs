@@ -17,7 +17,7 @@ use axum::response::IntoResponse;
 
 use super::AppState;
 use crate::cache::CacheCounts;
-use crate::provider::PrefixCacheCounts;
+use crate::provider::{EngineLoad, PrefixCacheCounts};
 
 const TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -241,6 +241,30 @@ impl Metrics {
     }
 }
 
+/// vLLM's KV-cache gauge (the fraction of blocks in use) and its preemption counter.
+fn render_engine_load(out: &mut String, model: &str, load: EngineLoad) {
+    let labels = format!("model_name=\"{}\"", escape_label(model));
+    let _ = writeln!(
+        out,
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage."
+    );
+    let _ = writeln!(out, "# TYPE vllm:kv_cache_usage_perc gauge");
+    let _ = writeln!(
+        out,
+        "vllm:kv_cache_usage_perc{{{labels}}} {}",
+        load.kv_cache_usage
+    );
+    render_counters(
+        out,
+        model,
+        &[(
+            "vllm:num_preemptions_total",
+            "Cumulative number of preemptions from the engine.",
+            load.preemptions,
+        )],
+    );
+}
+
 /// vLLM's prefix-cache counters (in tokens): prompt tokens looked up and tokens whose KV state was reused.
 fn render_prefix_cache(out: &mut String, model: &str, counts: PrefixCacheCounts) {
     render_counters(
@@ -370,9 +394,20 @@ impl Drop for RequestTimer {
 
 /// `GET /metrics`.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let mut body = state
-        .metrics
-        .render(state.admission.running(), state.admission.waiting());
+    // With a batching engine behind it, "running" is its batch and "waiting" counts both queues: the server's
+    // (requests not yet admitted) and the engine's (admitted, waiting for a batch slot or KV blocks).
+    let load = state.provider.engine_load();
+    let (running, waiting) = match load {
+        Some(l) => (
+            l.running as usize,
+            state.admission.waiting() + l.waiting as usize,
+        ),
+        None => (state.admission.running(), state.admission.waiting()),
+    };
+    let mut body = state.metrics.render(running, waiting);
+    if let Some(load) = load {
+        render_engine_load(&mut body, &state.metrics.model, load);
+    }
     if let Some(counts) = state.provider.prefix_cache() {
         render_prefix_cache(&mut body, &state.metrics.model, counts);
     }

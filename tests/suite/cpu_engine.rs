@@ -59,8 +59,8 @@ fn qwen_logits_agree_with_candle() {
     agrees_with_candle(common::qwen_path(), 1.0);
 }
 
-/// Three sequences of different lengths and positions in one batch get the logits each gets alone, and the
-/// batch leaves each KV cache as a lone run would.
+/// Three sequences of different lengths and positions in one batch, each with its own blocks of one shared
+/// paged store, get exactly the logits each gets alone — in the prefill batch and in a decode step after it.
 #[test]
 fn a_batch_of_sequences_matches_each_sequence_alone() {
     let gguf = GgufFile::open(&common::smollm2_path()).unwrap();
@@ -73,60 +73,56 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
     ];
     let alone: Vec<Vec<f32>> = prompts
         .iter()
-        .map(|p| {
-            let mut kv = cpu.new_kv();
-            let mut b = [BatchSeq {
-                tokens: p,
-                kv: &mut kv,
-                pos: 0,
-            }];
-            cpu.forward_batch(&mut b).unwrap().pop().unwrap()
-        })
+        .map(|p| cpu.forward_one(p, &mut cpu.new_kv(), 0).unwrap())
         .collect();
-    let mut kvs: Vec<_> = prompts.iter().map(|_| cpu.new_kv()).collect();
-    let mut batch: Vec<BatchSeq> = prompts
+    // Blocks interleaved across the sequences, in a store with room to spare.
+    let mut store = cpu.new_blocks(16);
+    let tables: Vec<Vec<u32>> = vec![vec![5, 0], vec![3, 7, 1], vec![9]];
+    let batch: Vec<BatchSeq> = prompts
         .iter()
-        .zip(kvs.iter_mut())
-        .map(|(p, kv)| BatchSeq {
+        .zip(&tables)
+        .map(|(p, t)| BatchSeq {
             tokens: p,
-            kv,
+            blocks: t,
             pos: 0,
+            logits: true,
         })
         .collect();
-    let together = cpu.forward_batch(&mut batch).unwrap();
+    let together = cpu.forward_batch(&mut store, &batch).unwrap();
     for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
-        assert!(
-            max_abs_diff(a, b) < 1e-3,
-            "sequence {i}: {}",
-            max_abs_diff(a, b)
-        );
+        assert_eq!(a, b, "sequence {i}: max |Δ| {}", max_abs_diff(a, b));
     }
-    // A decode step for all three at their own positions, against the same step alone.
+    // A decode step for all three at their own positions (one asks for no logits), against the same tokens
+    // fed alone.
     let next = [5u32, 6, 7];
-    let mut batch: Vec<BatchSeq> = kvs
-        .iter_mut()
+    let batch: Vec<BatchSeq> = prompts
+        .iter()
+        .zip(&tables)
         .zip(&next)
-        .zip(&prompts)
-        .map(|((kv, t), p)| BatchSeq {
-            tokens: std::slice::from_ref(t),
-            kv,
+        .enumerate()
+        .map(|(i, ((p, t), n))| BatchSeq {
+            tokens: std::slice::from_ref(n),
+            blocks: t,
             pos: p.len(),
+            logits: i != 1,
         })
         .collect();
-    let stepped = cpu.forward_batch(&mut batch).unwrap();
-    for (i, p) in prompts.iter().enumerate() {
+    let stepped = cpu.forward_batch(&mut store, &batch).unwrap();
+    assert!(stepped[1].is_empty(), "no logits were asked for");
+    for i in [0, 2] {
         let mut kv = cpu.new_kv();
-        let mut seq: Vec<u32> = p.clone();
-        seq.push(next[i]);
-        let mut b = [BatchSeq {
-            tokens: &seq,
-            kv: &mut kv,
-            pos: 0,
-        }];
-        let want = cpu.forward_batch(&mut b).unwrap().pop().unwrap();
-        let diff = max_abs_diff(&want, &stepped[i]);
-        assert!(diff < 1e-2, "sequence {i} decode step: {diff}");
+        cpu.forward_one(&prompts[i], &mut kv, 0).unwrap();
+        let want = cpu.forward_one(&next[i..=i], &mut kv, prompts[i].len()).unwrap();
+        assert_eq!(want, stepped[i], "sequence {i} decode step");
     }
+    // A table that does not cover the positions is an error, not a panic.
+    let short = [BatchSeq {
+        tokens: &prompts[1],
+        blocks: &[2],
+        pos: 0,
+        logits: true,
+    }];
+    assert!(cpu.forward_batch(&mut store, &short).is_err());
 }
 
 /// One thread and two threads compute the same logits.

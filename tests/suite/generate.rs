@@ -253,7 +253,7 @@ fn dropped_receiver_frees_the_engine() {
 /// 2-core CPU machines, so the generous bound below still fails if the cancel waited for the whole prefill.
 #[test]
 fn cancel_during_long_prefill_frees_the_engine() {
-    use agentd::engine::generate::{GenerateEvent, PREFILL_CHUNK_TOKENS};
+    use agentd::engine::generate::GenerateEvent;
     use std::time::{Duration, Instant};
 
     let engine = common::engine();
@@ -291,7 +291,7 @@ fn cancel_during_long_prefill_frees_the_engine() {
          prefill ran {:.3}s)",
         took.as_secs_f64(),
         started.elapsed().as_secs_f64(),
-        PREFILL_CHUNK_TOKENS,
+        engine.scheduler_config().max_num_batched_tokens,
         summary.prefill_secs
     );
     assert_eq!(summary.finish, FinishReason::Cancelled);
@@ -542,14 +542,17 @@ fn prefix_reuse_gives_identical_greedy_output() {
     let cold = agentd::engine::Engine::load(EngineOptions {
         model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
         device: agentd::engine::device::DeviceSpec::Cpu,
-        prefix_cache_bytes: 0,
+        scheduler: agentd::engine::scheduler::SchedulerConfig {
+            prefix_caching: false,
+            ..Default::default()
+        },
         ..Default::default()
     })
     .unwrap();
     let (cold_ids, s3) = run_keyed(&cold, greedy(second_prompt.clone(), 16), Some(key));
     assert_eq!(s3.cached_tokens, 0);
     assert_eq!(reused_ids, cold_ids);
-    // Nothing is kept with a zero budget, so a repeat is cold again.
+    // Nothing is kept with prefix caching off, so a repeat is cold again.
     let (_, s4) = run_keyed(&cold, greedy(second_prompt, 4), Some(key));
     assert_eq!(s4.cached_tokens, 0);
 }

@@ -27,7 +27,7 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
     }
     // Every repetition sends the same prompt: with prefix reuse on, all but the first would prefill nothing.
     let mut options = args.engine.options()?;
-    options.prefix_cache_bytes = 0;
+    options.scheduler.prefix_caching = false;
     let engine = agentd::engine::Engine::load(options).context("loading the model")?;
     let ctx = engine.info().context_length;
     if args.prompt_tokens + args.gen_tokens > ctx {

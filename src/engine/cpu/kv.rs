@@ -1,89 +1,128 @@
-//! The CPU engine's KV cache for one sequence: per layer, keys and values as f32 in `[kv_head][position][dim]`
-//! order, so attention for one head reads one contiguous run of positions. Capacity grows by doubling (a
-//! re-layout per head); positions past the sequence's length are garbage the attention never reads, which is
-//! what makes truncation (prefix reuse) free.
+//! The CPU engine's KV cache, paged: fixed-size blocks of [`BLOCK_TOKENS`] positions, each holding the keys and
+//! values of every layer as f32 in `[layer][k|v][kv_head][slot][dim]` order, so attention for one head reads one
+//! contiguous run of positions per block. A sequence is a block table (block ids in position order) into one
+//! shared [`KvBlocks`]; which block belongs to whom, and which full blocks hold a shared prefix, is the block
+//! manager's business (`engine::blocks`). A block's memory is allocated on its first write and kept after.
 
-/// Keys and values of every layer of one sequence.
-pub struct CpuKv {
-    layers: Vec<LayerBuf>,
+/// Positions per block (vLLM's default block size).
+pub const BLOCK_TOKENS: usize = 16;
+
+/// The block store of one model: every block's keys and values.
+pub struct KvBlocks {
+    blocks: Vec<Vec<f32>>,
+    n_layer: usize,
     n_kv: usize,
     dim: usize,
-    capacity: usize,
 }
 
-struct LayerBuf {
-    k: Vec<f32>,
-    v: Vec<f32>,
+impl KvBlocks {
+    /// A store for `n_blocks` blocks of a model with `n_layer` layers of `n_kv` KV heads of `dim` values.
+    pub fn new(n_blocks: usize, n_layer: usize, n_kv: usize, dim: usize) -> Self {
+        Self {
+            blocks: (0..n_blocks).map(|_| Vec::new()).collect(),
+            n_layer,
+            n_kv,
+            dim,
+        }
+    }
+
+    /// Bytes one block holds once written.
+    pub fn block_bytes(&self) -> usize {
+        Self::bytes_per_block(self.n_layer, self.n_kv, self.dim)
+    }
+
+    /// Bytes one block of such a model holds.
+    pub fn bytes_per_block(n_layer: usize, n_kv: usize, dim: usize) -> usize {
+        n_layer * 2 * n_kv * BLOCK_TOKENS * dim * std::mem::size_of::<f32>()
+    }
+
+    /// Number of blocks.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// Grows the store to at least `n_blocks` blocks (new ones take no memory until written).
+    pub fn grow_to(&mut self, n_blocks: usize) {
+        if n_blocks > self.blocks.len() {
+            self.blocks.resize_with(n_blocks, Vec::new);
+        }
+    }
+
+    /// Bytes allocated (blocks written at least once).
+    pub fn memory_bytes(&self) -> usize {
+        self.blocks.iter().filter(|b| !b.is_empty()).count() * self.block_bytes()
+    }
+
+    fn elems(&self) -> usize {
+        self.n_layer * 2 * self.n_kv * BLOCK_TOKENS * self.dim
+    }
+
+    /// Where head `h`'s run of `layer`'s keys (`which` 0) or values (1) starts inside a block.
+    fn run_at(&self, layer: usize, which: usize, h: usize) -> usize {
+        ((layer * 2 + which) * self.n_kv + h) * BLOCK_TOKENS * self.dim
+    }
+
+    /// Writes one position's keys and values (`[n_kv * dim]` each) of `layer` into `slot` of `block`.
+    pub fn write(&mut self, block: u32, slot: usize, layer: usize, k: &[f32], v: &[f32]) {
+        let elems = self.elems();
+        let dim = self.dim;
+        let (k_at, v_at) = (self.run_at(layer, 0, 0), self.run_at(layer, 1, 0));
+        let n_kv = self.n_kv;
+        let buf = &mut self.blocks[block as usize];
+        if buf.is_empty() {
+            buf.resize(elems, 0.0);
+        }
+        for h in 0..n_kv {
+            let off = (h * BLOCK_TOKENS + slot) * dim;
+            buf[k_at + off..k_at + off + dim].copy_from_slice(&k[h * dim..(h + 1) * dim]);
+            buf[v_at + off..v_at + off + dim].copy_from_slice(&v[h * dim..(h + 1) * dim]);
+        }
+    }
+
+    /// Keys and values of `layer`, head `h`, slots `0..n` of `block` (`n * dim` values each). A block never
+    /// written reads as zeros of length 0, which the caller never asks for (it only reads written positions).
+    pub fn run(&self, block: u32, layer: usize, h: usize, n: usize) -> (&[f32], &[f32]) {
+        let buf = &self.blocks[block as usize];
+        if buf.is_empty() {
+            return (&[], &[]);
+        }
+        let (k, v) = (self.run_at(layer, 0, h), self.run_at(layer, 1, h));
+        let len = n * self.dim;
+        (&buf[k..k + len], &buf[v..v + len])
+    }
 }
 
-const MIN_CAPACITY: usize = 256;
+/// The KV state of a sequence outside the scheduler (`Model::forward`): a store of its own and the table of the
+/// blocks it uses, grown one block at a time.
+pub struct CpuKv {
+    pub store: KvBlocks,
+    pub table: Vec<u32>,
+}
 
 impl CpuKv {
     pub fn new(n_layer: usize, n_kv: usize, dim: usize) -> Self {
         Self {
-            layers: (0..n_layer)
-                .map(|_| LayerBuf {
-                    k: Vec::new(),
-                    v: Vec::new(),
-                })
-                .collect(),
-            n_kv,
-            dim,
-            capacity: 0,
+            store: KvBlocks::new(0, n_layer, n_kv, dim),
+            table: Vec::new(),
         }
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
+    /// Makes room for `positions` positions.
+    pub fn reserve(&mut self, positions: usize) {
+        let need = positions.div_ceil(BLOCK_TOKENS);
+        while self.table.len() < need {
+            self.table.push(self.table.len() as u32);
+        }
+        self.store.grow_to(need);
     }
 
-    /// Bytes held (capacity, not just the used part).
+    /// Bytes held.
     pub fn memory_bytes(&self) -> usize {
-        self.layers.len() * 2 * self.n_kv * self.capacity * self.dim * 4
-    }
-
-    /// Makes room for `positions` positions, keeping the first `keep`.
-    pub fn reserve(&mut self, positions: usize, keep: usize) {
-        if positions <= self.capacity {
-            return;
-        }
-        let new_cap = positions.max(self.capacity * 2).max(MIN_CAPACITY);
-        let (n_kv, dim, old_cap) = (self.n_kv, self.dim, self.capacity);
-        let keep = keep.min(old_cap);
-        for l in &mut self.layers {
-            for buf in [&mut l.k, &mut l.v] {
-                let mut grown = vec![0f32; n_kv * new_cap * dim];
-                for h in 0..n_kv {
-                    let from = &buf[h * old_cap * dim..(h * old_cap + keep) * dim];
-                    grown[h * new_cap * dim..(h * new_cap + keep) * dim].copy_from_slice(from);
-                }
-                *buf = grown;
-            }
-        }
-        self.capacity = new_cap;
-    }
-
-    /// Writes one position's keys and values (`[n_kv * dim]` each) of `layer`.
-    pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let (cap, dim) = (self.capacity, self.dim);
-        let l = &mut self.layers[layer];
-        for h in 0..self.n_kv {
-            let at = (h * cap + pos) * dim;
-            l.k[at..at + dim].copy_from_slice(&k[h * dim..(h + 1) * dim]);
-            l.v[at..at + dim].copy_from_slice(&v[h * dim..(h + 1) * dim]);
-        }
-    }
-
-    /// Keys of `layer`, head `h`, positions `0..len` (`len * dim` values).
-    pub fn keys(&self, layer: usize, h: usize, len: usize) -> &[f32] {
-        let at = h * self.capacity * self.dim;
-        &self.layers[layer].k[at..at + len * self.dim]
-    }
-
-    /// Values of `layer`, head `h`, positions `0..len`.
-    pub fn values(&self, layer: usize, h: usize, len: usize) -> &[f32] {
-        let at = h * self.capacity * self.dim;
-        &self.layers[layer].v[at..at + len * self.dim]
+        self.store.memory_bytes()
     }
 }
 
@@ -92,16 +131,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn growing_keeps_what_was_written_per_head() {
-        let mut kv = CpuKv::new(2, 2, 4);
-        kv.reserve(3, 0);
-        for p in 0..3 {
+    fn writes_land_in_their_block_slot_and_head() {
+        let mut kv = KvBlocks::new(3, 2, 2, 4);
+        for p in 0..20usize {
             let k: Vec<f32> = (0..8).map(|i| (p * 100 + i) as f32).collect();
-            kv.write(1, p, &k, &k);
+            let v: Vec<f32> = k.iter().map(|x| -x).collect();
+            kv.write((p / BLOCK_TOKENS) as u32 * 2, p % BLOCK_TOKENS, 1, &k, &v);
         }
-        kv.reserve(1000, 3);
-        assert!(kv.capacity() >= 1000);
-        assert_eq!(&kv.keys(1, 1, 3)[8..12], &[204.0, 205.0, 206.0, 207.0]);
-        assert_eq!(&kv.values(1, 0, 2)[4..8], &[100.0, 101.0, 102.0, 103.0]);
+        // Position 17 is slot 1 of block 2; head 1 holds values 4..8.
+        let (k, v) = kv.run(2, 1, 1, 2);
+        assert_eq!(&k[4..8], &[1704.0, 1705.0, 1706.0, 1707.0]);
+        assert_eq!(&v[0..4], &[-1604.0, -1605.0, -1606.0, -1607.0]);
+        let (k, _) = kv.run(0, 1, 0, BLOCK_TOKENS);
+        assert_eq!(&k[15 * 4..16 * 4], &[1500.0, 1501.0, 1502.0, 1503.0]);
+        // Block 1 was never written: it holds no memory.
+        assert_eq!(kv.memory_bytes(), 2 * kv.block_bytes());
+        assert!(kv.run(1, 0, 0, 1).0.is_empty());
     }
 }

@@ -3,8 +3,10 @@
 //! SwiGLU fused with the quantization of the MLP's hidden state, attention over our own KV layout, and every
 //! parallel step on one thread pool. All intermediate buffers live in a scratch that only grows.
 //!
-//! `forward_batch` takes tokens from several sequences at once (each with its own KV cache and position): the
-//! matmuls see one token batch, attention stays per sequence. That is the shape continuous batching needs.
+//! `forward_batch` takes tokens from several sequences at once (each with its own block table into one paged
+//! [`KvBlocks`] store and its own position): the matmuls see one token batch, attention stays per sequence and
+//! walks the sequence's blocks. That is the shape continuous batching needs. Logits are computed only for the
+//! sequences that ask for them (a prefill chunk that does not end its prompt needs none).
 
 use std::sync::{Arc, Mutex};
 
@@ -14,7 +16,7 @@ use candle_core::Device;
 
 use super::act::{grow, ActKind, Acts, SyncPtr};
 use super::isa::Isa;
-use super::kv::CpuKv;
+use super::kv::{CpuKv, KvBlocks, BLOCK_TOKENS};
 use super::ops;
 use super::pool::ThreadPool;
 use super::qmatrix::{matmul_many, QMatrix};
@@ -22,12 +24,15 @@ use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
 use crate::engine::model::{DecoderConfig, RopeStyle};
 
-/// One sequence's part of a batch: `tokens` go after the `kv.len` positions it already holds.
+/// One sequence's part of a batch: `tokens` go after the `pos` positions it already holds.
 pub struct BatchSeq<'a> {
     pub tokens: &'a [u32],
-    pub kv: &'a mut CpuKv,
-    /// Positions already in `kv` (the first token's position).
+    /// The sequence's blocks in position order; they must cover `pos + tokens.len()` positions.
+    pub blocks: &'a [u32],
+    /// Positions already in the cache (the first token's position).
     pub pos: usize,
+    /// Whether to compute the logits of the last token.
+    pub logits: bool,
 }
 
 struct Layer {
@@ -304,7 +309,7 @@ impl CpuModel {
         self.isa
     }
 
-    /// A fresh KV cache for one sequence.
+    /// A fresh standalone KV cache for one sequence.
     pub fn new_kv(&self) -> CpuKv {
         CpuKv::new(
             self.config.n_layer,
@@ -313,9 +318,44 @@ impl CpuModel {
         )
     }
 
+    /// A paged KV store for `n_blocks` blocks of this model.
+    pub fn new_blocks(&self, n_blocks: usize) -> KvBlocks {
+        KvBlocks::new(
+            n_blocks,
+            self.config.n_layer,
+            self.config.n_kv_head,
+            self.config.head_dim,
+        )
+    }
+
+    /// Bytes one KV block of this model takes.
+    pub fn kv_block_bytes(&self) -> usize {
+        KvBlocks::bytes_per_block(
+            self.config.n_layer,
+            self.config.n_kv_head,
+            self.config.head_dim,
+        )
+    }
+
+    /// Feeds `tokens` to a standalone sequence and returns the logits of the last one.
+    pub fn forward_one(&self, tokens: &[u32], kv: &mut CpuKv, pos: usize) -> Result<Vec<f32>> {
+        kv.reserve(pos + tokens.len());
+        let batch = [BatchSeq {
+            tokens,
+            blocks: &kv.table,
+            pos,
+            logits: true,
+        }];
+        Ok(self
+            .forward_batch(&mut kv.store, &batch)?
+            .pop()
+            .unwrap_or_default())
+    }
+
     /// Runs every sequence's tokens through the model in one batch and returns, per sequence, the logits of its
-    /// last token. Each sequence's KV gains its tokens.
-    pub fn forward_batch(&self, batch: &mut [BatchSeq<'_>]) -> Result<Vec<Vec<f32>>> {
+    /// last token (an empty vector for a sequence that did not ask for them). Each sequence's blocks gain the
+    /// keys and values of its tokens.
+    pub fn forward_batch(&self, kv: &mut KvBlocks, batch: &[BatchSeq<'_>]) -> Result<Vec<Vec<f32>>> {
         let cfg = &self.config;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;
@@ -330,6 +370,13 @@ impl CpuModel {
                     tokens: end,
                     limit: cfg.context_length,
                 });
+            }
+            if end.div_ceil(BLOCK_TOKENS) > b.blocks.len()
+                || b.blocks.iter().any(|&blk| blk as usize >= kv.len())
+            {
+                return Err(EngineError::Internal(format!(
+                    "sequence {i}'s block table does not cover {end} positions of the KV store"
+                )));
             }
             s.rows.extend((0..b.tokens.len()).map(|t| (i, b.pos + t)));
         }
@@ -347,13 +394,12 @@ impl CpuModel {
         grow(&mut s.up, t_all * ff);
         let max_len = batch
             .iter()
-            .map(|b| b.pos + b.tokens.len())
+            .map(|b| (b.pos + b.tokens.len()).next_multiple_of(BLOCK_TOKENS))
             .max()
             .unwrap_or(0);
         grow(&mut s.scores, self.pool.threads() * max_len);
         let mut r = 0;
-        for b in batch.iter_mut() {
-            b.kv.reserve(b.pos + b.tokens.len(), b.pos);
+        for b in batch.iter() {
             for &tok in b.tokens {
                 if tok as usize >= self.vocab_size {
                     return Err(EngineError::Internal(format!(
@@ -381,14 +427,15 @@ impl CpuModel {
             );
             self.bias_and_rope(s, layer, t_all);
             for (row, &(si, pos)) in s.rows.iter().enumerate() {
-                batch[si].kv.write(
+                kv.write(
+                    batch[si].blocks[pos / BLOCK_TOKENS],
+                    pos % BLOCK_TOKENS,
                     li,
-                    pos,
                     &s.k[row * kvw..(row + 1) * kvw],
                     &s.v[row * kvw..(row + 1) * kvw],
                 );
             }
-            self.attention(s, batch, li, max_len);
+            self.attention(s, kv, batch, li, max_len);
             let att = &s.att;
             s.acts.reset(t_all, qw, &[layer.o.act_kind()]);
             s.acts.fill(&self.pool, &|r, row| {
@@ -426,12 +473,17 @@ impl CpuModel {
             );
             ops::add(self.isa, &mut s.x[..t_all * h], &s.tmp[..t_all * h]);
         }
-        // The last row of every sequence: final norm and the output head.
+        // The last row of every sequence that wants logits: final norm and the output head.
         s.last.clear();
         let mut end = 0;
         for b in batch.iter() {
             end += b.tokens.len();
-            s.last.push(end - 1);
+            if b.logits {
+                s.last.push(end - 1);
+            }
+        }
+        if s.last.is_empty() {
+            return Ok(vec![Vec::new(); batch.len()]);
         }
         let (x, norm, isa, last) = (&s.x, &self.norm, self.isa, &s.last);
         s.acts.reset(last.len(), h, &[self.output.act_kind()]);
@@ -444,9 +496,13 @@ impl CpuModel {
         if batch.len() == 1 {
             return Ok(vec![logits]);
         }
-        Ok(logits
-            .chunks_exact(self.vocab_size)
-            .map(|c| c.to_vec())
+        let mut rows = logits.chunks_exact(self.vocab_size);
+        Ok(batch
+            .iter()
+            .map(|b| match b.logits {
+                true => rows.next().map(<[f32]>::to_vec).unwrap_or_default(),
+                false => Vec::new(),
+            })
             .collect())
     }
 
@@ -508,8 +564,17 @@ impl CpuModel {
         });
     }
 
-    /// Causal grouped-query attention of every row over its own sequence's cache, into `s.att`.
-    fn attention(&self, s: &mut Scratch, batch: &[BatchSeq<'_>], layer: usize, max_len: usize) {
+    /// Causal grouped-query attention of every row over its own sequence's blocks, into `s.att`: scores block by
+    /// block, one softmax over all of them, then the values block by block (the same sums, in the same order,
+    /// whatever the batch).
+    fn attention(
+        &self,
+        s: &mut Scratch,
+        kv: &KvBlocks,
+        batch: &[BatchSeq<'_>],
+        layer: usize,
+        max_len: usize,
+    ) {
         let cfg = &self.config;
         let d = cfg.head_dim;
         let (n_head, n_kv) = (cfg.n_head, cfg.n_kv_head);
@@ -526,13 +591,27 @@ impl CpuModel {
                 let (r, kvh) = (item / n_kv, item % n_kv);
                 let (si, pos) = rows[r];
                 let len = pos + 1;
-                let keys = batch[si].kv.keys(layer, kvh, len);
-                let values = batch[si].kv.values(layer, kvh, len);
+                let blocks = &batch[si].blocks[..len.div_ceil(BLOCK_TOKENS)];
+                let run = |bi: usize| {
+                    let n = (len - bi * BLOCK_TOKENS).min(BLOCK_TOKENS);
+                    (n, kv.run(blocks[bi], layer, kvh, n))
+                };
                 for hh in kvh * n_rep..(kvh + 1) * n_rep {
                     let qh = &q[r * qw + hh * d..r * qw + (hh + 1) * d];
+                    for bi in 0..blocks.len() {
+                        let (n, (keys, _)) = run(bi);
+                        let at = bi * BLOCK_TOKENS;
+                        ops::scores(isa, qh, keys, scale, &mut sc[at..at + n]);
+                    }
+                    ops::softmax(&mut sc[..len]);
                     // SAFETY: (row r, head hh) is written by this item only.
                     let out = unsafe { att.slice(r * qw + hh * d, d) };
-                    ops::attend(isa, qh, keys, values, scale, &mut sc[..len], out);
+                    out.fill(0.0);
+                    for bi in 0..blocks.len() {
+                        let (n, (_, values)) = run(bi);
+                        let at = bi * BLOCK_TOKENS;
+                        ops::accumulate(isa, out, &sc[at..at + n], values);
+                    }
                 }
             }
         });

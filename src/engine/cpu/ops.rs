@@ -52,27 +52,25 @@ multiversion! {
 }
 
 multiversion! {
-    /// One attention head over `len` cached positions: `scores[j] = q·k_j · scale`, softmax, then
-    /// `out = Σ_j scores[j] · v_j` (`keys`/`values`: `len` rows of `q.len()` values).
-    pub fn attend(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) => attend_generic, attend_avx2
+    /// `scores[j] = q·k_j · scale` for the `scores.len()` rows of `keys` (one block of an attention head).
+    pub fn scores(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) => scores_generic, scores_avx2
+}
+
+multiversion! {
+    /// `out += Σ_j w[j] · v_j` over the `w.len()` rows of `values` (one block of an attention head).
+    pub fn accumulate(out: &mut [f32], w: &[f32], values: &[f32]) => accumulate_generic, accumulate_avx2
 }
 
 #[inline(always)]
-fn attend_generic(
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    let d = q.len();
-    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
+fn scores_generic(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
+    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(q.len())) {
         *s = dot_generic(q, k) * scale;
     }
-    softmax(scores);
-    out.fill(0.0);
-    for (w, v) in scores.iter().zip(values.chunks_exact(d)) {
+}
+
+#[inline(always)]
+fn accumulate_generic(out: &mut [f32], w: &[f32], values: &[f32]) {
+    for (w, v) in w.iter().zip(values.chunks_exact(out.len())) {
         axpy_generic(out, *w, v);
     }
 }

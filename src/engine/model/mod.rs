@@ -12,7 +12,7 @@ pub mod qwen2;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::cpu::model::{BatchSeq, CpuModel};
+use super::cpu::model::CpuModel;
 use super::error::{EngineError, Result};
 use super::gguf::GgufFile;
 use super::kv::SeqKv;
@@ -337,12 +337,7 @@ impl Model {
                             "a candle KV cache was given to the CPU engine".into(),
                         )
                     })?;
-                    let mut batch = [BatchSeq {
-                        tokens: chunk,
-                        kv: cpu,
-                        pos,
-                    }];
-                    let logits = m.forward_batch(&mut batch)?.pop().unwrap_or_default();
+                    let logits = m.forward_one(chunk, cpu, pos)?;
                     kv.extend(chunk);
                     let n = logits.len();
                     Tensor::from_vec(logits, n, &Device::Cpu)?

@@ -21,7 +21,7 @@ use super::assemble::Assembler;
 use super::events::{spawn_stream, EventSender};
 use super::remote::wire;
 use super::{
-    CompletionRequest, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError, ProviderStream,
+    CompletionRequest, EngineLoad, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError, ProviderStream,
     RawCompletionRequest, ResponseFormat, StopReason, TokenCount, TokenLogprob, TokenizeRequest,
     Tokenized, ToolChoice, TopLogprob, Usage,
 };
@@ -144,9 +144,20 @@ impl Provider for LocalProvider {
         "local".into()
     }
 
-    /// One sequence at a time: the engine decodes one request after the other.
+    /// The scheduler's batch: up to `max_num_seqs` sequences generate at once.
     fn concurrency(&self) -> Option<usize> {
-        Some(1)
+        Some(self.engine.scheduler_config().max_num_seqs)
+    }
+
+    fn engine_load(&self) -> Option<EngineLoad> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = self.engine.scheduler_stats();
+        Some(EngineLoad {
+            running: s.running.load(Relaxed),
+            waiting: s.waiting.load(Relaxed),
+            kv_cache_usage: self.engine.prefix_cache_stats().usage(),
+            preemptions: s.preemptions.load(Relaxed),
+        })
     }
 
     fn model_identity(&self, model: &str) -> String {

@@ -1,0 +1,573 @@
+//! The engine thread's scheduler (continuous batching, as vLLM's): requests wait in arrival order, run in a batch
+//! of at most `max_num_seqs`, and every step is one forward pass over the tokens of many sequences — one decode
+//! token (plus whatever a grammar forces) for each generating sequence, and chunks of prompts filling the rest of
+//! a per-step token budget (`max_num_batched_tokens`: chunked prefill). New requests join at the next step and
+//! finished ones leave at once.
+//!
+//! **KV memory** on the CPU engine is the paged block pool ([`BlockManager`] over the model's [`KvBlocks`]):
+//! a sequence's prompt takes the cached blocks of its longest shared prefix (within its scope) and allocates the
+//! rest as it goes. When a step needs a block and none is left, the latest-arrived running sequence is
+//! preempted (its blocks freed, its full blocks left cached) and put back at the head of the queue, to be
+//! recomputed from its tokens later with all its sampling state intact — never an error for a request that fits
+//! alone. candle's backends (CUDA, Metal, `--weights native`) read one contiguous KV buffer per sequence: there
+//! each sequence owns a [`SeqKv`] from the [`PrefixCache`] and runs its own forward pass inside the step.
+//!
+//! **Cancellation**: a request cancelled or whose client left is dropped at the start of the next step and its
+//! blocks freed. **Sampling** of the sequences that got logits runs in parallel across them (grammar masks
+//! included).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+
+use rayon::prelude::*;
+use serde::Serialize;
+use tokio::sync::mpsc as tokio_mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::blocks::{self, BlockManager, PrefixCacheStats, BLOCK_TOKENS};
+use super::constraint::Constraint;
+use super::cpu::kv::KvBlocks;
+use super::cpu::model::BatchSeq;
+use super::error::{EngineError, Result};
+use super::generate::{FinishReason, GenerateEvent, GenerateRequest};
+use super::kv::SeqKv;
+use super::model::Model;
+use super::prefix_cache::{common_prefix, PrefixCache};
+use super::sequence::{Outcome, Sequence};
+use super::tokenizer::Tokenizer;
+
+/// How the scheduler batches (vLLM's names).
+#[derive(Debug, Clone, Serialize)]
+pub struct SchedulerConfig {
+    /// Sequences generating at once.
+    pub max_num_seqs: usize,
+    /// Tokens fed per step (decode tokens first, prompt chunks in what is left).
+    pub max_num_batched_tokens: usize,
+    /// Memory for the KV cache (the CPU engine's block pool; on candle's backends, kept sequences).
+    pub kv_cache_bytes: usize,
+    /// Whether full blocks of a prompt are kept and shared with later prompts that start the same way.
+    pub prefix_caching: bool,
+}
+
+/// Defaults for a CPU: enough sequences that 50 clients all start within a few steps.
+pub const DEFAULT_MAX_NUM_SEQS: usize = 64;
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 512;
+pub const DEFAULT_KV_CACHE_BYTES: usize = 1 << 30;
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_num_seqs: DEFAULT_MAX_NUM_SEQS,
+            max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            kv_cache_bytes: DEFAULT_KV_CACHE_BYTES,
+            prefix_caching: true,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// Checks the settings against each other.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.max_num_seqs == 0 {
+            return Err("max_num_seqs must be at least 1".into());
+        }
+        if self.max_num_batched_tokens < self.max_num_seqs {
+            return Err(format!(
+                "max_num_batched_tokens ({}) must be at least max_num_seqs ({}): every running sequence \
+                 decodes a token per step",
+                self.max_num_batched_tokens, self.max_num_seqs
+            ));
+        }
+        if self.kv_cache_bytes == 0 {
+            return Err("kv_cache_bytes must be more than 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// Live counts of the scheduler (for `/metrics`).
+#[derive(Debug, Default)]
+pub struct SchedulerStats {
+    /// Sequences in the running batch.
+    pub running: AtomicU64,
+    /// Requests queued in the engine (including preempted ones).
+    pub waiting: AtomicU64,
+    /// Sequences preempted because the KV pool ran out.
+    pub preemptions: AtomicU64,
+    /// Forward passes run.
+    pub steps: AtomicU64,
+    /// Tokens fed, over all steps.
+    pub batched_tokens: AtomicU64,
+}
+
+/// A request on its way to the engine thread.
+pub(crate) struct Job {
+    pub req: GenerateRequest,
+    pub constraint: Option<Box<Constraint>>,
+    pub cache_key: Option<String>,
+    pub cancel: CancellationToken,
+    pub reply: tokio_mpsc::UnboundedSender<GenerateEvent>,
+}
+
+/// Where a sequence's keys and values are.
+enum Kv {
+    /// Nothing held (waiting, preempted).
+    None,
+    /// Blocks of the pool, in position order, and the hashes of its registered full blocks.
+    Paged { blocks: Vec<u32>, hashes: Vec<u64> },
+    /// Its own buffer (candle's backends).
+    Own(SeqKv),
+}
+
+struct Entry {
+    seq: Sequence,
+    kv: Kv,
+    /// Positions whose keys and values are in the cache.
+    computed: usize,
+    /// Pending tokens are the output of its last step (fed whole, outside the prefill budget).
+    decoding: bool,
+    /// Prefix-cache use was counted (at the first admission; not again after a preemption).
+    counted: bool,
+    cache_key: Option<String>,
+}
+
+enum Space {
+    Paged {
+        store: KvBlocks,
+        manager: BlockManager,
+    },
+    Own(PrefixCache),
+}
+
+/// The scheduler over one model, run on the engine thread until every handle is gone.
+pub(crate) struct Scheduler {
+    model: Model,
+    tokenizer: Tokenizer,
+    config: SchedulerConfig,
+    jobs: mpsc::Receiver<Job>,
+    waiting: VecDeque<Entry>,
+    /// In arrival order.
+    running: Vec<Entry>,
+    space: Space,
+    prefix: Arc<PrefixCacheStats>,
+    stats: Arc<SchedulerStats>,
+}
+
+/// Why blocks could not be had.
+struct NoBlocks;
+
+impl Scheduler {
+    pub fn new(
+        model: Model,
+        tokenizer: Tokenizer,
+        config: SchedulerConfig,
+        jobs: mpsc::Receiver<Job>,
+        prefix: Arc<PrefixCacheStats>,
+        stats: Arc<SchedulerStats>,
+    ) -> Self {
+        let space = match model.cpu_engine() {
+            Some(cpu) => {
+                let n_blocks = (config.kv_cache_bytes / cpu.kv_block_bytes()).max(1);
+                Space::Paged {
+                    store: cpu.new_blocks(n_blocks),
+                    manager: BlockManager::new(n_blocks, config.prefix_caching, prefix.clone()),
+                }
+            }
+            None => Space::Own(PrefixCache::new(
+                if config.prefix_caching {
+                    config.kv_cache_bytes
+                } else {
+                    0
+                },
+                prefix.clone(),
+            )),
+        };
+        Self {
+            model,
+            tokenizer,
+            config,
+            jobs,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            space,
+            prefix,
+            stats,
+        }
+    }
+
+    /// Runs until every engine handle is dropped and no work is left.
+    pub fn run(mut self) {
+        while self.intake() {
+            self.reap_cancelled();
+            let plan = self.schedule();
+            if !plan.is_empty() {
+                self.execute(&plan);
+            }
+            self.publish();
+        }
+    }
+
+    fn publish(&self) {
+        self.stats
+            .running
+            .store(self.running.len() as u64, Ordering::Relaxed);
+        self.stats
+            .waiting
+            .store(self.waiting.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Takes new requests: blocks while there is nothing to do. `false` when the handles are gone and no work
+    /// is left.
+    fn intake(&mut self) -> bool {
+        if self.running.is_empty() && self.waiting.is_empty() {
+            match self.jobs.recv() {
+                Ok(job) => self.accept(job),
+                Err(_) => return false,
+            }
+        }
+        while let Ok(job) = self.jobs.try_recv() {
+            self.accept(job);
+        }
+        self.publish();
+        true
+    }
+
+    fn accept(&mut self, job: Job) {
+        let Job {
+            req,
+            constraint,
+            cache_key,
+            cancel,
+            reply,
+        } = job;
+        if reply.is_closed() {
+            return;
+        }
+        let ctx = self.model.config.context_length;
+        match Sequence::new(req, constraint, cancel, reply.clone(), &self.tokenizer, ctx) {
+            Ok(seq) => self.waiting.push_back(Entry {
+                seq,
+                kv: Kv::None,
+                computed: 0,
+                decoding: false,
+                counted: false,
+                cache_key,
+            }),
+            Err(e) => {
+                let _ = reply.send(GenerateEvent::Error(e));
+            }
+        }
+    }
+
+    /// Ends every cancelled request, running or waiting, and frees what it held.
+    fn reap_cancelled(&mut self) {
+        for i in (0..self.running.len()).rev() {
+            if self.running[i].seq.is_cancelled() {
+                let e = self.running.remove(i);
+                self.end(e, Ok(FinishReason::Cancelled));
+            }
+        }
+        for i in (0..self.waiting.len()).rev() {
+            if self.waiting[i].seq.is_cancelled() {
+                if let Some(e) = self.waiting.remove(i) {
+                    self.end(e, Ok(FinishReason::Cancelled));
+                }
+            }
+        }
+    }
+
+    /// Frees what `e` holds and sends its end.
+    fn end(&mut self, mut e: Entry, how: Result<FinishReason>) {
+        self.release(&mut e);
+        match how {
+            Ok(finish) => e.seq.finish(finish),
+            Err(err) => e.seq.fail(err),
+        }
+    }
+
+    /// Gives `e`'s KV state back: blocks to the pool (full ones stay cached), an own buffer to the prefix cache.
+    fn release(&mut self, e: &mut Entry) {
+        match (std::mem::replace(&mut e.kv, Kv::None), &mut self.space) {
+            (Kv::Paged { blocks, .. }, Space::Paged { manager, .. }) => manager.release(&blocks),
+            (Kv::Own(kv), Space::Own(cache)) => {
+                cache.put(e.seq.scope().map(str::to_string), e.cache_key.clone(), kv)
+            }
+            _ => {}
+        }
+        e.computed = 0;
+        e.decoding = false;
+    }
+
+    /// Makes sure `e`'s blocks cover `positions` positions.
+    fn ensure(space: &mut Space, e: &mut Entry, positions: usize) -> std::result::Result<(), NoBlocks> {
+        let (Space::Paged { manager, .. }, Kv::Paged { blocks, .. }) = (space, &mut e.kv) else {
+            return Ok(());
+        };
+        let need = positions.div_ceil(BLOCK_TOKENS).saturating_sub(blocks.len());
+        if manager.available() < need {
+            return Err(NoBlocks);
+        }
+        for _ in 0..need {
+            blocks.push(manager.allocate().ok_or(NoBlocks)?);
+        }
+        Ok(())
+    }
+
+    /// Takes `e`'s cached prefix (a fresh admission or a preempted sequence coming back).
+    fn attach(&mut self, e: &mut Entry) {
+        let tokens = e.seq.tokens();
+        // At least one token is always computed, so there are logits to sample from.
+        let limit = tokens.len() - 1;
+        match &mut self.space {
+            Space::Paged { manager, .. } => {
+                let hashes = blocks::chain(e.seq.scope(), tokens);
+                let got = manager.lookup(&hashes, tokens, limit / BLOCK_TOKENS);
+                e.computed = got.len() * BLOCK_TOKENS;
+                e.kv = Kv::Paged {
+                    hashes: hashes[..got.len()].to_vec(),
+                    blocks: got,
+                };
+            }
+            Space::Own(cache) => {
+                let mut kv = cache
+                    .take(e.seq.scope(), e.cache_key.as_deref(), tokens)
+                    .unwrap_or_else(|| self.model.new_sequence());
+                let common = common_prefix(kv.tokens(), tokens).min(limit);
+                kv.truncate(common);
+                e.computed = common;
+                e.kv = Kv::Own(kv);
+            }
+        }
+        if !e.counted {
+            e.counted = true;
+            self.prefix.record(e.seq.prompt_len(), e.computed);
+            e.seq.start(e.computed);
+        }
+    }
+
+    /// Puts running sequence `i` back at the head of the queue, its KV state freed, to be recomputed later.
+    fn preempt(&mut self, i: usize) {
+        let mut e = self.running.remove(i);
+        self.release(&mut e);
+        self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            tokens = e.seq.tokens().len(),
+            "KV pool full: preempted a sequence for recompute"
+        );
+        self.waiting.push_front(e);
+    }
+
+    /// Picks this step's work: `(index in running, tokens to feed)`.
+    fn schedule(&mut self) -> Vec<(usize, usize)> {
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut plan = Vec::new();
+        // Running sequences first, in arrival order: decode tokens always, prompt chunks within the budget.
+        let mut i = 0;
+        while i < self.running.len() {
+            let e = &mut self.running[i];
+            let need = e.seq.tokens().len() - e.computed;
+            let n = if e.decoding { need } else { need.min(budget) };
+            if n == 0 {
+                i += 1;
+                continue;
+            }
+            let positions = e.computed + n;
+            if Self::ensure(&mut self.space, e, positions).is_ok() {
+                plan.push((i, n));
+                budget = budget.saturating_sub(n);
+                i += 1;
+                continue;
+            }
+            // Out of blocks: preempt the latest arrival (this one, if it is the latest).
+            let last = self.running.len() - 1;
+            if last > i || i > 0 {
+                self.preempt(last);
+                continue;
+            }
+            // Alone and still out of blocks: it fills the whole pool.
+            let e = self.running.remove(i);
+            let how = if e.decoding {
+                Ok(FinishReason::Length)
+            } else {
+                Err(self.too_big(e.seq.tokens().len()))
+            };
+            self.end(e, how);
+        }
+        // Then waiting requests, first come first served, while there is room.
+        while budget > 0 && self.running.len() < self.config.max_num_seqs {
+            let Some(mut e) = self.waiting.pop_front() else {
+                break;
+            };
+            self.attach(&mut e);
+            let n = (e.seq.tokens().len() - e.computed).min(budget);
+            let positions = e.computed + n;
+            if Self::ensure(&mut self.space, &mut e, positions).is_err() {
+                let alone = self.running.is_empty();
+                self.release(&mut e);
+                if alone {
+                    let err = self.too_big(e.seq.tokens().len());
+                    self.end(e, Err(err));
+                    continue;
+                }
+                self.waiting.push_front(e);
+                break;
+            }
+            self.running.push(e);
+            plan.push((self.running.len() - 1, n));
+            budget = budget.saturating_sub(n);
+        }
+        plan
+    }
+
+    fn too_big(&self, tokens: usize) -> EngineError {
+        let blocks = match &self.space {
+            Space::Paged { manager, .. } => manager.total(),
+            Space::Own(_) => 0,
+        };
+        EngineError::KvCacheTooSmall {
+            tokens,
+            capacity: blocks * BLOCK_TOKENS,
+        }
+    }
+
+    /// Runs one forward pass over the plan, then samples every sequence that got logits.
+    fn execute(&mut self, plan: &[(usize, usize)]) {
+        let fed: usize = plan.iter().map(|p| p.1).sum();
+        self.stats.steps.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .batched_tokens
+            .fetch_add(fed as u64, Ordering::Relaxed);
+        // A panic inside a tensor op must not take the engine down with it: report it as an error.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.forward(plan)));
+        let logits = match outcome {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => return self.fail_plan(plan, &e.to_string()),
+            Err(_) => return self.fail_plan(plan, "the engine panicked during generation"),
+        };
+        // Bookkeeping: positions computed, full blocks registered for reuse.
+        for &(i, n) in plan {
+            let e = &mut self.running[i];
+            let before = e.computed;
+            e.computed += n;
+            if let (Space::Paged { manager, .. }, Kv::Paged { blocks, hashes }) =
+                (&mut self.space, &mut e.kv)
+            {
+                let tokens = e.seq.tokens();
+                for b in before / BLOCK_TOKENS..e.computed / BLOCK_TOKENS {
+                    if b < hashes.len() {
+                        continue;
+                    }
+                    let parent = hashes
+                        .last()
+                        .copied()
+                        .unwrap_or_else(|| blocks::root_hash(e.seq.scope()));
+                    let span = &tokens[b * BLOCK_TOKENS..(b + 1) * BLOCK_TOKENS];
+                    let h = blocks::block_hash(parent, span);
+                    manager.register(blocks[b], h, span);
+                    hashes.push(h);
+                }
+            }
+        }
+        // Sampling, in parallel across the sequences that got logits.
+        let mut work: Vec<(usize, Vec<f32>)> = plan
+            .iter()
+            .zip(logits)
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(&(i, _), l)| (i, l))
+            .collect();
+        let tokenizer = &self.tokenizer;
+        let mut entries: Vec<(usize, &mut Entry)> = self
+            .running
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| work.iter().any(|(w, _)| w == i))
+            .collect();
+        let step = |(_, l): &mut (usize, Vec<f32>), (_, e): &mut (usize, &mut Entry)| {
+            e.seq.step(l, tokenizer)
+        };
+        let results: Vec<Result<Outcome>> = if entries.len() > 1 {
+            work.par_iter_mut()
+                .zip(entries.par_iter_mut())
+                .map(|(w, e)| step(w, e))
+                .collect()
+        } else {
+            work.iter_mut()
+                .zip(entries.iter_mut())
+                .map(|(w, e)| step(w, e))
+                .collect()
+        };
+        let indices: Vec<usize> = entries.iter().map(|(i, _)| *i).collect();
+        drop(entries);
+        let mut ended = Vec::new();
+        for (i, r) in indices.into_iter().zip(results) {
+            match r {
+                Ok(Outcome::Continue) => self.running[i].decoding = true,
+                Ok(Outcome::Finished(f)) => ended.push((i, Ok(f))),
+                Err(e) => ended.push((i, Err(e))),
+            }
+        }
+        for (i, how) in ended.into_iter().rev() {
+            let e = self.running.remove(i);
+            self.end(e, how);
+        }
+    }
+
+    /// The forward pass of a plan: per planned sequence, its last token's logits (empty when not asked for).
+    fn forward(&mut self, plan: &[(usize, usize)]) -> Result<Vec<Vec<f32>>> {
+        let running = &mut self.running;
+        match &mut self.space {
+            Space::Paged { store, .. } => {
+                let cpu = self
+                    .model
+                    .cpu_engine()
+                    .ok_or_else(|| EngineError::Internal("a paged KV pool without the CPU engine".into()))?;
+                let batch: Vec<BatchSeq> = plan
+                    .iter()
+                    .map(|&(i, n)| {
+                        let e = &running[i];
+                        let blocks = match &e.kv {
+                            Kv::Paged { blocks, .. } => blocks.as_slice(),
+                            _ => &[],
+                        };
+                        let tokens = &e.seq.tokens()[e.computed..e.computed + n];
+                        BatchSeq {
+                            tokens,
+                            blocks,
+                            pos: e.computed,
+                            logits: e.computed + n == e.seq.tokens().len(),
+                        }
+                    })
+                    .collect();
+                cpu.forward_batch(store, &batch)
+            }
+            Space::Own(_) => plan
+                .iter()
+                .map(|&(i, n)| {
+                    let e = &mut running[i];
+                    let (from, all) = (e.computed, e.seq.tokens().len());
+                    let Kv::Own(kv) = &mut e.kv else {
+                        return Err(EngineError::Internal("a sequence without its KV buffer".into()));
+                    };
+                    let logits = self.model.forward(&e.seq.tokens()[from..from + n], kv)?;
+                    Ok(if from + n == all {
+                        logits.to_vec1::<f32>()?
+                    } else {
+                        Vec::new()
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Ends every sequence of a failed step with the error.
+    fn fail_plan(&mut self, plan: &[(usize, usize)], message: &str) {
+        tracing::error!(error = message, "a forward pass failed");
+        let mut idx: Vec<usize> = plan.iter().map(|p| p.0).collect();
+        idx.sort_unstable();
+        for i in idx.into_iter().rev() {
+            let e = self.running.remove(i);
+            self.end(e, Err(EngineError::Internal(message.to_string())));
+        }
+    }
+}
