@@ -116,7 +116,11 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("`{other}` in `{text}` is not a size unit (B, KiB, MiB, GiB, TiB)")),
+        other => {
+            return Err(format!(
+                "`{other}` in `{text}` is not a size unit (B, KiB, MiB, GiB, TiB)"
+            ))
+        }
     };
     let bytes = value * scale as f64;
     if !bytes.is_finite() || bytes < 1.0 || bytes > usize::MAX as f64 {
@@ -205,7 +209,9 @@ impl Config {
                 .map_err(|err| format!("engine.kv_cache_memory: {err}"))?,
             prefix_caching: e.prefix_caching,
         };
-        scheduler.validate().map_err(|err| format!("engine: {err}"))?;
+        scheduler
+            .validate()
+            .map_err(|err| format!("engine: {err}"))?;
         Ok(EngineOptions {
             model: ModelSelector::parse(&e.model),
             device,

@@ -11,13 +11,13 @@ use serde::Serialize;
 use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::blocks::PrefixCacheStats;
 use super::constraint::assemble::{OutputAssembler, OutputDelta, ToolCall};
 use super::constraint::format::ToolCallFormat;
 use super::constraint::{Constraint, GrammarFactory};
 use super::device::{self, DeviceSpec};
 use super::error::{EngineError, Result};
 use super::fetch::{self, FetchOptions, ModelSelector};
-use super::blocks::PrefixCacheStats;
 use super::generate::{self, GenerateEvent, GenerateRequest, GenerateSummary, TokenEvent};
 use super::gguf::GgufFile;
 use super::manifest::ModelManifest;

@@ -118,9 +118,7 @@ pub struct BlockManager {
 
 impl BlockManager {
     pub fn new(n_blocks: usize, caching: bool, stats: Arc<PrefixCacheStats>) -> Self {
-        stats
-            .blocks_total
-            .store(n_blocks as u64, Ordering::Relaxed);
+        stats.blocks_total.store(n_blocks as u64, Ordering::Relaxed);
         stats.blocks_used.store(0, Ordering::Relaxed);
         Self {
             refs: vec![0; n_blocks],
@@ -298,7 +296,9 @@ mod tests {
         let blk = m.allocate().unwrap();
         m.register(blk, h[0], &prompt);
         m.release(&[blk]);
-        assert!(m.lookup(&chain(Some("tenant-b"), &prompt), &prompt, 9).is_empty());
+        assert!(m
+            .lookup(&chain(Some("tenant-b"), &prompt), &prompt, 9)
+            .is_empty());
         assert!(m.lookup(&chain(None, &prompt), &prompt, 9).is_empty());
         // A forged hash with other tokens is refused by the token comparison.
         assert!(m.lookup(&h, &toks(500, 16), 9).is_empty());

@@ -300,11 +300,17 @@ impl Scheduler {
     }
 
     /// Makes sure `e`'s blocks cover `positions` positions.
-    fn ensure(space: &mut Space, e: &mut Entry, positions: usize) -> std::result::Result<(), NoBlocks> {
+    fn ensure(
+        space: &mut Space,
+        e: &mut Entry,
+        positions: usize,
+    ) -> std::result::Result<(), NoBlocks> {
         let (Space::Paged { manager, .. }, Kv::Paged { blocks, .. }) = (space, &mut e.kv) else {
             return Ok(());
         };
-        let need = positions.div_ceil(BLOCK_TOKENS).saturating_sub(blocks.len());
+        let need = positions
+            .div_ceil(BLOCK_TOKENS)
+            .saturating_sub(blocks.len());
         if manager.available() < need {
             return Err(NoBlocks);
         }
@@ -518,10 +524,9 @@ impl Scheduler {
         let running = &mut self.running;
         match &mut self.space {
             Space::Paged { store, .. } => {
-                let cpu = self
-                    .model
-                    .cpu_engine()
-                    .ok_or_else(|| EngineError::Internal("a paged KV pool without the CPU engine".into()))?;
+                let cpu = self.model.cpu_engine().ok_or_else(|| {
+                    EngineError::Internal("a paged KV pool without the CPU engine".into())
+                })?;
                 let batch: Vec<BatchSeq> = plan
                     .iter()
                     .map(|&(i, n)| {
@@ -547,7 +552,9 @@ impl Scheduler {
                     let e = &mut running[i];
                     let (from, all) = (e.computed, e.seq.tokens().len());
                     let Kv::Own(kv) = &mut e.kv else {
-                        return Err(EngineError::Internal("a sequence without its KV buffer".into()));
+                        return Err(EngineError::Internal(
+                            "a sequence without its KV buffer".into(),
+                        ));
                     };
                     let logits = self.model.forward(&e.seq.tokens()[from..from + n], kv)?;
                     Ok(if from + n == all {

@@ -112,7 +112,9 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
     for i in [0, 2] {
         let mut kv = cpu.new_kv();
         cpu.forward_one(&prompts[i], &mut kv, 0).unwrap();
-        let want = cpu.forward_one(&next[i..=i], &mut kv, prompts[i].len()).unwrap();
+        let want = cpu
+            .forward_one(&next[i..=i], &mut kv, prompts[i].len())
+            .unwrap();
         assert_eq!(want, stepped[i], "sequence {i} decode step");
     }
     // A table that does not cover the positions is an error, not a panic.

@@ -1,5 +1,6 @@
 mod agent;
 mod auto_calls;
+mod batching;
 mod bench_tool_calls;
 mod cli_chat;
 mod cli_run;

@@ -355,7 +355,11 @@ impl CpuModel {
     /// Runs every sequence's tokens through the model in one batch and returns, per sequence, the logits of its
     /// last token (an empty vector for a sequence that did not ask for them). Each sequence's blocks gain the
     /// keys and values of its tokens.
-    pub fn forward_batch(&self, kv: &mut KvBlocks, batch: &[BatchSeq<'_>]) -> Result<Vec<Vec<f32>>> {
+    pub fn forward_batch(
+        &self,
+        kv: &mut KvBlocks,
+        batch: &[BatchSeq<'_>],
+    ) -> Result<Vec<Vec<f32>>> {
         let cfg = &self.config;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;

@@ -21,9 +21,9 @@ use super::assemble::Assembler;
 use super::events::{spawn_stream, EventSender};
 use super::remote::wire;
 use super::{
-    CompletionRequest, EngineLoad, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError, ProviderStream,
-    RawCompletionRequest, ResponseFormat, StopReason, TokenCount, TokenLogprob, TokenizeRequest,
-    Tokenized, ToolChoice, TopLogprob, Usage,
+    CompletionRequest, EngineLoad, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError,
+    ProviderStream, RawCompletionRequest, ResponseFormat, StopReason, TokenCount, TokenLogprob,
+    TokenizeRequest, Tokenized, ToolChoice, TopLogprob, Usage,
 };
 use crate::engine::constraint::assemble::{OutputAssembler, OutputDelta};
 use crate::engine::constraint::format::ToolCallFormat;

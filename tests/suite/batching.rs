@@ -1,0 +1,314 @@
+//! Continuous batching on the real SmolLM2 model: a request batched with others gives the tokens it gives alone
+//! (greedy, seeded, constrained), preemption under a tiny KV budget loses nothing, a cancelled request frees its
+//! blocks, and prefix blocks are shared between requests with a common system prompt. Each test loads its own
+//! engine so the scheduler's counters are its own.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use agentd::engine::generate::{FinishReason, GenerateEvent, GenerateRequest, GenerateSummary};
+use agentd::engine::sampler::SamplingParams;
+use agentd::engine::scheduler::SchedulerConfig;
+use agentd::engine::{Engine, EngineError, EngineOptions};
+use agentd::schema::ToolChoice;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+
+use super::common;
+
+fn engine_with(scheduler: SchedulerConfig) -> Engine {
+    Engine::load(EngineOptions {
+        model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
+        device: agentd::engine::device::DeviceSpec::Cpu,
+        scheduler,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn chat(engine: &Engine, system: &str, user: &str) -> Vec<u32> {
+    let msgs = [
+        serde_json::json!({"role": "system", "content": system}),
+        serde_json::json!({"role": "user", "content": user}),
+    ];
+    engine.chat_prompt(&msgs, &[], &ToolChoice::Auto).unwrap()
+}
+
+fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        prompt,
+        sampling: SamplingParams::greedy(),
+        max_tokens: Some(max_tokens),
+        ..Default::default()
+    }
+}
+
+/// Waits for a request's end: its tokens and summary.
+fn collect(
+    mut rx: UnboundedReceiver<GenerateEvent>,
+) -> Result<(Vec<u32>, GenerateSummary), EngineError> {
+    let mut ids = Vec::new();
+    while let Some(ev) = rx.blocking_recv() {
+        match ev {
+            GenerateEvent::Token(t) => ids.push(t.id),
+            GenerateEvent::Done(s) => return Ok((ids, s)),
+            GenerateEvent::Error(e) => return Err(e),
+        }
+    }
+    panic!("the request ended without a result")
+}
+
+fn alone(engine: &Engine, req: &GenerateRequest) -> Vec<u32> {
+    collect(engine.generate(req.clone(), None, CancellationToken::new()))
+        .unwrap()
+        .0
+}
+
+/// Submits every request at once and collects them all.
+fn together(engine: &Engine, reqs: &[GenerateRequest]) -> Vec<(Vec<u32>, GenerateSummary)> {
+    let rxs: Vec<_> = reqs
+        .iter()
+        .map(|r| engine.generate(r.clone(), None, CancellationToken::new()))
+        .collect();
+    rxs.into_iter().map(|rx| collect(rx).unwrap()).collect()
+}
+
+fn requests(engine: &Engine) -> Vec<GenerateRequest> {
+    let users = [
+        "Name three fruits.",
+        "What is the capital of France? Answer in one sentence.",
+        "Write a haiku about the sea.",
+        "List the first five prime numbers.",
+        "Explain recursion in one sentence.",
+        "Say hello in Spanish and in German.",
+    ];
+    let mut reqs: Vec<GenerateRequest> = users
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            // Different system prompts so no two share a block: each computes its own prompt.
+            let system = format!("You are assistant number {i}. Be brief.");
+            greedy(chat(engine, &system, u), 20 + 4 * i)
+        })
+        .collect();
+    // A seeded sampled request and a constrained one ride along.
+    reqs[4].sampling = SamplingParams {
+        temperature: 0.9,
+        seed: Some(7),
+        ..SamplingParams::default()
+    };
+    reqs[5].constraint = Some(super::constraint::spec(ToolChoice::Required));
+    reqs[5].max_tokens = Some(48);
+    reqs
+}
+
+/// Six requests of different lengths submitted at once give, token for token, what each gives alone; the
+/// scheduler really batched them (fewer forward passes than tokens).
+#[test]
+fn batched_requests_give_the_tokens_they_give_alone() {
+    let engine = engine_with(SchedulerConfig::default());
+    let reqs = requests(&engine);
+    let solo: Vec<Vec<u32>> = reqs.iter().map(|r| alone(&engine, r)).collect();
+    let stats = engine.scheduler_stats();
+    let steps_before = stats.steps.load(Relaxed);
+    let got = together(&engine, &reqs);
+    let steps = stats.steps.load(Relaxed) - steps_before;
+    let generated: usize = got.iter().map(|(ids, _)| ids.len()).sum();
+    for (i, ((ids, summary), want)) in got.iter().zip(&solo).enumerate() {
+        assert_eq!(ids, want, "request {i} batched vs alone");
+        assert_eq!(summary.completion_tokens, ids.len());
+    }
+    assert!(
+        (steps as usize) < generated / 2,
+        "{steps} forward passes for {generated} tokens: not batched"
+    );
+    assert!(got[5].0.len() > 5, "the constrained request wrote a call");
+}
+
+/// With room for only a few sequences' KV, eight concurrent requests preempt each other, and every one still
+/// completes with exactly the text it gives alone.
+#[test]
+fn preemption_under_a_tiny_kv_budget_loses_no_request() {
+    let probe = engine_with(SchedulerConfig::default());
+    let reqs: Vec<GenerateRequest> = (0..8)
+        .map(|i| {
+            let system = format!("You are helper {i}.");
+            let mut r = greedy(
+                chat(&probe, &system, "Count from one to twenty in words."),
+                48,
+            );
+            // Every request runs its full length, so the pool must run out.
+            r.ignore_eos = true;
+            r
+        })
+        .collect();
+    let longest = reqs.iter().map(|r| r.prompt.len()).max().unwrap() + 48;
+    drop(probe);
+    // Room for about two of them at once (each fits alone).
+    let block_bytes = 30 * 2 * 3 * 16 * 64 * 4;
+    let blocks = 2 * longest.div_ceil(16) + 1;
+    let engine = engine_with(SchedulerConfig {
+        kv_cache_bytes: blocks * block_bytes,
+        ..SchedulerConfig::default()
+    });
+    let solo: Vec<Vec<u32>> = reqs.iter().map(|r| alone(&engine, r)).collect();
+    let got = together(&engine, &reqs);
+    let preempted = engine.scheduler_stats().preemptions.load(Relaxed);
+    assert!(preempted > 0, "the budget of {blocks} blocks never ran out");
+    for (i, ((ids, s), want)) in got.iter().zip(&solo).enumerate() {
+        assert_eq!(ids, want, "request {i} after {preempted} preemptions");
+        assert_eq!(s.finish, FinishReason::Length);
+    }
+    // Everything was given back.
+    assert_eq!(engine.prefix_cache_stats().blocks_used.load(Relaxed), 0);
+}
+
+/// A prompt larger than the whole KV cache is a clear error, not a hang or a panic; a request that fits alone
+/// but would grow past the cache ends with `length`.
+#[test]
+fn a_request_larger_than_the_kv_cache_is_refused_or_cut() {
+    let block_bytes = 30 * 2 * 3 * 16 * 64 * 4;
+    let engine = engine_with(SchedulerConfig {
+        kv_cache_bytes: 4 * block_bytes,
+        max_num_seqs: 4,
+        max_num_batched_tokens: 64,
+        prefix_caching: true,
+    });
+    let big: Vec<u32> = (0..100).map(|i| 300 + i).collect();
+    match collect(engine.generate(greedy(big, 4), None, CancellationToken::new())) {
+        Err(EngineError::KvCacheTooSmall { tokens, capacity }) => {
+            assert_eq!((tokens, capacity), (100, 64));
+        }
+        other => panic!("expected KvCacheTooSmall, got {other:?}"),
+    }
+    let mut req = greedy((0..50).map(|i| 300 + i).collect(), 40);
+    req.ignore_eos = true;
+    let (ids, s) = collect(engine.generate(req, None, CancellationToken::new())).unwrap();
+    assert_eq!(s.finish, FinishReason::Length);
+    // Every position the cache holds, plus the token sampled from the last one.
+    assert_eq!(ids.len(), 64 - 50 + 1);
+    // The engine still serves.
+    let ok = collect(engine.generate(greedy(vec![1, 2, 3], 3), None, CancellationToken::new()));
+    assert_eq!(ok.unwrap().0.len(), 3);
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A cancelled request, and one whose client went away, free their blocks at the next step while the others
+/// keep going.
+#[test]
+fn cancellation_frees_blocks() {
+    let engine = engine_with(SchedulerConfig::default());
+    let pool = engine.prefix_cache_stats();
+    let long = |i: usize| {
+        let mut r = greedy(
+            chat(&engine, &format!("Writer {i}."), "Write a long story."),
+            400,
+        );
+        r.ignore_eos = true;
+        r
+    };
+    let cancel = CancellationToken::new();
+    let mut a = engine.generate(long(0), None, cancel.clone());
+    let mut b = engine.generate(long(1), None, CancellationToken::new());
+    let c = engine.generate(long(2), None, CancellationToken::new());
+    // All three are decoding.
+    for rx in [&mut a, &mut b] {
+        assert!(matches!(rx.blocking_recv(), Some(GenerateEvent::Token(_))));
+    }
+    wait_until("three running", || {
+        engine.scheduler_stats().running.load(Relaxed) == 3
+    });
+    let used3 = pool.blocks_used.load(Relaxed);
+    assert!(used3 >= 3, "{used3} blocks for three sequences");
+    cancel.cancel();
+    drop(b);
+    wait_until("one running", || {
+        engine.scheduler_stats().running.load(Relaxed) == 1
+    });
+    let used1 = pool.blocks_used.load(Relaxed);
+    assert!(
+        used1 < used3,
+        "{used1} blocks still used after two of three left"
+    );
+    // The cancelled one ends with its usage.
+    let summary = loop {
+        match a.blocking_recv() {
+            Some(GenerateEvent::Done(s)) => break s,
+            Some(GenerateEvent::Token(_)) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(summary.finish, FinishReason::Cancelled);
+    assert!(summary.completion_tokens >= 1);
+    drop(c);
+    wait_until("nothing running", || {
+        engine.scheduler_stats().running.load(Relaxed) == 0
+    });
+    assert_eq!(pool.blocks_used.load(Relaxed), 0);
+}
+
+/// Two sessions with the same long system prompt: the second (another session key, the same scope) takes the
+/// first's prompt blocks — after it ended, and while both are in flight — and the counters say so.
+#[test]
+fn prefix_blocks_are_shared_between_sessions_with_a_common_system_prompt() {
+    let engine = engine_with(SchedulerConfig::default());
+    let system = "You are a meticulous coding assistant working in a Rust repository. Follow the style of the \
+                  surrounding code, keep functions small, write tests for every change, never invent APIs, and \
+                  explain each decision in one short sentence.";
+    let first = chat(&engine, system, "Rename the function foo to bar.");
+    let second = chat(&engine, system, "Add a unit test for parse_bytes.");
+    let common_len = first
+        .iter()
+        .zip(&second)
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(common_len > 48, "the prompts share {common_len} tokens");
+    let shared_blocks = common_len / 16 * 16;
+    let (_, s1) = collect(engine.generate(
+        greedy(first.clone(), 8),
+        Some("session-a".into()),
+        CancellationToken::new(),
+    ))
+    .unwrap();
+    assert_eq!(s1.cached_tokens, 0);
+    let (q0, h0, _) = engine.prefix_cache_stats().snapshot();
+    let (_, s2) = collect(engine.generate(
+        greedy(second.clone(), 8),
+        Some("session-b".into()),
+        CancellationToken::new(),
+    ))
+    .unwrap();
+    assert_eq!(s2.cached_tokens, shared_blocks);
+    let (q1, h1, _) = engine.prefix_cache_stats().snapshot();
+    assert_eq!(q1 - q0, second.len() as u64);
+    assert_eq!(h1 - h0, shared_blocks as u64);
+    // In flight together: a third session shares the blocks the running first one holds.
+    let third = chat(&engine, system, "Explain the borrow checker.");
+    let mut long = greedy(first, 200);
+    long.ignore_eos = true;
+    let mut a = engine.generate(long, Some("session-a".into()), CancellationToken::new());
+    assert!(matches!(a.blocking_recv(), Some(GenerateEvent::Token(_))));
+    let (_, s3) = collect(engine.generate(
+        greedy(third, 8),
+        Some("session-c".into()),
+        CancellationToken::new(),
+    ))
+    .unwrap();
+    assert_eq!(s3.cached_tokens, shared_blocks);
+    drop(a);
+    // Another scope shares nothing.
+    let mut other = greedy(second, 4);
+    other.cache_scope = Some("another-tenant".into());
+    let (_, s4) = collect(engine.generate(other, None, CancellationToken::new())).unwrap();
+    assert_eq!(s4.cached_tokens, 0);
+}
