@@ -201,6 +201,7 @@ impl Scheduler {
         while self.intake() {
             self.reap_cancelled();
             let plan = self.schedule();
+            self.publish();
             if !plan.is_empty() {
                 self.execute(&plan);
             }

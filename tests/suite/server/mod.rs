@@ -121,6 +121,22 @@ impl TestServer {
         Self::start(AppState::new(Arc::new(provider), options)).await
     }
 
+    /// On an engine of its own (for tests that read the engine's gauges while other tests use the shared one).
+    pub async fn local_own(options: ServerOptions) -> Self {
+        let engine = tokio::task::spawn_blocking(|| {
+            agentd::engine::Engine::load(agentd::engine::EngineOptions {
+                model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
+                device: agentd::engine::device::DeviceSpec::Cpu,
+                ..Default::default()
+            })
+            .expect("load the default model")
+        })
+        .await
+        .expect("the loading task");
+        let provider = agentd::provider::LocalProvider::new(engine);
+        Self::start(AppState::new(Arc::new(provider), options)).await
+    }
+
     /// On any provider (one without raw completions or a tokenizer: those routes answer 501).
     pub async fn with_provider(provider: Arc<dyn Provider>, options: ServerOptions) -> Self {
         Self::start(AppState::new(provider, options)).await

@@ -292,7 +292,10 @@ async fn errors_have_openai_shape_and_status() {
 
 #[tokio::test]
 async fn a_full_queue_answers_503_and_a_disconnect_frees_the_engine() {
-    let server = TestServer::local(ServerOptions {
+    // One request generating at a time, none waiting: the second is refused. An engine of its own, so the
+    // gauges read below are this test's.
+    let server = TestServer::local_own(ServerOptions {
+        max_running: Some(1),
         max_queue: 0,
         ..ServerOptions::default()
     })
@@ -362,6 +365,59 @@ async fn a_full_queue_answers_503_and_a_disconnect_frees_the_engine() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     assert!(queries > 0, "{metrics}");
+}
+
+/// A metric's value in the exposition text (the first line of that name).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// With the batching engine three streams generate at once: the running gauge says 3, the KV cache is in use,
+/// and when the clients leave both fall back to 0.
+#[tokio::test]
+async fn running_gauge_and_kv_usage_follow_the_batch() {
+    // An engine of its own: the shared one serves other tests at the same time.
+    let server = TestServer::local_own(ServerOptions::default()).await;
+    let url = server.url("/v1/chat/completions");
+    let mut readers = Vec::new();
+    for topic in ["a dragon", "a lighthouse", "a clockmaker"] {
+        let body = chat(
+            &format!("Write a very long story about {topic}."),
+            json!({"max_tokens": 4000, "stream": true, "ignore_eos": true}),
+        );
+        let resp = client().post(&url).json(&body).send().await.unwrap();
+        let mut reader = SseReader::new(resp);
+        reader.next().await.unwrap();
+        readers.push(reader);
+    }
+    for r in &mut readers {
+        for _ in 0..4 {
+            r.next().await.unwrap();
+        }
+    }
+    // Every stream is producing tokens: all three are in the batch.
+    let (_, m) = get(&server.url("/metrics")).await;
+    assert_eq!(metric(&m, "vllm:num_requests_running"), 3.0, "{m}");
+    assert_eq!(metric(&m, "vllm:num_requests_waiting"), 0.0, "{m}");
+    let usage = metric(&m, "vllm:kv_cache_usage_perc");
+    assert!(usage > 0.0 && usage < 1.0, "{m}");
+    assert_eq!(metric(&m, "vllm:num_preemptions_total"), 0.0, "{m}");
+    drop(readers);
+    let mut waited = 0;
+    loop {
+        let (_, m) = get(&server.url("/metrics")).await;
+        if metric(&m, "vllm:num_requests_running") == 0.0 {
+            assert_eq!(metric(&m, "vllm:kv_cache_usage_perc"), 0.0, "{m}");
+            break;
+        }
+        assert!(waited < 500, "the streams did not end: {m}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += 1;
+    }
 }
 
 #[tokio::test]
