@@ -29,6 +29,9 @@ pub struct LoadOptions {
     pub disconnect_every: usize,
     /// Give up on a request after this long.
     pub timeout: Duration,
+    /// Ask for replies of exactly `max_tokens` (`ignore_eos`, which vLLM and llama.cpp's server accept too), so
+    /// throughput compares equal work.
+    pub ignore_eos: bool,
 }
 
 /// How one request went.
@@ -190,6 +193,10 @@ async fn one(
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    let mut body = body;
+    if opts.ignore_eos {
+        body["ignore_eos"] = json!(true);
+    }
     let mut req = client
         .post(format!("{}/v1/chat/completions", opts.root))
         .json(&body);

@@ -39,7 +39,7 @@ pub struct BatchArgs {
     /// Sequences generating at once (default 64).
     #[arg(long)]
     pub max_num_seqs: Option<usize>,
-    /// Tokens fed per forward pass: decode tokens first, prompt chunks in the rest (default 512).
+    /// Tokens fed per forward pass: decode tokens first, prompt chunks in the rest (default 256).
     #[arg(long)]
     pub max_num_batched_tokens: Option<usize>,
     /// Memory for the KV cache: bytes or a size like 512MiB, 2GiB (default 1GiB). Requests beyond it wait or

@@ -178,7 +178,7 @@ impl Sampler {
             }
             r -= x;
         }
-        // Rounding left `r` past the last weight: the least likely kept candidate.
+        // Rounding left `r` past the last weight: the last candidate (any kept one is a valid draw).
         cand.last().copied()
     }
 
@@ -202,6 +202,14 @@ impl Sampler {
                 (s >= -NEGLIGIBLE_LOGIT_GAP).then_some((i as u32, s))
             })
             .collect();
+        if p.top_k == 0 && p.min_p <= 0.0 && p.top_p >= 1.0 {
+            // Nothing truncates the distribution: no order is needed (the best token still weighs 1).
+            let probs = scored.iter().map(|&(_, s)| s.exp()).collect();
+            return Some(Distribution::Weighted {
+                cand: scored.into_iter().map(|(id, _)| id).collect(),
+                probs,
+            });
+        }
         scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
         if p.top_k > 0 && scored.len() > p.top_k {
             scored.truncate(p.top_k);
@@ -238,7 +246,7 @@ impl Sampler {
 enum Distribution {
     /// One token only (greedy, or a +∞ logit).
     Certain(u32),
-    /// Candidates, most likely first, with positive finite weights (the first is 1).
+    /// Candidates with positive finite weights (most likely first when the distribution was truncated).
     Weighted { cand: Vec<u32>, probs: Vec<f32> },
 }
 

@@ -305,6 +305,9 @@ pub struct CompletionRequest {
     /// Report the log-probability of every generated token with this many alternatives (`Some(0)`: the token's
     /// own only) as [`ProviderEvent::Logprobs`] events.
     pub logprobs: Option<usize>,
+    /// Keep generating through end-of-sequence up to `max_tokens` (benchmarks; not under tools or a
+    /// `response_format`, where the grammar decides the end).
+    pub ignore_eos: bool,
 }
 
 impl CompletionRequest {

@@ -33,6 +33,9 @@ pub struct LoadBenchArgs {
     /// Every n-th request hangs up after its first token (0: none).
     #[arg(long, default_value_t = 5)]
     pub disconnect_every: usize,
+    /// Replies of exactly --max-tokens tokens (sends `ignore_eos`, which vLLM and llama.cpp's server accept).
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -46,6 +49,7 @@ struct Report {
     requests_per_client: usize,
     max_tokens: u32,
     disconnect_every: usize,
+    ignore_eos: bool,
     summary: loadgen::LoadSummary,
     rss_before_mb: Option<f64>,
     rss_after_mb: Option<f64>,
@@ -100,6 +104,7 @@ pub fn run(args: LoadBenchArgs) -> anyhow::Result<()> {
             max_tokens: args.max_tokens,
             disconnect_every: args.disconnect_every,
             timeout: Duration::from_secs(1800),
+            ignore_eos: args.ignore_eos,
         };
         let in_process = stop.is_some();
         let rss_before = in_process.then(stats::rss_mb).flatten();
@@ -115,6 +120,7 @@ pub fn run(args: LoadBenchArgs) -> anyhow::Result<()> {
             requests_per_client: args.requests,
             max_tokens: args.max_tokens,
             disconnect_every: args.disconnect_every,
+            ignore_eos: args.ignore_eos,
             summary: report.summary(),
             rss_before_mb: rss_before,
             rss_after_mb: rss_after,

@@ -261,6 +261,7 @@ impl LocalProvider {
             logprobs: request.logprobs,
             constraint: constraint_spec(&request),
             cache_scope: request.cache_scope.clone(),
+            ignore_eos: request.ignore_eos,
             ..GenerateRequest::default()
         };
         let mut calls = CallMap::default();

@@ -118,6 +118,9 @@ pub fn chat_body(request: &CompletionRequest, model: &str, compat: &Compat) -> V
         body.insert("logprobs".into(), true.into());
         body.insert("top_logprobs".into(), k.into());
     }
+    if request.ignore_eos {
+        body.insert("ignore_eos".into(), true.into());
+    }
     put_common(&mut body, &request.stop, &request.sampling);
     Value::Object(body)
 }

@@ -133,6 +133,7 @@ pub fn chat_request(
         cache_key: req.user.map(|u| format!("openai-user:{u}")),
         cache_scope: None,
         logprobs,
+        ignore_eos: req.ignore_eos.unwrap_or(false),
     };
     check_constraint(&request)?;
     Ok((

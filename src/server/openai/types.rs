@@ -134,6 +134,9 @@ pub struct ChatCompletionRequest {
     pub stream: Option<bool>,
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
+    /// vLLM's and llama.cpp's extension: keep generating through end-of-sequence up to `max_tokens`.
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
     /// Names the end user; also keys the engine's prefix cache.
     #[serde(default)]
     pub user: Option<String>,

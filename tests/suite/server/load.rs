@@ -60,6 +60,7 @@ async fn two_hundred_concurrent_streams_a_third_disconnecting() {
         max_tokens: 4,
         disconnect_every: 3,
         timeout: Duration::from_secs(600),
+        ignore_eos: false,
     };
     // Warm-up: allocator arenas, the prefix cache and the grammar-free paths reach their working size.
     let warm = loadgen::run(opts(30)).await;

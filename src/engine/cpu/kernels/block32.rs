@@ -266,18 +266,36 @@ pub(super) mod x86 {
                 x: [&[BlockQ8]; N],
             ) -> [[f32; N]; M] {
                 let nb = w.iter().map(|w| blocks::<B, N>(w, &x)).min().unwrap_or(0);
+                // Lane t of the mins accumulators is token t (the drivers run N <= 4).
+                const { assert!(N <= 4) };
                 let mut acc = [[[_mm256_setzero_ps(); N]; M]; 2];
-                let mut mins = [[[0f32; N]; M]; 2];
+                let mut mins = [[_mm_setzero_ps(); M]; 2];
                 // Block `i` into accumulator set `k`.
                 let mut step = |i: usize, k: usize| {
                     let mut q = [_mm256_setzero_si256(); M];
-                    let mut dm = [_mm_setzero_ps(); M];
+                    let mut dw = [_mm256_setzero_ps(); M];
+                    let mut mw = [_mm_setzero_ps(); M];
                     for r in 0..M {
                         // SAFETY: i < nb ≤ w[r].len() / BYTES, so the block's BYTES bytes lie inside `w[r]`.
                         unsafe {
                             let p = w[r].as_ptr().add(i * B::BYTES);
                             q[r] = if $vnni && B::SIGNED { B::unpack_vnni(p) } else { B::$unpack(p) };
-                            dm[r] = scales(p);
+                            let dm = scales(p);
+                            dw[r] = _mm256_broadcastss_ps(dm);
+                            mw[r] = _mm_movehdup_ps(dm);
+                        }
+                    }
+                    if !B::SIGNED {
+                        // Σ over the block of m·y = m · s: one FMA per row for all the tokens.
+                        let mut sy = [0f32; 4];
+                        for t in 0..N {
+                            // SAFETY: i < nb ≤ x[t].len().
+                            sy[t] = unsafe { x[t].get_unchecked(i).s };
+                        }
+                        let sy = _mm_loadu_ps(sy.as_ptr());
+                        for r in 0..M {
+                            let m = _mm_shuffle_ps::<0>(mw[r], mw[r]);
+                            mins[k][r] = _mm_fmadd_ps(m, sy, mins[k][r]);
                         }
                     }
                     let sign = B::SIGNED && !$vnni;
@@ -300,15 +318,11 @@ pub(super) mod x86 {
                             } else {
                                 (q[r], y)
                             };
-                            let d = _mm256_mul_ps(_mm256_broadcastss_ps(dm[r]), dy);
                             acc[k][r][t] = _mm256_fmadd_ps(
-                                d,
+                                _mm256_mul_ps(dw[r], dy),
                                 _mm256_cvtepi32_ps($mul(seed, u, y)),
                                 acc[k][r][t],
                             );
-                            if !B::SIGNED {
-                                mins[k][r][t] += _mm_cvtss_f32(_mm_movehdup_ps(dm[r])) * a.s;
-                            }
                         }
                     }
                 };
@@ -323,9 +337,10 @@ pub(super) mod x86 {
                 }
                 let mut out = [[0f32; N]; M];
                 for r in 0..M {
+                    let mut m = [0f32; 4];
+                    _mm_storeu_ps(m.as_mut_ptr(), _mm_add_ps(mins[0][r], mins[1][r]));
                     for t in 0..N {
-                        out[r][t] = hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t]))
-                            + (mins[0][r][t] + mins[1][r][t]);
+                        out[r][t] = hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t])) + m[t];
                     }
                 }
                 out
