@@ -43,8 +43,8 @@ pub struct ServerOptions {
     pub api_key: Option<String>,
     /// Larger request bodies get 413.
     pub max_body_bytes: usize,
-    /// Requests generating at once (`None`: the provider's own concurrency — 1 on the local engine, which runs
-    /// one sequence at a time — else 64).
+    /// Requests generating at once (`None`: the provider's own concurrency — the local engine's `max_num_seqs`
+    /// — else 64).
     pub max_running: Option<usize>,
     /// Requests that may wait for a turn; beyond that, 503 with `Retry-After`.
     pub max_queue: usize,

@@ -312,3 +312,30 @@ fn prefix_blocks_are_shared_between_sessions_with_a_common_system_prompt() {
     let (_, s4) = collect(engine.generate(other, None, CancellationToken::new())).unwrap();
     assert_eq!(s4.cached_tokens, 0);
 }
+
+/// candle's backend (`--weights native`, the path CUDA and Metal take) keeps one KV buffer per sequence and runs
+/// each sequence's tokens in its own forward pass inside a step: concurrent requests still give what they give
+/// alone, and a repeated prompt reuses its kept sequence.
+#[test]
+fn candle_backend_runs_concurrent_requests_too() {
+    let engine = Engine::load(EngineOptions {
+        model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
+        device: agentd::engine::device::DeviceSpec::Cpu,
+        weight_format: agentd::engine::model::WeightFormat::Native,
+        ..Default::default()
+    })
+    .unwrap();
+    let reqs: Vec<GenerateRequest> = ["Name a colour.", "Name an animal.", "Name a city."]
+        .iter()
+        .map(|u| greedy(chat(&engine, "Answer with one word.", u), 8))
+        .collect();
+    let solo: Vec<Vec<u32>> = reqs.iter().map(|r| alone(&engine, r)).collect();
+    let got = together(&engine, &reqs);
+    for (i, ((ids, s), want)) in got.iter().zip(&solo).enumerate() {
+        assert_eq!(ids, want, "request {i}");
+        assert!(
+            s.cached_tokens > 0,
+            "request {i} reused nothing of its earlier run"
+        );
+    }
+}
