@@ -262,7 +262,6 @@ impl LocalProvider {
             constraint: constraint_spec(&request),
             cache_scope: request.cache_scope.clone(),
             ignore_eos: request.ignore_eos,
-            ..GenerateRequest::default()
         };
         let mut calls = CallMap::default();
         let mut assembler = self.engine.assembler(&gen);
