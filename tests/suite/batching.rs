@@ -15,6 +15,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
 use super::common;
+use super::common::greedy;
 
 fn engine_with(scheduler: SchedulerConfig) -> Engine {
     Engine::load(EngineOptions {
@@ -32,15 +33,6 @@ fn chat(engine: &Engine, system: &str, user: &str) -> Vec<u32> {
         serde_json::json!({"role": "user", "content": user}),
     ];
     engine.chat_prompt(&msgs, &[], &ToolChoice::Auto).unwrap()
-}
-
-fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
-    GenerateRequest {
-        prompt,
-        sampling: SamplingParams::greedy(),
-        max_tokens: Some(max_tokens),
-        ..Default::default()
-    }
 }
 
 /// Waits for a request's end: its tokens and summary.

@@ -51,3 +51,13 @@ pub fn read_tool() -> agentd::schema::ToolSpec {
     )
     .unwrap()
 }
+
+/// A greedy request for `max_tokens` tokens after `prompt`.
+pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> agentd::engine::generate::GenerateRequest {
+    agentd::engine::generate::GenerateRequest {
+        prompt,
+        sampling: agentd::engine::sampler::SamplingParams::greedy(),
+        max_tokens: Some(max_tokens),
+        ..Default::default()
+    }
+}

@@ -10,6 +10,7 @@ use candle_core::Device;
 use tokio_util::sync::CancellationToken;
 
 use super::common;
+use super::common::greedy;
 
 /// Teacher-forced comparison with llama.cpp: at every step whose recorded top1−top2 margin exceeds `margin` our
 /// argmax must be the reference's; at step 0 the reference's top-5 logits must be within `tolerance`.
@@ -82,15 +83,6 @@ fn greedy_matches_llama_cpp_candle_native() {
 #[test]
 fn requantised_q8_0_stays_close_to_llama_cpp() {
     check_greedy_against_reference(WeightFormat::Q8_0, 2.0, 1.0);
-}
-
-fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
-    GenerateRequest {
-        prompt,
-        sampling: SamplingParams::greedy(),
-        max_tokens: Some(max_tokens),
-        ..Default::default()
-    }
 }
 
 #[test]
