@@ -95,8 +95,9 @@ def server():
 
 @pytest.fixture(scope="session")
 def tight_server():
-    """A second server with no queue and a small body limit: 503 and 413 are reachable."""
-    s = Server("--max-queue", "0", "--max-body-bytes", "100000")
+    """A second server admitting one request at a time, with no queue and a small body limit: 503 and 413 are
+    reachable."""
+    s = Server("--max-running", "1", "--max-queue", "0", "--max-body-bytes", "100000")
     yield s
     s.stop()
 
