@@ -280,9 +280,11 @@ impl Scheduler {
         }
     }
 
-    /// Frees what `e` holds and sends its end.
+    /// Frees what `e` (already out of both queues) holds, updates the gauges, then sends its end — so a client
+    /// that reads `/metrics` after its answer never sees itself still running.
     fn end(&mut self, mut e: Entry, how: Result<FinishReason>) {
         self.release(&mut e);
+        self.publish();
         match how {
             Ok(finish) => e.seq.finish(finish),
             Err(err) => e.seq.fail(err),
