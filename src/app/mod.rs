@@ -19,6 +19,7 @@
 pub mod backend;
 pub mod coding_session;
 mod error;
+pub mod export;
 pub mod prompt;
 pub mod recorder;
 pub mod sessions;

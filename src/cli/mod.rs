@@ -5,6 +5,7 @@ pub mod agent_setup;
 pub mod bench;
 pub mod chat;
 pub mod engine_args;
+pub mod export;
 pub mod generate;
 pub mod model;
 pub mod run;
@@ -52,6 +53,8 @@ pub enum Command {
     Chat(chat::ChatArgs),
     /// The coding agent without a UI: print the answer (-p), stream events (--mode json) or speak RPC.
     Run(run::RunArgs),
+    /// Write a session's whole tree as a self-contained HTML page (default) or Markdown.
+    Export(export::ExportArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -63,5 +66,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Chat(args) => chat::run(args),
         Command::Run(args) => run::run(args),
+        Command::Export(args) => export::run(args),
     }
 }

@@ -167,6 +167,12 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
     tmux.wait_for("read   Read the contents");
     tmux.type_line("/tree");
     tmux.wait_for("user: \"what do my notes say?\"");
+    // /export writes the session as a self-contained page in the workspace.
+    tmux.type_line("/export transcript.html");
+    tmux.wait_for("Exported to");
+    let page = std::fs::read_to_string(sb.cwd.join("transcript.html")).unwrap();
+    assert!(page.contains("what do my notes say?") && page.contains("tool call <b>read</b>"));
+    assert!(!page.contains("<script"));
 
     // !cmd runs a shell command; its output is in the transcript (!!cmd: not sent to the model).
     tmux.type_line("!echo tmux-$((6*7))");

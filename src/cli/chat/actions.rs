@@ -60,6 +60,22 @@ impl App {
                 }
                 self.info(text);
             }
+            Slash::Export(file) => {
+                let Some(src) = session.session_file() else {
+                    return self.error("nothing to export yet: the session file is created with the first message");
+                };
+                let out = match file {
+                    Some(f) => session.cwd().join(f),
+                    None => session.cwd().join(format!(
+                        "{}.html",
+                        src.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "session".into())
+                    )),
+                };
+                match agentd::app::export::export_file(&src, &out) {
+                    Ok(_) => self.info(format!("Exported to {}", out.display())),
+                    Err(e) => self.error(format!("{e:#}")),
+                }
+            }
             Slash::Session => {
                 let state = session.state_json();
                 let usage = self

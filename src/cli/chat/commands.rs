@@ -15,6 +15,8 @@ pub enum Slash {
     Tree(Option<String>),
     /// Compact the context now, optionally focusing the summary.
     Compact(Option<String>),
+    /// Write the session as a self-contained HTML page (or Markdown, for a `.md` file).
+    Export(Option<String>),
     Tools,
     Session,
     Help,
@@ -22,7 +24,7 @@ pub enum Slash {
 }
 
 /// Every command with a one-line description, for `/help` and the error of an unknown one.
-pub const COMMANDS: [(&str, &str); 10] = [
+pub const COMMANDS: [(&str, &str); 11] = [
     ("/model [NAME]", "pick or switch the model"),
     ("/new", "start a new session"),
     ("/resume [ID]", "pick or open a session of this directory"),
@@ -35,6 +37,10 @@ pub const COMMANDS: [(&str, &str); 10] = [
         "show the session tree, or continue from an entry",
     ),
     ("/compact [FOCUS]", "summarise older messages now"),
+    (
+        "/export [FILE]",
+        "write the session as HTML (or .md) to FILE",
+    ),
     ("/tools", "list the tools the model may call"),
     ("/session", "show the session, model and context usage"),
     ("/help", "show commands and keys"),
@@ -68,6 +74,7 @@ pub fn parse(line: &str) -> Result<Slash, String> {
         "/fork" => Ok(Slash::Fork(arg)),
         "/tree" => Ok(Slash::Tree(arg)),
         "/compact" => Ok(Slash::Compact(arg)),
+        "/export" => Ok(Slash::Export(arg)),
         "/tools" => no_arg(Slash::Tools),
         "/session" => no_arg(Slash::Session),
         "/help" | "/?" => Ok(Slash::Help),

@@ -4,6 +4,7 @@
 mod budget;
 mod cache;
 mod compaction;
+mod export;
 mod logging;
 mod store;
 
