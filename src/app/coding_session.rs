@@ -38,7 +38,7 @@ mod tree_ops;
 
 use super::prompt::{self, PromptInputs};
 use super::sessions::{self, SessionChoice};
-use super::{skills, AppError, Backend, Recorder};
+use super::{skills, templates, AppError, Backend, Recorder};
 
 /// Pi's default tool set.
 pub const DEFAULT_TOOLS: [&str; 4] = ["read", "bash", "edit", "write"];
@@ -118,6 +118,8 @@ pub struct ContextUsage {
 pub struct SetupReport {
     pub context_files: Vec<PathBuf>,
     pub skills: Vec<skills::Skill>,
+    /// Prompt templates (`/name args…`), found in the user's and the project's `prompts/` directories.
+    pub templates: Vec<templates::PromptTemplate>,
     pub warnings: Vec<String>,
 }
 
@@ -283,6 +285,9 @@ impl CodingSession {
         } else {
             Vec::new()
         };
+        let (found_templates, template_warnings) =
+            templates::discover(&templates::template_dirs(&cwd));
+        warnings.extend(template_warnings);
         let tool_names: Vec<String> = tools.iter().map(|t| t.spec().name.clone()).collect();
         let system_prompt = prompt::build(&PromptInputs {
             custom: settings.system_prompt.clone(),
@@ -322,6 +327,7 @@ impl CodingSession {
                 report: SetupReport {
                     context_files: context_files.into_iter().map(|f| f.path).collect(),
                     skills: found,
+                    templates: found_templates,
                     warnings,
                 },
             }),
@@ -349,6 +355,11 @@ impl CodingSession {
 
     pub fn report(&self) -> &SetupReport {
         &self.inner.report
+    }
+
+    /// If `line` is `/name args…` for one of the prompt templates, the prompt it expands to.
+    pub fn expand_template(&self, line: &str) -> Option<String> {
+        templates::expand_command(&self.inner.report.templates, line)
     }
 
     pub fn cwd(&self) -> &Path {

@@ -24,6 +24,7 @@ pub mod prompt;
 pub mod recorder;
 pub mod sessions;
 pub mod skills;
+pub mod templates;
 
 pub use backend::{Backend, BackendKind};
 pub use coding_session::{

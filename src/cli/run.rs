@@ -175,7 +175,9 @@ async fn prompt_all(session: &CodingSession, prompts: &[String], json: bool) -> 
     }
     let mut code = exit::OK;
     for text in prompts {
-        let reason = session.prompt(text).await?;
+        // `/name args…` of a prompt template becomes the prompt it expands to.
+        let expanded = session.expand_template(text);
+        let reason = session.prompt(expanded.as_deref().unwrap_or(text)).await?;
         let state = session.agent().state();
         match reason {
             AgentEndReason::Completed => {

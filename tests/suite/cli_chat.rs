@@ -138,7 +138,15 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
         "Follow-up handled: bread too.",
         {"steps": [{"text": "Thinking forever"}, {"hang": true}]},
         "## Goal\nShopping list.\n\n## Progress\nMilk, eggs, bread.",
+        "Template answered.",
     ]}));
+    // A project prompt template: `/greet NAME` becomes a prompt, and /help lists it.
+    std::fs::create_dir_all(sb.cwd.join(".agentd/prompts")).unwrap();
+    std::fs::write(
+        sb.cwd.join(".agentd/prompts/greet.md"),
+        "---\ndescription: Greet someone warmly\n---\nSay hello to $1 from $@.\n",
+    )
+    .unwrap();
     std::fs::write(sb.cwd.join("notes.txt"), "buy milk\n").unwrap();
     let tmux = Tmux::start(&sb, "");
     let screen = tmux.wait_for("· ready");
@@ -224,6 +232,15 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
     let screen = tmux.wait_for("New session.");
     assert!(!screen.contains("Your notes say"), "{screen}");
     tmux.wait_for("session new");
+    tmux.type_line("/help");
+    tmux.wait_for("Greet someone warmly");
+    tmux.type_line("/greet Ada \"the team\"");
+    tmux.wait_for("Template answered.");
+    let screen = tmux.screen();
+    assert!(
+        screen.contains("Say hello to Ada from Ada the team."),
+        "{screen}"
+    );
 
     // Ctrl+C twice quits.
     tmux.keys(&["C-c"]);

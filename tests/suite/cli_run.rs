@@ -688,3 +688,38 @@ fn coder_model_really_calls_its_tools_on_the_calc_py_task() {
         out.stdout
     );
 }
+
+/// `run -p "/name args…"` expands a prompt template (the project's wins over the user's of the same name) and
+/// sends the expansion; an unknown `/name` is sent as written.
+#[test]
+fn run_expands_prompt_templates() {
+    let sb = Sandbox::new(json!(["Reviewed.", "Plain."]));
+    let user = sb.home.join("prompts");
+    let project = sb.cwd.join(".agentd/prompts");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(user.join("review.md"), "User review of $1\n").unwrap();
+    std::fs::write(
+        project.join("review.md"),
+        "---\ndescription: Review a file\n---\nReview $1, focusing on ${@:2}.\n",
+    )
+    .unwrap();
+    let out = run(sb.cmd(&["run", "-p", "/review src/lib.rs \"edge cases\" errors"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("Reviewed."), "{}", out.stdout);
+    let last = |i: usize| {
+        sb.recorded()[i]["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["content"]
+            .clone()
+    };
+    assert_eq!(
+        last(0),
+        json!("Review src/lib.rs, focusing on edge cases errors.\n")
+    );
+    let out = run(sb.cmd(&["run", "-p", "/nothing here"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(last(1), json!("/nothing here"));
+}

@@ -46,7 +46,17 @@ impl App {
     pub(super) fn command(&mut self, cmd: Slash) {
         let session = self.session.clone();
         match cmd {
-            Slash::Help => self.info(commands::help()),
+            Slash::Help => {
+                let mut text = commands::help();
+                let templates = &session.report().templates;
+                if !templates.is_empty() {
+                    text.push_str("\nPrompt templates:");
+                    for t in templates {
+                        text.push_str(&format!("\n  /{:<17} {}", t.name, t.description));
+                    }
+                }
+                self.info(text)
+            }
             Slash::Quit => self.quit(),
             Slash::Tools => {
                 let tools = session.tools();

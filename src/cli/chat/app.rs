@@ -355,13 +355,24 @@ impl App {
             return;
         }
         self.scroll = 0;
+        let mut text = text.clone();
         if trimmed.starts_with('/') && !trimmed.starts_with("//") {
-            self.editor.take();
-            return match commands::parse(trimmed) {
-                Ok(cmd) => self.command(cmd),
-                Err(e) => self.error(e),
-            };
+            // Built-in commands first, then prompt templates (`/name args…` becomes the prompt it expands to).
+            match commands::parse(trimmed) {
+                Ok(cmd) => {
+                    self.editor.take();
+                    return self.command(cmd);
+                }
+                Err(e) => match self.session.expand_template(trimmed) {
+                    Some(prompt) => text = prompt,
+                    None => {
+                        self.editor.take();
+                        return self.error(e);
+                    }
+                },
+            }
         }
+        let trimmed = text.trim();
         if let Some(cmd) = trimmed.strip_prefix('!') {
             let (exclude, cmd) = match cmd.strip_prefix('!') {
                 Some(c) => (true, c.trim()),
@@ -378,7 +389,7 @@ impl App {
             self.editor.take();
             return self.bash(cmd, exclude);
         }
-        let text = self.editor.take();
+        self.editor.take();
         if self.running {
             let delivered = if follow_up {
                 self.session.follow_up(&text)
