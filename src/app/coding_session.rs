@@ -357,6 +357,12 @@ impl CodingSession {
         &self.inner.report
     }
 
+    /// `text` with the files and directories its `@path` words name appended (see [`super::mentions`]); an error
+    /// for a binary file or a path outside the workspace.
+    pub fn expand_mentions(&self, text: &str) -> Result<String, AppError> {
+        super::mentions::expand_mentions(text, &self.inner.cwd, self.inner.workspace.as_deref())
+    }
+
     /// If `line` is `/name args…` for one of the prompt templates, the prompt it expands to.
     pub fn expand_template(&self, line: &str) -> Option<String> {
         templates::expand_command(&self.inner.report.templates, line)

@@ -20,6 +20,7 @@ pub mod backend;
 pub mod coding_session;
 mod error;
 pub mod export;
+pub mod mentions;
 pub mod prompt;
 pub mod recorder;
 pub mod sessions;

@@ -177,7 +177,9 @@ async fn prompt_all(session: &CodingSession, prompts: &[String], json: bool) -> 
     for text in prompts {
         // `/name args…` of a prompt template becomes the prompt it expands to.
         let expanded = session.expand_template(text);
-        let reason = session.prompt(expanded.as_deref().unwrap_or(text)).await?;
+        // `@path` words put the files they name after the prompt.
+        let prompt = session.expand_mentions(expanded.as_deref().unwrap_or(text))?;
+        let reason = session.prompt(&prompt).await?;
         let state = session.agent().state();
         match reason {
             AgentEndReason::Completed => {

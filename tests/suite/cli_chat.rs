@@ -139,6 +139,7 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
         {"steps": [{"text": "Thinking forever"}, {"hang": true}]},
         "## Goal\nShopping list.\n\n## Progress\nMilk, eggs, bread.",
         "Template answered.",
+        "Mention answered.",
     ]}));
     // A project prompt template: `/greet NAME` becomes a prompt, and /help lists it.
     std::fs::create_dir_all(sb.cwd.join(".agentd/prompts")).unwrap();
@@ -241,6 +242,26 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
         screen.contains("Say hello to Ada from Ada the team."),
         "{screen}"
     );
+    // `@no` + Tab completes the path; the file's text goes after the prompt; a binary file is refused.
+    tmux.keys(&["-l", "what is in @no"]);
+    tmux.keys(&["Tab"]);
+    tmux.wait_for("what is in @notes.txt");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("Mention answered.");
+    let sent = sb.recorded().last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .clone();
+    assert_eq!(
+        sent,
+        json!("what is in @notes.txt\n\n<file name=\"notes.txt\">\nbuy milk\n</file>")
+    );
+    std::fs::write(sb.cwd.join("blob.bin"), [0u8, 159, 146, 150]).unwrap();
+    tmux.type_line("look at @blob.bin");
+    tmux.wait_for("looks like a binary file");
+    tmux.keys(&["C-u"]);
 
     // Ctrl+C twice quits.
     tmux.keys(&["C-c"]);

@@ -723,3 +723,36 @@ fn run_expands_prompt_templates() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(last(1), json!("/nothing here"));
 }
+
+/// `run -p` puts the files that `@path` words name after the prompt; a binary file is refused before anything
+/// is sent.
+#[test]
+fn run_inlines_at_file_references() {
+    let sb = Sandbox::new(json!(["Summarized."]));
+    std::fs::write(sb.cwd.join("notes.txt"), "buy milk\n").unwrap();
+    std::fs::write(sb.cwd.join("blob.bin"), [0u8, 1, 2]).unwrap();
+    let out = run(sb.cmd(&["run", "-p", "summarize @notes.txt."]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let sent = sb.recorded()[0]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .clone();
+    assert_eq!(
+        sent,
+        json!("summarize @notes.txt.\n\n<file name=\"notes.txt\">\nbuy milk\n</file>")
+    );
+    let out = run(sb.cmd(&["run", "-p", "what is @blob.bin"]));
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr.contains("looks like a binary file"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        sb.recorded().len(),
+        1,
+        "nothing was sent for the refused prompt"
+    );
+}

@@ -306,7 +306,7 @@ impl App {
             KeyCode::Down => self.editor.down(),
             KeyCode::PageUp => self.scroll = self.scroll.saturating_add(10),
             KeyCode::PageDown => self.scroll = self.scroll.saturating_sub(10),
-            KeyCode::Tab => self.editor.insert_str("    "),
+            KeyCode::Tab => self.tab(),
             _ => {}
         }
     }
@@ -343,6 +343,29 @@ impl App {
             self.info("aborting…");
         } else if let Some(c) = self.bash_cancel.take() {
             c.cancel();
+        }
+    }
+
+    /// Tab: completes an `@path` word at the cursor (listing the matches when there are several); elsewhere
+    /// it indents.
+    fn tab(&mut self) {
+        let word = self.editor.word_before_cursor();
+        let Some(partial) = word.strip_prefix('@') else {
+            return self.editor.insert_str("    ");
+        };
+        let (insert, matches) = agentd::app::mentions::complete_path(self.session.cwd(), partial);
+        if !insert.is_empty() {
+            self.editor.insert_str(&insert);
+        }
+        if !matches.is_empty() {
+            let shown: Vec<&str> = matches.iter().take(40).map(String::as_str).collect();
+            let more = matches.len().saturating_sub(shown.len());
+            let tail = if more > 0 {
+                format!("  … and {more} more")
+            } else {
+                String::new()
+            };
+            self.info(format!("{}{tail}", shown.join("  ")));
         }
     }
 
@@ -389,7 +412,12 @@ impl App {
             self.editor.take();
             return self.bash(cmd, exclude);
         }
-        self.editor.take();
+        // `@path` words put the files they name after the prompt; a refused one keeps the text in the editor.
+        let text = match self.session.expand_mentions(&text) {
+            Ok(t) => t,
+            Err(e) => return self.error(format!("{e}")),
+        };
+        let typed = self.editor.take();
         if self.running {
             let delivered = if follow_up {
                 self.session.follow_up(&text)
@@ -401,7 +429,7 @@ impl App {
             return;
         }
         if self.busy.is_some() {
-            self.editor.set_text(&text);
+            self.editor.set_text(&typed);
             return self.error("busy; try again in a moment");
         }
         self.running = true;

@@ -44,6 +44,16 @@ impl Editor {
         &self.lines
     }
 
+    /// The word that ends at the cursor (after the last whitespace before it, on the cursor's line).
+    pub fn word_before_cursor(&self) -> &str {
+        let line = &self.lines[self.row];
+        let before = &line[..byte_at(line, self.col)];
+        let start = before.rfind(char::is_whitespace).map_or(0, |i| {
+            i + before[i..].chars().next().map_or(1, char::len_utf8)
+        });
+        &before[start..]
+    }
+
     /// The cursor as (line, char column).
     pub fn cursor(&self) -> (usize, usize) {
         (self.row, self.col)

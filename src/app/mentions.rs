@@ -1,0 +1,274 @@
+//! `@path` references in a prompt (Pi's `@file`): a word `@path` naming an existing file puts the file's text
+//! after the prompt, in a `<file name="path">…</file>` block; `@dir/` puts the directory's listing there. The
+//! path rules are the file tools': relative to the working directory, `~` expanded, symlinks followed, and with a
+//! workspace it must stay inside it. The read tool's limits apply (2000 lines or 50 KB: the head is kept and the
+//! rest left to the `read` tool), and a binary file is refused. A word naming nothing (`@someone`, an e-mail
+//! address) is left alone.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::AppError;
+use crate::tools::file_access::{open_regular, read_at_most};
+use crate::tools::policy::resolve_path;
+use crate::tools::read::binary_reason;
+use crate::tools::tool::{ToolContext, ToolError};
+use crate::tools::truncate::{truncate_head, Limits};
+
+/// Most entries a directory listing shows.
+const MAX_DIR_ENTRIES: usize = 500;
+/// Larger files are refused outright (only their head would be shown anyway; `read` pages through them).
+const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// `text` with a block appended for every `@path` word that names a file or directory (each path once).
+pub fn expand_mentions(
+    text: &str,
+    cwd: &Path,
+    workspace: Option<&Path>,
+) -> Result<String, AppError> {
+    let mut ctx = ToolContext::new(cwd);
+    ctx.workspace = workspace.map(Path::to_path_buf);
+    let mut blocks = String::new();
+    let mut seen = Vec::new();
+    for word in text.split_whitespace() {
+        let Some(raw) = word.strip_prefix('@') else {
+            continue;
+        };
+        // Trailing punctuation belongs to the sentence unless the name really ends with it.
+        let trimmed =
+            raw.trim_end_matches([',', '.', ';', ':', '!', '?', ')', ']', '}', '"', '\'']);
+        let Some(name) = [raw, trimmed]
+            .into_iter()
+            .find(|p| !p.is_empty() && exists(&ctx, p))
+        else {
+            continue;
+        };
+        let path = resolve_path(&ctx, name).map_err(|e| mention_error(name, e))?;
+        if seen.contains(&path) {
+            continue;
+        }
+        seen.push(path.clone());
+        let body = if path.is_dir() {
+            listing(&path).map_err(|e| AppError::usage(format!("@{name}: cannot list it: {e}")))?
+        } else {
+            file_text(&path, name)?
+        };
+        let _ = write!(blocks, "\n\n<file name=\"{name}\">\n{body}\n</file>");
+    }
+    if blocks.is_empty() {
+        return Ok(text.to_string());
+    }
+    Ok(format!("{}{blocks}", text.trim_end()))
+}
+
+fn exists(ctx: &ToolContext, name: &str) -> bool {
+    let p = Path::new(name);
+    let p = if p.is_absolute() || name.starts_with('~') {
+        match resolve_path(&ToolContext::new(&ctx.cwd), name) {
+            Ok(p) => p,
+            Err(_) => return false,
+        }
+    } else {
+        ctx.cwd.join(p)
+    };
+    p.exists()
+}
+
+fn mention_error(name: &str, e: ToolError) -> AppError {
+    let (ToolError::RespondToModel(message) | ToolError::Fatal(message)) = e;
+    AppError::usage(format!("@{name}: {message}"))
+}
+
+/// Tab completion of a partial `@path` (without the `@`), relative to `cwd`: the text to insert at the cursor
+/// (the rest of the only match, with `/` after a directory and a space after a file; else the longest common
+/// part of the matches) and the matches when there are several. Hidden entries only match a prefix starting with
+/// `.`.
+pub fn complete_path(cwd: &Path, partial: &str) -> (String, Vec<String>) {
+    let (dir_part, prefix) = match partial.rfind('/') {
+        Some(i) => (&partial[..=i], &partial[i + 1..]),
+        None => ("", partial),
+    };
+    let dir = if dir_part.starts_with('/') {
+        std::path::PathBuf::from(dir_part)
+    } else if let Some(rest) = dir_part.strip_prefix("~/") {
+        match std::env::var_os("HOME") {
+            Some(h) => std::path::PathBuf::from(h).join(rest),
+            None => return (String::new(), Vec::new()),
+        }
+    } else {
+        cwd.join(dir_part)
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return (String::new(), Vec::new());
+    };
+    let mut matches: Vec<(String, bool)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let visible = !name.starts_with('.') || prefix.starts_with('.');
+            (visible && name.starts_with(prefix)).then(|| (name, e.path().is_dir()))
+        })
+        .collect();
+    matches.sort();
+    match matches.as_slice() {
+        [] => (String::new(), Vec::new()),
+        [(name, is_dir)] => {
+            let end = if *is_dir { "/" } else { " " };
+            (format!("{}{end}", &name[prefix.len()..]), Vec::new())
+        }
+        many => {
+            let first = &many[0].0;
+            let mut common = first.len();
+            for (name, _) in &many[1..] {
+                common = first
+                    .char_indices()
+                    .zip(name.chars())
+                    .take_while(|((_, a), b)| a == b)
+                    .last()
+                    .map_or(0, |((i, a), _)| i + a.len_utf8())
+                    .min(common);
+            }
+            let shown = many
+                .iter()
+                .map(|(n, d)| if *d { format!("{n}/") } else { n.clone() })
+                .collect();
+            (
+                first[prefix.len()..common.max(prefix.len())].to_string(),
+                shown,
+            )
+        }
+    }
+}
+
+/// The file's text within the read tool's limits, or why it is refused.
+fn file_text(path: &Path, name: &str) -> Result<String, AppError> {
+    let shown = format!("@{name}");
+    let (file, _) = open_regular(path, &shown, "@").map_err(|e| mention_error(name, e))?;
+    let bytes = read_at_most(&file, MAX_FILE_BYTES)
+        .map_err(|e| AppError::usage(format!("@{name}: cannot read it: {e}")))?
+        .ok_or_else(|| {
+            AppError::usage(format!(
+                "@{name} is larger than {} MiB; ask the model to read it in parts instead",
+                MAX_FILE_BYTES >> 20
+            ))
+        })?;
+    if let Some(reason) = binary_reason(&bytes) {
+        return Err(AppError::usage(format!(
+            "@{name} looks like a binary file ({reason}); only text files can be put in a prompt"
+        )));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let cut = truncate_head(&text, Limits::default());
+    if !cut.truncated() {
+        return Ok(cut.content.trim_end_matches('\n').to_string());
+    }
+    Ok(format!(
+        "{}\n[showing lines 1-{} of {}; use the read tool with offset={} for the rest]",
+        cut.content.trim_end_matches('\n'),
+        cut.output_lines,
+        cut.total_lines,
+        cut.output_lines + 1
+    ))
+}
+
+/// The directory's entries, sorted, directories with a trailing `/`.
+fn listing(dir: &Path) -> std::io::Result<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                name + "/"
+            } else {
+                name
+            }
+        })
+        .collect();
+    names.sort();
+    let total = names.len();
+    names.truncate(MAX_DIR_ENTRIES);
+    let mut out = names.join("\n");
+    if total > MAX_DIR_ENTRIES {
+        let _ = write!(out, "\n[{MAX_DIR_ENTRIES} of {total} entries shown]");
+    }
+    if total == 0 {
+        out.push_str("(empty directory)");
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_and_directories_are_inlined_once_and_other_words_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = dir.path();
+        std::fs::create_dir_all(cwd.join("src")).unwrap();
+        std::fs::write(cwd.join("src/main.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(cwd.join("notes.txt"), "milk\n").unwrap();
+        let out = expand_mentions(
+            "Look at @src/main.rs, then @notes.txt and @src/; ask @someone (mail a@b.c). Again: @notes.txt",
+            cwd,
+            None,
+        )
+        .unwrap();
+        assert!(out.starts_with("Look at @src/main.rs, then"));
+        assert!(out.contains("<file name=\"src/main.rs\">\nfn main() {}\n</file>"));
+        assert!(out.contains("<file name=\"notes.txt\">\nmilk\n</file>"));
+        assert!(out.contains("<file name=\"src/\">\nmain.rs\n</file>"));
+        assert_eq!(out.matches("<file name=\"notes.txt\">").count(), 1);
+        assert!(!out.contains("<file name=\"someone") && !out.contains("<file name=\"b.c"));
+        // No mention: the text as is.
+        assert_eq!(
+            expand_mentions("plain text", cwd, None).unwrap(),
+            "plain text"
+        );
+    }
+
+    #[test]
+    fn tab_completion_of_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = dir.path();
+        std::fs::create_dir_all(cwd.join("src/engine")).unwrap();
+        std::fs::write(cwd.join("src/main.rs"), "").unwrap();
+        std::fs::write(cwd.join("src/mod.rs"), "").unwrap();
+        std::fs::write(cwd.join("notes.txt"), "").unwrap();
+        std::fs::write(cwd.join(".hidden"), "").unwrap();
+        assert_eq!(complete_path(cwd, "no"), ("tes.txt ".to_string(), vec![]));
+        assert_eq!(complete_path(cwd, "sr"), ("c/".to_string(), vec![]));
+        assert_eq!(complete_path(cwd, "src/e"), ("ngine/".to_string(), vec![]));
+        let (insert, all) = complete_path(cwd, "src/m");
+        assert_eq!(insert, "");
+        assert_eq!(all, ["main.rs", "mod.rs"]);
+        assert_eq!(complete_path(cwd, "src/ma").0, "in.rs ");
+        assert_eq!(complete_path(cwd, "zzz"), (String::new(), vec![]));
+        assert_eq!(complete_path(cwd, ".h").0, "idden ");
+        assert!(!complete_path(cwd, "").1.contains(&".hidden".to_string()));
+    }
+
+    #[test]
+    fn binary_files_and_paths_outside_the_workspace_are_refused_and_long_files_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("blob.bin"), [0u8, 1, 2, 3]).unwrap();
+        std::fs::write(dir.path().join("secret.txt"), "no").unwrap();
+        let long: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(ws.join("long.txt"), long).unwrap();
+        let err = expand_mentions("see @blob.bin", &ws, Some(&ws))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("binary"), "{err}");
+        let err = expand_mentions("see @../secret.txt", &ws, Some(&ws))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("outside the workspace"), "{err}");
+        let out = expand_mentions("see @long.txt", &ws, Some(&ws)).unwrap();
+        assert!(out.contains(
+            "line 1999\n[showing lines 1-2000 of 3000; use the read tool with offset=2001"
+        ));
+        assert!(!out.contains("line 2000\n"));
+    }
+}
