@@ -248,14 +248,8 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
     tmux.wait_for("what is in @notes.txt");
     tmux.keys(&["Enter"]);
     tmux.wait_for("Mention answered.");
-    let sent = sb.recorded().last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()["content"]
-        .clone();
     assert_eq!(
-        sent,
+        sb.last_content(-1),
         json!("what is in @notes.txt\n\n<file name=\"notes.txt\">\nbuy milk\n</file>")
     );
     std::fs::write(sb.cwd.join("blob.bin"), [0u8, 159, 146, 150]).unwrap();

@@ -80,6 +80,19 @@ impl Sandbox {
         }
     }
 
+    /// The content of the last message of recorded request `i` (negative counts from the end: -1 is the
+    /// latest).
+    pub fn last_content(&self, i: isize) -> Value {
+        let all = self.recorded();
+        let at = if i < 0 { all.len() as isize + i } else { i };
+        all[at as usize]["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["content"]
+            .clone()
+    }
+
     /// The session files of the project directory.
     pub fn session_files(&self) -> Vec<PathBuf> {
         let dir = self.home.join("sessions");
@@ -707,14 +720,7 @@ fn run_expands_prompt_templates() {
     let out = run(sb.cmd(&["run", "-p", "/review src/lib.rs \"edge cases\" errors"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stdout.contains("Reviewed."), "{}", out.stdout);
-    let last = |i: usize| {
-        sb.recorded()[i]["messages"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap()["content"]
-            .clone()
-    };
+    let last = |i: isize| sb.last_content(i);
     assert_eq!(
         last(0),
         json!("Review src/lib.rs, focusing on edge cases errors.\n")
@@ -733,14 +739,8 @@ fn run_inlines_at_file_references() {
     std::fs::write(sb.cwd.join("blob.bin"), [0u8, 1, 2]).unwrap();
     let out = run(sb.cmd(&["run", "-p", "summarize @notes.txt."]));
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let sent = sb.recorded()[0]["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()["content"]
-        .clone();
     assert_eq!(
-        sent,
+        sb.last_content(0),
         json!("summarize @notes.txt.\n\n<file name=\"notes.txt\">\nbuy milk\n</file>")
     );
     let out = run(sb.cmd(&["run", "-p", "what is @blob.bin"]));
