@@ -1,5 +1,5 @@
 //! `@path` references in a prompt (Pi's `@file`): a word `@path` naming an existing file puts the file's text
-//! after the prompt, in a `<file name="path">…</file>` block; `@dir/` puts the directory's listing there. The
+//! after the prompt, in a `<file name="path">…</file>` block; `@dir/` puts the directory's listing there (as the `ls` tool lists it). The
 //! path rules are the file tools': relative to the working directory, `~` expanded, symlinks followed, and with a
 //! workspace it must stay inside it. The read tool's limits apply (2000 lines or 50 KB: the head is kept and the
 //! rest left to the `read` tool), and a binary file is refused. A word naming nothing (`@someone`, an e-mail
@@ -10,13 +10,12 @@ use std::path::Path;
 
 use super::AppError;
 use crate::tools::file_access::{open_regular, read_at_most};
+use crate::tools::ls::{list, DEFAULT_LS_LIMIT};
 use crate::tools::policy::resolve_path;
 use crate::tools::read::binary_reason;
 use crate::tools::tool::{ToolContext, ToolError};
 use crate::tools::truncate::{truncate_head, Limits};
 
-/// Most entries a directory listing shows.
-const MAX_DIR_ENTRIES: usize = 500;
 /// Larger files are refused outright (only their head would be shown anyway; `read` pages through them).
 const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -49,7 +48,7 @@ pub fn expand_mentions(
         }
         seen.push(path.clone());
         let body = if path.is_dir() {
-            listing(&path).map_err(|e| AppError::usage(format!("@{name}: cannot list it: {e}")))?
+            listing(&path)
         } else {
             file_text(&path, name)?
         };
@@ -171,30 +170,17 @@ fn file_text(path: &Path, name: &str) -> Result<String, AppError> {
     ))
 }
 
-/// The directory's entries, sorted, directories with a trailing `/`.
-fn listing(dir: &Path) -> std::io::Result<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)?
-        .flatten()
-        .map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if e.path().is_dir() {
-                name + "/"
-            } else {
-                name
-            }
-        })
-        .collect();
-    names.sort();
-    let total = names.len();
-    names.truncate(MAX_DIR_ENTRIES);
+/// The directory's entries as the `ls` tool lists them, at most its default count.
+fn listing(dir: &Path) -> String {
+    let (names, total) = list(dir, DEFAULT_LS_LIMIT);
+    if names.is_empty() {
+        return "(empty directory)".into();
+    }
     let mut out = names.join("\n");
-    if total > MAX_DIR_ENTRIES {
-        let _ = write!(out, "\n[{MAX_DIR_ENTRIES} of {total} entries shown]");
+    if total > names.len() {
+        let _ = write!(out, "\n[{} of {total} entries shown]", names.len());
     }
-    if total == 0 {
-        out.push_str("(empty directory)");
-    }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

@@ -480,38 +480,30 @@ impl Scheduler {
                 }
             }
         }
-        // Sampling, in parallel across the sequences that got logits.
-        let mut work: Vec<(usize, Vec<f32>)> = plan
-            .iter()
-            .zip(logits)
-            .filter(|(_, l)| !l.is_empty())
-            .map(|(&(i, _), l)| (i, l))
-            .collect();
+        // Sampling, in parallel across the sequences that got logits: each running entry paired with its own.
+        let mut by_index: Vec<Option<Vec<f32>>> = vec![None; self.running.len()];
+        for (&(i, _), l) in plan.iter().zip(logits) {
+            if !l.is_empty() {
+                by_index[i] = Some(l);
+            }
+        }
         let tokenizer = &self.tokenizer;
-        let mut entries: Vec<(usize, &mut Entry)> = self
+        let mut work: Vec<(usize, &mut Entry, Vec<f32>)> = self
             .running
             .iter_mut()
+            .zip(by_index)
             .enumerate()
-            .filter(|(i, _)| work.iter().any(|(w, _)| w == i))
+            .filter_map(|(i, (e, l))| l.map(|l| (i, e, l)))
             .collect();
-        let step = |(_, l): &mut (usize, Vec<f32>), (_, e): &mut (usize, &mut Entry)| {
-            e.seq.step(l, tokenizer)
-        };
-        let results: Vec<Result<Outcome>> = if entries.len() > 1 {
-            work.par_iter_mut()
-                .zip(entries.par_iter_mut())
-                .map(|(w, e)| step(w, e))
-                .collect()
+        let step = |(i, e, l): &mut (usize, &mut Entry, Vec<f32>)| (*i, e.seq.step(l, tokenizer));
+        let results: Vec<(usize, Result<Outcome>)> = if work.len() > 1 {
+            work.par_iter_mut().map(step).collect()
         } else {
-            work.iter_mut()
-                .zip(entries.iter_mut())
-                .map(|(w, e)| step(w, e))
-                .collect()
+            work.iter_mut().map(step).collect()
         };
-        let indices: Vec<usize> = entries.iter().map(|(i, _)| *i).collect();
-        drop(entries);
+        drop(work);
         let mut ended = Vec::new();
-        for (i, r) in indices.into_iter().zip(results) {
+        for (i, r) in results {
             match r {
                 Ok(Outcome::Continue) => self.running[i].decoding = true,
                 Ok(Outcome::Finished(f)) => ended.push((i, Ok(f))),

@@ -53,8 +53,9 @@ impl Default for LsTool {
     }
 }
 
-/// Lists `dir`: up to `limit` names, plus whether more were there.
-fn list(dir: &Path, limit: usize) -> (Vec<String>, usize) {
+/// Lists `dir`: up to `limit` names (directories with a trailing `/`, sorted case-insensitively, `.gitignore`d
+/// entries skipped), and how many there were in all.
+pub fn list(dir: &Path, limit: usize) -> (Vec<String>, usize) {
     let mut entries: Vec<String> = Vec::new();
     for entry in walk_builder(dir).max_depth(Some(1)).build() {
         let entry = match entry {
