@@ -64,6 +64,7 @@ pub fn prompt_request(
         cache_key: config.cache_key.clone(),
         // One conversation is one tenant: its KV prefixes are shared with no other.
         cache_scope: config.cache_key.clone(),
+        thinking: config.thinking,
         ..CompletionRequest::default()
     }
 }

@@ -59,6 +59,8 @@ pub struct AgentLoopConfig {
     pub model: String,
     pub sampling: Sampling,
     pub max_tokens: Option<u32>,
+    /// The thinking level asked of reasoning models (`None`: the model's default).
+    pub thinking: Option<crate::provider::Thinking>,
     /// Whether one model turn may hold several tool calls. Off by default: the model sees each result before its
     /// next call, and small models cannot run away writing calls until the token limit (they do: Qwen2.5-Coder
     /// 0.5B wrote 90 near-identical edits in one turn).
@@ -94,6 +96,7 @@ impl AgentLoopConfig {
             model: String::new(),
             sampling: Sampling::default(),
             max_tokens: None,
+            thinking: None,
             parallel_tool_calls: false,
             max_turns: DEFAULT_MAX_TURNS,
             cache_key: None,

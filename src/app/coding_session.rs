@@ -36,6 +36,7 @@ use crate::tools::tool::{Tool, ToolContext, ToolError};
 
 mod tree_ops;
 
+use super::approvals::{ApprovalPolicy, Approvals, HookContext};
 use super::prompt::{self, PromptInputs};
 use super::sessions::{self, SessionChoice};
 use super::{skills, templates, AppError, Backend, Recorder};
@@ -53,6 +54,9 @@ pub struct SessionSettings {
     pub tools: Option<Vec<String>>,
     /// What tools may do; tools it forbids are left out (with a warning when they were named).
     pub policy: Policy,
+    /// Which calls run, are asked about or are refused ([`super::approvals`]); tags it denies are taken out
+    /// of `policy` too.
+    pub approvals: ApprovalPolicy,
     /// The working directory (relative paths resolve against it; context files and skills are found from it).
     pub cwd: PathBuf,
     /// Confine the file tools to this directory. When `cwd` is outside it, the workspace becomes the cwd.
@@ -66,6 +70,8 @@ pub struct SessionSettings {
     /// List skills in the system prompt.
     pub skills: bool,
     pub max_tokens: Option<u32>,
+    /// The thinking level asked of reasoning models (`None`: the model's default).
+    pub thinking: Option<crate::provider::Thinking>,
     /// Model calls per prompt before the run stops.
     pub max_turns: usize,
     pub sampling: Sampling,
@@ -87,6 +93,7 @@ impl SessionSettings {
         Self {
             tools: None,
             policy: Policy::all(),
+            approvals: ApprovalPolicy::allow_all(),
             cwd: cwd.into(),
             workspace: None,
             system_prompt: None,
@@ -94,6 +101,7 @@ impl SessionSettings {
             context_files: true,
             skills: true,
             max_tokens: None,
+            thinking: None,
             max_turns: crate::agent::hooks::DEFAULT_MAX_TURNS,
             sampling: Sampling::default(),
             compaction: CompactionSettings::default(),
@@ -139,6 +147,7 @@ struct Inner {
     grounding: bool,
     /// The current session's background jobs and overflow logs (closed when the session ends or switches).
     resources: Mutex<SessionResources>,
+    approvals: Approvals,
     report: SetupReport,
 }
 
@@ -254,6 +263,11 @@ impl CodingSession {
         if settings.max_turns == 0 {
             return Err(AppError::usage("max_turns must be at least 1"));
         }
+        let denied_free = settings.approvals.policy();
+        let settings = SessionSettings {
+            policy: Policy::from_tags(settings.policy.allowed().filter(|t| denied_free.allows(*t))),
+            ..settings
+        };
         let (tools, mut warnings) = build_tools(&settings)?;
         let sessions_dir = settings
             .sessions_dir
@@ -302,6 +316,7 @@ impl CodingSession {
         let mut config = AgentLoopConfig::new(backend.provider.clone());
         config.model = backend.model.clone();
         config.max_tokens = settings.max_tokens;
+        config.thinking = settings.thinking;
         config.max_turns = settings.max_turns;
         config.sampling = settings.sampling.clone();
         config.policy = settings.policy.clone();
@@ -310,6 +325,17 @@ impl CodingSession {
         config.context_policy = Some(Arc::new(Compactor::new(settings.compaction.clone())));
         let resources = SessionResources::new();
         config.resources = Some(resources.clone());
+        let approvals = Approvals::new(settings.approvals.clone());
+        config.before_tool_call = Some(
+            approvals.hook(HookContext {
+                tags: tools
+                    .iter()
+                    .map(|t| (t.spec().name.clone(), t.tags().to_vec()))
+                    .collect(),
+                cwd: cwd.clone(),
+                workspace: workspace.clone(),
+            }),
+        );
         let agent = Agent::new(config, system_prompt, tools);
         let session = Self {
             inner: Arc::new(Inner {
@@ -324,6 +350,7 @@ impl CodingSession {
                 compaction: settings.compaction,
                 grounding,
                 resources: Mutex::new(resources),
+                approvals,
                 report: SetupReport {
                     context_files: context_files.into_iter().map(|f| f.path).collect(),
                     skills: found,
@@ -554,6 +581,13 @@ impl CodingSession {
 
     pub fn abort(&self) {
         self.agent().abort();
+        self.inner.approvals.deny_all("the run was aborted");
+    }
+
+    /// The session's approvals: attach a door with [`Approvals::set_sink`], answer with
+    /// [`Approvals::resolve`].
+    pub fn approvals(&self) -> &Approvals {
+        &self.inner.approvals
     }
 
     /// Ends the session: aborts a running prompt and cleans its tool resources (background processes started by

@@ -4,9 +4,10 @@
 //! the HTTP sessions API, so a session compacts, grounds and recalls the same whichever door it came through.
 //! `cli/` keeps flags and the terminal UI; `server/` keeps routes.
 //!
-//! Files: `coding_session` ([`CodingSession`] and its tree operations), `backend` ([`Backend`]: the provider
+//! Files: `approvals` (allow / ask / deny per tool tag, and the requests a door answers), `coding_session` ([`CodingSession`] and its tree operations), `backend` ([`Backend`]: the provider
 //! built from a [`crate::config::Config`], or one the caller made), `prompt` (the system prompt and context
-//! files), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `recorder`
+//! files), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
+//! `settings.toml`), `recorder`
 //! ([`Recorder`]: the glue between an `Agent` and a `SessionStore`), `error` ([`AppError`]).
 //!
 //! ## Where things live
@@ -16,6 +17,7 @@
 //! - **Project**: `AGENTS.md` (else `CLAUDE.md`) in the working directory and every ancestor up to `/`;
 //!   skills in `.agentd/skills/*/SKILL.md` of the working directory.
 
+pub mod approvals;
 pub mod backend;
 pub mod coding_session;
 mod error;
@@ -24,6 +26,7 @@ pub mod mentions;
 pub mod prompt;
 pub mod recorder;
 pub mod sessions;
+pub mod settings;
 pub mod skills;
 pub mod templates;
 

@@ -3,7 +3,8 @@
 //! [`Backend`] (through one `Config`, so `[cache]` and the engine settings mean what they mean for `serve`); and
 //! the exit codes scripts can rely on. The coding session itself is `agentd::app`'s.
 //!
-//! Files: `scripted` (the test-only scripted provider selected by an environment variable).
+//! Files: `effective` (defaults, settings files and flags layered into the effective settings, each value with
+//! its source), `scripted` (the test-only scripted provider selected by an environment variable).
 //!
 //! ## Exit codes
 //! `0` success · `1` the run failed (model or provider error, turn limit, internal error) · `2` usage (bad flags
@@ -11,6 +12,7 @@
 //! is unavailable (the model cannot be loaded, `--remote` unreachable or refusing) · `130` aborted (Ctrl-C,
 //! Esc, an RPC `abort` in print mode).
 
+pub mod effective;
 pub mod scripted;
 
 use std::io::Write as _;
@@ -109,9 +111,9 @@ pub struct AgentArgs {
     /// A GGUF file to load instead of a named model.
     #[arg(long, value_name = "FILE.gguf", conflicts_with_all = ["model", "remote"])]
     pub model_path: Option<PathBuf>,
-    /// auto | cpu | cuda | cuda:N | metal (local engine).
-    #[arg(long, default_value = "auto", env = "AGENTD_DEVICE")]
-    pub device: String,
+    /// auto | cpu | cuda | cuda:N | metal (local engine). Default: auto.
+    #[arg(long, env = "AGENTD_DEVICE")]
+    pub device: Option<String>,
     /// How quantized weights are kept: auto | native | q8_0 (local engine).
     #[arg(long, default_value = "auto")]
     pub weights: agentd::engine::model::WeightFormat,
@@ -122,7 +124,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "URL")]
     pub remote: Option<String>,
     /// The environment variable holding the remote server's API key.
-    #[arg(long, value_name = "VAR", requires = "remote")]
+    #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
     /// A configuration file (`configs/*.toml`): provider, engine, remote and cache settings. Flags override it.
     #[arg(long, value_name = "FILE.toml")]
@@ -146,9 +148,17 @@ pub struct AgentArgs {
     /// Confine the file tools to DIR (paths resolving outside it are refused).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
-    /// What tools may do: read_only, write, exec, network (comma-separated), or all / none.
-    #[arg(long, value_name = "TAGS", default_value = "all")]
-    pub allow: String,
+    /// Let tools with these tags run without asking: read_only, write, exec, network (comma-separated), or all.
+    /// Defaults: `chat` and `--mode rpc` ask before write, exec and network; `run -p` allows read_only and
+    /// write and denies exec and network (so bash needs `--allow exec`).
+    #[arg(long, value_name = "TAGS")]
+    pub allow: Option<String>,
+    /// Ask before each call of a tool with these tags (y / n / always in chat, `approval_request` in RPC).
+    #[arg(long, value_name = "TAGS")]
+    pub ask: Option<String>,
+    /// Never run tools with these tags (they are not offered to the model).
+    #[arg(long, value_name = "TAGS")]
+    pub deny: Option<String>,
 
     /// Replace the default system prompt (text, or the path of a file holding it).
     #[arg(long, value_name = "TEXT|FILE")]
@@ -163,15 +173,18 @@ pub struct AgentArgs {
     #[arg(long)]
     pub no_skills: bool,
 
-    /// Most tokens one model reply may generate.
-    #[arg(long, default_value_t = 4096)]
-    pub max_tokens: u32,
+    /// Most tokens one model reply may generate (default 4096).
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
+    /// How much a reasoning model thinks: off | minimal | low | medium | high (default: the model's).
+    #[arg(long, value_name = "LEVEL")]
+    pub thinking: Option<agentd::provider::Thinking>,
     /// Seconds a `bash` call may run when the model names no timeout (default 120; at most 1800).
     #[arg(long, value_name = "SECS")]
     pub bash_timeout: Option<f64>,
-    /// Model calls per prompt before the run stops.
-    #[arg(long, default_value_t = agentd::agent::hooks::DEFAULT_MAX_TURNS)]
-    pub max_turns: usize,
+    /// Model calls per prompt before the run stops (default 50).
+    #[arg(long)]
+    pub max_turns: Option<usize>,
     /// Sampling temperature (default: the backend's).
     #[arg(long)]
     pub temperature: Option<f32>,
@@ -209,18 +222,17 @@ impl AgentArgs {
         }
     }
 
-    /// The application layer's settings for these flags, in the working directory.
-    pub fn settings(&self) -> anyhow::Result<SessionSettings> {
+    /// The effective settings for `door`: defaults, settings files, these flags.
+    pub fn effective(&self, door: effective::Door) -> anyhow::Result<effective::Effective> {
+        effective::resolve(self, door, &current_dir()?)
+    }
+
+    /// The application layer's settings for these flags and settings files, in the working directory.
+    pub fn settings(&self, eff: &effective::Effective) -> anyhow::Result<SessionSettings> {
         let mut settings = SessionSettings::new(current_dir()?);
-        settings.tools = if self.no_tools {
-            Some(Vec::new())
-        } else {
-            self.tools.clone()
-        };
-        settings.policy = self
-            .allow
-            .parse()
-            .map_err(|e| Failure::usage(format!("--allow: {e}")))?;
+        settings.tools = eff.tools.value.clone();
+        settings.approvals = eff.approvals.clone();
+        settings.policy = eff.approvals.policy();
         settings.workspace = match &self.workspace {
             Some(w) => Some(
                 std::fs::canonicalize(w)
@@ -238,26 +250,32 @@ impl AgentArgs {
         settings.append_system_prompt = read(&self.append_system_prompt)?;
         settings.context_files = !self.no_context_files;
         settings.skills = !self.no_skills;
-        settings.max_tokens = Some(self.max_tokens);
-        settings.max_turns = self.max_turns.max(1);
-        settings.bash_timeout = crate::cli::serve::bash_timeout(self.bash_timeout)
+        settings.max_tokens = Some(eff.max_tokens.value);
+        settings.max_turns = eff.max_turns.value.max(1);
+        settings.thinking = eff.thinking.value;
+        settings.compaction = eff.compaction.clone();
+        settings.bash_timeout = crate::cli::serve::bash_timeout(eff.bash_timeout.value)
             .map_err(|e| Failure::usage(e.to_string()))?;
         settings.sampling = Sampling {
-            temperature: self.temperature,
+            temperature: eff.temperature.value,
             seed: self.seed,
             ..Sampling::default()
         };
         Ok(settings)
     }
 
-    /// The configuration these flags describe: `--config`'s file (else the defaults), with `--remote`,
-    /// `--model`, `--model-path`, `--device`, `--weights`, `--offline` and `--cache` applied over it.
-    pub fn config(&self) -> anyhow::Result<Config> {
+    /// The configuration these flags describe: `--config`'s file (else the defaults), with the effective
+    /// remote, model, device and `--weights`, `--offline`, `--cache` applied over it (settings files only where
+    /// `--config` is not given: an explicit file beats the implicit ones).
+    pub fn config(&self, eff: &effective::Effective) -> anyhow::Result<Config> {
         let mut config = match &self.config {
             Some(path) => Config::load(path).map_err(|e| Failure::usage(e.to_string()))?,
             None => Config::default(),
         };
-        if let Some(url) = &self.remote {
+        let applies = |source: &agentd::app::settings::Source| {
+            self.config.is_none() || matches!(source, agentd::app::settings::Source::Flag(_))
+        };
+        if let (Some(url), true) = (&eff.remote.value, applies(&eff.remote.source)) {
             let mut remote = config.remote.clone().unwrap_or_default();
             remote.base_url = normalise_base_url(url);
             if self.api_key_env.is_some() {
@@ -266,21 +284,23 @@ impl AgentArgs {
             config.provider = ProviderKind::Remote;
             config.remote = Some(remote);
         }
+        let model = eff
+            .model
+            .value
+            .clone()
+            .filter(|_| applies(&eff.model.source));
         match config.provider {
             ProviderKind::Remote => {
-                if let (Some(m), Some(remote)) = (&self.model, config.remote.as_mut()) {
+                if let (Some(m), Some(remote)) = (&model, config.remote.as_mut()) {
                     remote.model = m.clone();
                 }
             }
             ProviderKind::Local => {
-                if let Some(m) = &self.model {
+                if let Some(m) = &model {
                     config.engine.model = m.clone();
                 }
-                if let Some(p) = &self.model_path {
-                    config.engine.model = p.display().to_string();
-                }
-                if self.device != "auto" || self.config.is_none() {
-                    config.engine.device = self.device.clone();
+                if applies(&eff.device.source) {
+                    config.engine.device = eff.device.value.clone();
                 }
                 if self.weights != agentd::engine::model::WeightFormat::Auto {
                     config.engine.weights = self.weights.to_string();
@@ -297,7 +317,7 @@ impl AgentArgs {
 
     /// The backend: the test-only scripted provider when its variable is set, else the configured one (the
     /// model is loaded, or the server checked, now).
-    pub async fn backend(&self) -> anyhow::Result<Backend> {
+    pub async fn backend(&self, eff: &effective::Effective) -> anyhow::Result<Backend> {
         if let Some(path) = scripted::script_path() {
             let provider = scripted::load(&path).map_err(|e| Failure::usage(format!("{e:#}")))?;
             return Ok(Backend::given(
@@ -306,7 +326,7 @@ impl AgentArgs {
                 "scripted",
             ));
         }
-        let backend = Backend::connect(self.config()?)
+        let backend = Backend::connect(self.config(eff)?)
             .await
             .map_err(Failure::from_app)?;
         if let Some(note) = &backend.device_note {
@@ -315,15 +335,21 @@ impl AgentArgs {
         Ok(backend)
     }
 
-    /// Validates the flags, builds the backend and starts the coding session `choice` names.
-    pub async fn start_session(&self, choice: &SessionChoice) -> anyhow::Result<CodingSession> {
-        let settings = self.settings()?;
+    /// Validates the flags, builds the backend and starts the coding session `choice` names, with the defaults
+    /// of `door`.
+    pub async fn start_session(
+        &self,
+        choice: &SessionChoice,
+        door: effective::Door,
+    ) -> anyhow::Result<CodingSession> {
+        let eff = self.effective(door)?;
+        let settings = self.settings(&eff)?;
         // A session that cannot be found fails before the model loads.
         if let SessionChoice::Open(spec) = choice {
             let dir = agentd::session::sessions_dir(&settings.cwd);
             agentd::app::sessions::find(&dir, spec).map_err(Failure::from_app)?;
         }
-        let backend = self.backend().await?;
+        let backend = self.backend(&eff).await?;
         CodingSession::start(settings, backend, choice)
             .await
             .map_err(Failure::from_app)

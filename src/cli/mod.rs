@@ -4,6 +4,7 @@
 pub mod agent_setup;
 pub mod bench;
 pub mod chat;
+pub mod config;
 pub mod engine_args;
 pub mod export;
 pub mod generate;
@@ -55,6 +56,9 @@ pub enum Command {
     Run(run::RunArgs),
     /// Write a session's whole tree as a self-contained HTML page (default) or Markdown.
     Export(export::ExportArgs),
+    /// The settings of `chat` and `run`: `agentd config show`.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -67,5 +71,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Chat(args) => chat::run(args),
         Command::Run(args) => run::run(args),
         Command::Export(args) => export::run(args),
+        Command::Config(cmd) => config::run(cmd),
     }
 }

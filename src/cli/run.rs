@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use agentd::agent::AgentEndReason;
 
+use super::agent_setup::effective::Door;
 use super::agent_setup::{exit, finish, AgentArgs, CodingSession, Failure};
 use agentd::app::{sessions, SessionChoice};
 
@@ -86,7 +87,12 @@ async fn run_async(args: RunArgs) -> anyhow::Result<u8> {
             ));
         }
     }
-    let session = args.agent.start_session(&choice).await?;
+    let door = if mode == Mode::Rpc {
+        Door::Rpc
+    } else {
+        Door::Print
+    };
+    let session = args.agent.start_session(&choice, door).await?;
     for w in &session.report().warnings {
         eprintln!("warning: {w}");
     }

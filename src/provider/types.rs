@@ -308,6 +308,48 @@ pub struct CompletionRequest {
     /// Keep generating through end-of-sequence up to `max_tokens` (benchmarks; not under tools or a
     /// `response_format`, where the grammar decides the end).
     pub ignore_eos: bool,
+    /// How much a reasoning model should think (`None`: the model's default). Remote servers get
+    /// `reasoning_effort` and `chat_template_kwargs.enable_thinking`.
+    pub thinking: Option<Thinking>,
+}
+
+/// How much a reasoning model thinks before it answers (Pi's thinking level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Thinking {
+    Off,
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl Thinking {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Thinking::Off => "off",
+            Thinking::Minimal => "minimal",
+            Thinking::Low => "low",
+            Thinking::Medium => "medium",
+            Thinking::High => "high",
+        }
+    }
+}
+
+impl std::fmt::Display for Thinking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Thinking {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(serde_json::Value::String(s.trim().to_ascii_lowercase())).map_err(
+            |_| format!("unknown thinking level '{s}' (known: off, minimal, low, medium, high)"),
+        )
+    }
 }
 
 impl CompletionRequest {

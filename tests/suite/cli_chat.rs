@@ -191,7 +191,13 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
 
     // Enter while the agent works steers it (delivered after the tool call); Alt+Enter queues a follow-up
     // (delivered when it would stop).
+    // Chat asks before a command: the call and its command are shown; `y` runs it.
     tmux.type_line("do something slow");
+    let screen = tmux.wait_for("Allow bash (exec)?");
+    assert!(screen.contains("$ sleep 2; echo slept"), "{screen}");
+    assert!(screen.contains("y allow · a always"), "{screen}");
+    tmux.keys(&["y"]);
+    tmux.wait_for("allowed: bash");
     tmux.wait_for("◌ bash sleep 2; echo slept");
     tmux.type_line("use eggs instead");
     tmux.wait_for("⏳ steer: use eggs instead");
@@ -267,6 +273,60 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
             start.elapsed() < Duration::from_secs(10),
             "chat did not quit: {}",
             tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Chat asks before a write: the new file's content is shown; `n` denies (the model sees why, nothing is
+/// written); `a` allows the tool for the rest of the session, so the next write runs without asking.
+#[test]
+fn chat_asks_before_writing_and_remembers_always() {
+    if !tmux_available() {
+        eprintln!("SKIPPED chat_asks_…: tmux is not installed");
+        return;
+    }
+    let write = |content: &str| json!({"steps": [{"tool_call": {"name": "write", "arguments": {"path": "out.txt", "content": content}}}]});
+    let sb = Sandbox::new(json!([
+        write("first draft"),
+        "Understood, not writing.",
+        write("second draft"),
+        write("third draft"),
+        "Written twice."
+    ]));
+    let tmux = Tmux::start(&sb, "");
+    tmux.wait_for("· ready");
+    tmux.type_line("write a draft");
+    let screen = tmux.wait_for("Allow write (write)?");
+    assert!(screen.contains("new file out.txt"), "{screen}");
+    assert!(screen.contains("first draft"), "{screen}");
+    tmux.keys(&["n"]);
+    tmux.wait_for("denied: write");
+    tmux.wait_for("Understood, not writing.");
+    assert!(!sb.cwd.join("out.txt").exists());
+    let result = sb.last_content(-1);
+    assert!(
+        result.as_str().unwrap().contains("the user denied it"),
+        "{result}"
+    );
+
+    tmux.type_line("write it after all");
+    tmux.wait_for("Allow write (write)?");
+    tmux.keys(&["a"]);
+    tmux.wait_for("Written twice.");
+    assert_eq!(
+        std::fs::read_to_string(sb.cwd.join("out.txt")).unwrap(),
+        "third draft",
+        "the second write ran without asking"
+    );
+    let screen = tmux.screen();
+    assert_eq!(screen.matches("Allow write").count(), 0, "{screen}");
+    tmux.type_line("/quit");
+    let start = Instant::now();
+    while tmux.alive() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "chat did not quit"
         );
         std::thread::sleep(Duration::from_millis(50));
     }

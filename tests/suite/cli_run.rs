@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod approvals;
 mod rpc;
 
 pub(super) const BIN: &str = env!("CARGO_BIN_EXE_agentd");
@@ -150,7 +151,11 @@ fn print_mode_prints_the_answer_after_a_real_read_call() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["read", "bash", "edit", "write", "recall"]);
+    assert_eq!(
+        tools,
+        ["read", "edit", "write", "recall"],
+        "print mode denies exec by default"
+    );
     let last = requests[1]["messages"]
         .as_array()
         .unwrap()
@@ -568,8 +573,8 @@ fn workspace_and_policy_confine_the_tools() {
         "--no-session",
         "--workspace",
         &ws,
-        "--allow",
-        "read_only",
+        "--deny",
+        "write,exec",
         "-p",
         "read it",
     ]));

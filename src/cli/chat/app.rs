@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::commands::{self, Slash};
 use super::editor::Editor;
 use super::transcript::{Item, NoticeKind, Transcript};
+use agentd::app::approvals::{ApprovalRequest, Decision};
 use agentd::app::{CodingSession, ContextUsage};
 
 /// Two Ctrl+C presses within this long quit.
@@ -33,6 +34,8 @@ pub enum UiEvent {
     /// A background operation ended.
     Idle,
     BashDone(AgentMessage),
+    /// A tool call waits for the user's y / n / always.
+    Approval(ApprovalRequest),
 }
 
 /// What a picker does with the chosen value.
@@ -64,6 +67,8 @@ pub struct App {
     pub transcript: Transcript,
     pub editor: Editor,
     pub picker: Option<Picker>,
+    /// Tool calls waiting for approval, oldest (the one shown) first.
+    pub approvals: std::collections::VecDeque<ApprovalRequest>,
     pub queued: Vec<Queued>,
     pub usage: Option<ContextUsage>,
     /// A run is in progress.
@@ -94,6 +99,7 @@ impl App {
             transcript: Transcript::default(),
             editor: Editor::default(),
             picker: None,
+            approvals: Default::default(),
             queued: Vec::new(),
             usage: None,
             running: false,
@@ -204,6 +210,7 @@ impl App {
             }
             UiEvent::RunFinished(result) => {
                 self.running = false;
+                self.approvals.clear();
                 self.abort_pending = false;
                 if let Err(e) = result {
                     self.error(format!("error: {e}"));
@@ -233,6 +240,18 @@ impl App {
             UiEvent::Idle => {
                 self.busy = None;
                 self.refresh_usage();
+            }
+            UiEvent::Approval(request) => {
+                // Answered or dropped meanwhile (an abort denies what waits): nothing to ask.
+                if self
+                    .session
+                    .approvals()
+                    .pending()
+                    .iter()
+                    .any(|p| p.id == request.id)
+                {
+                    self.approvals.push_back(request);
+                }
             }
             UiEvent::BashDone(m) => {
                 self.busy = None;
@@ -273,6 +292,9 @@ impl App {
         if ctrl && key.code == KeyCode::Char('c') {
             return self.ctrl_c();
         }
+        if !self.approvals.is_empty() {
+            return self.approval_key(key);
+        }
         if self.picker.is_some() {
             return self.picker_key(key);
         }
@@ -309,6 +331,41 @@ impl App {
             KeyCode::Tab => self.tab(),
             _ => {}
         }
+    }
+
+    /// y / Enter allow, a always (this tool, for the rest of the session), n / Esc deny.
+    fn approval_key(&mut self, key: KeyEvent) {
+        let decision = match key.code {
+            KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => Decision::Allow,
+            KeyCode::Char('a') | KeyCode::Char('A') => Decision::Always,
+            KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => Decision::Deny,
+            _ => return,
+        };
+        let Some(request) = self.approvals.pop_front() else {
+            return;
+        };
+        let verb = match decision {
+            Decision::Allow => "allowed",
+            Decision::Always => "allowed for this session",
+            Decision::Deny => "denied",
+        };
+        match self
+            .session
+            .approvals()
+            .resolve(&request.id, decision, None)
+        {
+            Ok(()) => self.info(format!("{verb}: {}", request.tool_name)),
+            Err(e) => self.error(format!("approval: {e}")),
+        }
+        // Requests answered elsewhere (or denied by an abort) are no longer shown.
+        let waiting: Vec<String> = self
+            .session
+            .approvals()
+            .pending()
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        self.approvals.retain(|r| waiting.contains(&r.id));
     }
 
     fn ctrl_c(&mut self) {

@@ -67,7 +67,10 @@ async fn chat(args: ChatArgs) -> anyhow::Result<u8> {
     if pick {
         choice = SessionChoice::New;
     }
-    let session = args.agent.start_session(&choice).await?;
+    let session = args
+        .agent
+        .start_session(&choice, crate::cli::agent_setup::effective::Door::Chat)
+        .await?;
     let log = agentd::env::agentd_home().join("chat.log");
     let redirect = StderrRedirect::to(&log);
     let result = ui(session, pick, args.messages).await;
@@ -124,6 +127,12 @@ async fn ui(session: CodingSession, pick: bool, initial: Vec<String>) -> anyhow:
             Box::pin(async {})
         }));
     }
+    {
+        let tx = tx.clone();
+        session.approvals().set_sink(Some(Arc::new(move |request| {
+            let _ = tx.send(UiEvent::Approval(request));
+        })));
+    }
     let guard = TerminalGuard::enter()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))
         .map_err(|e| anyhow::anyhow!("cannot start the terminal UI: {e}"))?;
@@ -164,6 +173,7 @@ async fn ui(session: CodingSession, pick: bool, initial: Vec<String>) -> anyhow:
             break;
         }
     }
+    session.approvals().set_sink(None);
     session.abort();
     let _ = tokio::time::timeout(Duration::from_secs(3), session.agent().wait_for_idle()).await;
     drop(terminal);

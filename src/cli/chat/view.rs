@@ -253,9 +253,10 @@ pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
     let width = area.width as usize;
     let queued_rows = app.queued.len().min(3) as u16;
-    let bottom_rows = match &app.picker {
-        Some(p) => p.items.len().min(10) as u16 + 1,
-        None => app.editor.lines().len().clamp(1, EDITOR_LINES) as u16,
+    let bottom_rows = match (app.approvals.front(), &app.picker) {
+        (Some(r), _) => r.preview.lines().count().min(APPROVAL_PREVIEW_LINES) as u16 + 2,
+        (None, Some(p)) => p.items.len().min(10) as u16 + 1,
+        (None, None) => app.editor.lines().len().clamp(1, EDITOR_LINES) as u16,
     };
     let [transcript_area, queued_area, separator_area, input_area, status_area] =
         Layout::vertical([
@@ -320,27 +321,13 @@ pub fn draw(frame: &mut Frame, app: &App) {
         separator_area,
     );
 
-    match &app.picker {
-        Some(p) => {
-            let rows = input_area.height.saturating_sub(1) as usize;
-            let first = p.selected.saturating_sub(rows.saturating_sub(1));
-            let mut lines = vec![Line::styled(
-                format!("{} — ↑/↓ Enter Esc", p.title),
-                Style::default().add_modifier(Modifier::BOLD),
-            )];
-            for (i, (label, _)) in p.items.iter().enumerate().skip(first).take(rows) {
-                let selected = i == p.selected;
-                let style = if selected {
-                    Style::default().fg(Color::Black).bg(Color::Cyan)
-                } else {
-                    Style::default()
-                };
-                let mark = if selected { "› " } else { "  " };
-                lines.push(Line::styled(format!("{mark}{label}"), style));
-            }
-            frame.render_widget(Paragraph::new(lines), input_area);
+    if let Some(request) = app.approvals.front() {
+        draw_approval(frame, request, app.approvals.len(), input_area);
+    } else {
+        match &app.picker {
+            Some(p) => draw_picker(frame, p, input_area),
+            None => draw_editor(frame, app, input_area),
         }
-        None => draw_editor(frame, app, input_area),
     }
 
     frame.render_widget(
@@ -350,6 +337,78 @@ pub fn draw(frame: &mut Frame, app: &App) {
         )),
         status_area,
     );
+}
+
+/// Lines of a call's preview shown while it waits for approval (the rest is cut, with a count).
+const APPROVAL_PREVIEW_LINES: usize = 14;
+
+/// The call waiting for approval: what it would do (a diff in colour, the command) and the keys.
+fn draw_approval(
+    frame: &mut Frame,
+    request: &agentd::app::approvals::ApprovalRequest,
+    waiting: usize,
+    area: Rect,
+) {
+    let width = area.width as usize;
+    let more = if waiting > 1 {
+        format!(" (+{} more waiting)", waiting - 1)
+    } else {
+        String::new()
+    };
+    let mut lines = vec![Line::styled(
+        format!(
+            "Allow {} ({})?{more}",
+            request.tool_name,
+            request.tags.join(", ")
+        ),
+        Style::default()
+            .fg(Color::Yellow)
+            .add_modifier(Modifier::BOLD),
+    )];
+    let total = request.preview.lines().count();
+    for (i, line) in request.preview.lines().enumerate() {
+        if i + 1 == APPROVAL_PREVIEW_LINES && total > APPROVAL_PREVIEW_LINES {
+            lines.push(Line::styled(
+                format!("… {} more lines", total - i),
+                Style::default().fg(Color::DarkGray),
+            ));
+            break;
+        }
+        let style = if line.starts_with('+') && !line.starts_with("+++") {
+            Style::default().fg(Color::Green)
+        } else if line.starts_with('-') && !line.starts_with("---") {
+            Style::default().fg(Color::Red)
+        } else {
+            Style::default()
+        };
+        let shown: String = line.chars().take(width.max(1)).collect();
+        lines.push(Line::styled(shown, style));
+    }
+    lines.push(Line::styled(
+        "y allow · a always (this tool, this session) · n deny",
+        Style::default().add_modifier(Modifier::BOLD),
+    ));
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
+fn draw_picker(frame: &mut Frame, p: &super::app::Picker, area: Rect) {
+    let rows = area.height.saturating_sub(1) as usize;
+    let first = p.selected.saturating_sub(rows.saturating_sub(1));
+    let mut lines = vec![Line::styled(
+        format!("{} — ↑/↓ Enter Esc", p.title),
+        Style::default().add_modifier(Modifier::BOLD),
+    )];
+    for (i, (label, _)) in p.items.iter().enumerate().skip(first).take(rows) {
+        let selected = i == p.selected;
+        let style = if selected {
+            Style::default().fg(Color::Black).bg(Color::Cyan)
+        } else {
+            Style::default()
+        };
+        let mark = if selected { "› " } else { "  " };
+        lines.push(Line::styled(format!("{mark}{label}"), style));
+    }
+    frame.render_widget(Paragraph::new(lines), area);
 }
 
 /// The editor, scrolled so the cursor is visible; sets the terminal cursor.

@@ -3,8 +3,14 @@
 //! Commands (stdin), each `{"type": …, "id"?: …}`: `prompt {message, streaming_behavior?: steer|follow_up}`,
 //! `steer {message}`, `follow_up {message}`, `abort`, `get_state`, `get_messages`, `set_model {model}`,
 //! `compact {custom_instructions?}`, `new_session`, `fork {entry_id}`, `get_fork_messages`, `bash {command}`,
-//! `set_steering_mode {mode}`, `set_follow_up_mode {mode}` (`one_at_a_time` | `all`). Pi's camelCase field
-//! names are accepted too.
+//! `set_steering_mode {mode}`, `set_follow_up_mode {mode}` (`one_at_a_time` | `all`),
+//! `approval_response {approval_id, decision: allow|always|deny, reason?}`. Pi's camelCase field names are
+//! accepted too.
+//!
+//! Approvals: a tool call that the approval policy asks about (RPC mode's default: `write`, `exec`, `network`)
+//! is written as `{"type":"approval_request","id":…,"tool_call_id":…,"tool_name":…,"arguments":…,"tags":…,
+//! "preview":…}` and waits for an `approval_response` naming that id (`approval_id`, or the command's own
+//! `id`). `abort` denies what waits; so does closing stdin.
 //!
 //! Every command gets one response, `{"type":"response","command":…,"success":…,"id"?:…,"data"?:…,"error"?:…}`,
 //! written before any event it causes. `prompt` answers at once; the run's events (`AgentEvent`s, tagged by
@@ -16,6 +22,7 @@
 use std::sync::Arc;
 
 use agentd::agent::QueueMode;
+use agentd::app::approvals::Decision;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt as _;
@@ -75,6 +82,14 @@ enum Command {
     SetFollowUpMode {
         mode: QueueModeName,
     },
+    /// Answers an `approval_request`: the request's id in `approval_id` (or as the command's `id`).
+    ApprovalResponse {
+        #[serde(default, alias = "approvalId", alias = "request_id")]
+        approval_id: Option<String>,
+        decision: Decision,
+        #[serde(default)]
+        reason: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -94,7 +109,7 @@ impl From<QueueModeName> for QueueMode {
     }
 }
 
-const COMMANDS: [&str; 15] = [
+const COMMANDS: [&str; 16] = [
     "prompt",
     "steer",
     "follow_up",
@@ -109,6 +124,7 @@ const COMMANDS: [&str; 15] = [
     "bash",
     "set_steering_mode",
     "set_follow_up_mode",
+    "approval_response",
     "parse",
 ];
 
@@ -160,6 +176,15 @@ pub async fn serve(session: CodingSession) -> anyhow::Result<u8> {
             Box::pin(async {})
         }));
     }
+    {
+        let out = out.clone();
+        session.approvals().set_sink(Some(Arc::new(move |request| {
+            if let Ok(Value::Object(mut v)) = serde_json::to_value(&request) {
+                v.insert("type".into(), json!("approval_request"));
+                let _ = out.send(Value::Object(v));
+            }
+        })));
+    }
     let mut running: Option<JoinHandle<()>> = None;
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     loop {
@@ -176,6 +201,11 @@ pub async fn serve(session: CodingSession) -> anyhow::Result<u8> {
         }
         handle_line(&session, &out, &line, &mut running).await;
     }
+    // Nobody is left to answer: what waits is denied, and later calls that need approval are refused.
+    session.approvals().set_sink(None);
+    session
+        .approvals()
+        .deny_all("the RPC client closed its input before answering");
     if let Some(task) = running.take() {
         let _ = task.await;
     }
@@ -289,6 +319,8 @@ async fn handle_line(
             let usage = session.context_usage().await;
             state["context_tokens"] = json!(usage.tokens);
             state["context_tokens_exact"] = json!(usage.exact);
+            state["pending_approvals"] = json!(session.approvals().pending());
+            state["approvals"] = json!(session.approvals().policy().to_string());
             Ok(Some(state))
         }
         Command::GetMessages => Ok(Some(json!({"messages": session.agent().state().messages}))),
@@ -338,6 +370,18 @@ async fn handle_line(
             session.agent().set_follow_up_mode(mode.into());
             Ok(None)
         }
+        Command::ApprovalResponse {
+            approval_id,
+            decision,
+            reason,
+        } => match approval_id.or_else(|| id.as_ref().and_then(|v| v.as_str().map(String::from))) {
+            Some(approval) => session
+                .approvals()
+                .resolve(&approval, decision, reason)
+                .map(|()| None)
+                .map_err(|e| e.to_string()),
+            None => Err("name the request: approval_id (or id) of the approval_request".into()),
+        },
     };
     respond(out, &id, &kind, result);
 }

@@ -121,6 +121,23 @@ pub fn chat_body(request: &CompletionRequest, model: &str, compat: &Compat) -> V
     if request.ignore_eos {
         body.insert("ignore_eos".into(), true.into());
     }
+    match request.thinking {
+        None => {}
+        // vLLM's Qwen3 / DeepSeek templates read `enable_thinking`; OpenAI reads `reasoning_effort`.
+        Some(crate::provider::Thinking::Off) => {
+            body.insert(
+                "chat_template_kwargs".into(),
+                json!({"enable_thinking": false}),
+            );
+        }
+        Some(level) => {
+            body.insert("reasoning_effort".into(), level.as_str().into());
+            body.insert(
+                "chat_template_kwargs".into(),
+                json!({"enable_thinking": true}),
+            );
+        }
+    }
     put_common(&mut body, &request.stop, &request.sampling);
     Value::Object(body)
 }

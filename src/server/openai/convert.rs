@@ -134,6 +134,7 @@ pub fn chat_request(
         cache_scope: None,
         logprobs,
         ignore_eos: req.ignore_eos.unwrap_or(false),
+        thinking: None,
     };
     check_constraint(&request)?;
     Ok((

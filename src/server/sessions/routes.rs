@@ -14,6 +14,13 @@
 //! | `GET /v1/sessions/{id}/entries` | the session tree's entries and the current leaf |
 //! | `POST /v1/sessions/{id}/branch` | `{entry_id, summary?}` (`null`: a new root): continue from that entry; the transcript becomes its path |
 //! | `POST /v1/sessions/{id}/rewind` | `{n}`: drop the last `n` messages from the current path (the next prompt branches there) |
+//! | `POST /v1/sessions/{id}/approve` | `{id, decision: allow\|always\|deny, reason?}`: answer an `approval_request` → 200; 404 when no such request waits |
+//!
+//! Approvals: `approvals` at creation (`"write=ask,exec=ask"` or `{"write": "ask", "exec": "deny"}`; default:
+//! every tag the policy allows runs) makes the tools of `ask` tags wait for the client: the prompt stream
+//! carries `{"type": "approval_request", "id", "tool_call_id", "tool_name", "arguments", "tags", "preview"}`
+//! and the call runs once `approve` says `allow` (or `always`: that tool for the rest of the session). A
+//! denied call is an error result the model sees; an abort (or a closed stream) denies what waits.
 //!
 //! A client that closes the prompt stream aborts the run (as closing a completion stream cancels it).
 
@@ -34,6 +41,7 @@ use tokio::sync::mpsc;
 
 use super::{GatedProvider, Session, SessionInfo};
 use crate::agent::AgentEvent;
+use crate::app::approvals::{Approval, ApprovalPolicy, ApprovalRequest, Decision};
 use crate::app::{sessions, Backend, CodingSession, SessionChoice, SessionSettings, RECALL_TOOL};
 use crate::env::now_unix;
 use crate::server::error::ApiError;
@@ -55,6 +63,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{id}/entries", get(entries))
         .route("/v1/sessions/{id}/branch", post(branch))
         .route("/v1/sessions/{id}/rewind", post(rewind))
+        .route("/v1/sessions/{id}/approve", post(approve))
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +92,45 @@ struct CreateSession {
     /// The id of a saved session (in the sessions directory) to continue instead of starting a new one.
     #[serde(default)]
     resume: Option<String>,
+    /// Per tag: allow | ask | deny, as `"write=ask,exec=ask"` or `{"write": "ask"}` (default: allow).
+    #[serde(default)]
+    approvals: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Approve {
+    id: String,
+    decision: Decision,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// The `approvals` field of a create request.
+fn approval_policy(value: Option<&Value>) -> Result<ApprovalPolicy, ApiError> {
+    let bad = |e: String| ApiError::invalid_param("approvals", e);
+    let mut policy = ApprovalPolicy::allow_all();
+    match value {
+        None | Some(Value::Null) => {}
+        Some(Value::String(spec)) => policy.apply(spec).map_err(|e| bad(e.to_string()))?,
+        Some(Value::Object(map)) => {
+            for (tags, mode) in map {
+                let mode: Approval = mode
+                    .as_str()
+                    .ok_or_else(|| bad(format!("approvals.{tags} must be allow, ask or deny")))?
+                    .parse()
+                    .map_err(|e: crate::app::approvals::ApprovalParseError| bad(e.to_string()))?;
+                policy
+                    .set_tags(tags, mode)
+                    .map_err(|e| bad(e.to_string()))?;
+            }
+        }
+        Some(_) => return Err(bad(
+            "approvals is a string (\"write=ask,exec=ask\") or an object ({\"write\": \"ask\"})"
+                .into(),
+        )),
+    }
+    Ok(policy)
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,7 +167,8 @@ fn describe(s: &Session) -> Value {
         "id": s.info.id, "object": "agent.session", "model": st.model, "tools": s.info.tools,
         "policy": s.info.policy, "workspace": s.info.workspace, "path": s.info.path,
         "created": s.info.created, "status": st.status, "message_count": st.messages.len(),
-        "last_error": st.last_error,
+        "last_error": st.last_error, "approvals": s.coding.approvals().policy().to_string(),
+        "pending_approvals": s.coding.approvals().pending(),
     })
 }
 
@@ -138,6 +187,7 @@ async fn create(
     let builtin: Vec<&String> = tools.iter().filter(|n| *n != RECALL_TOOL).collect();
     let registry = ToolRegistry::builtin(&builtin)
         .map_err(|e| ApiError::invalid_param("tools", e.to_string()))?;
+    let approvals = approval_policy(req.approvals.as_ref())?;
     let policy: Policy = req
         .policy
         .as_deref()
@@ -146,6 +196,9 @@ async fn create(
         .map_err(|e: crate::tools::policy::ParsePolicyError| {
             ApiError::invalid_param("policy", e.to_string())
         })?;
+    // Denied tags are not offered at all.
+    let not_denied = approvals.policy();
+    let policy = Policy::from_tags(policy.allowed().filter(|t| not_denied.allows(*t)));
     // Tools that write files or run commands are a shell for whoever reaches the port: not without a key.
     if state.options.api_key.is_none() && !state.options.allow_exec_without_key {
         let dangerous: Vec<&str> = registry
@@ -236,6 +289,7 @@ async fn create(
     let mut settings = SessionSettings::new(workspace.clone());
     settings.tools = Some(tools);
     settings.policy = policy.clone();
+    settings.approvals = approvals;
     settings.workspace = Some(workspace.clone());
     settings.system_prompt = req.system_prompt;
     settings.max_tokens = req.max_tokens;
@@ -339,6 +393,10 @@ async fn prompt(
     };
     let (tx, rx) = mpsc::channel::<AgentEvent>(super::EVENT_BUFFER);
     s.listen(tx.clone());
+    let (approvals_tx, approvals_rx) = mpsc::unbounded_channel::<ApprovalRequest>();
+    s.coding.approvals().set_sink(Some(Arc::new(move |request| {
+        let _ = approvals_tx.send(request);
+    })));
     let coding = s.coding.clone();
     let session = s.clone();
     tokio::spawn(async move {
@@ -361,12 +419,28 @@ async fn prompt(
         finished: false,
     };
     let events = futures::stream::unfold(
-        (rx, watcher, false),
-        |(mut rx, mut watcher, ended)| async move {
+        (rx, approvals_rx, watcher, false),
+        |(mut rx, mut approvals_rx, mut watcher, ended)| async move {
             if ended {
                 return None;
             }
-            match rx.recv().await {
+            let next = tokio::select! {
+                biased;
+                Some(request) = approvals_rx.recv() => Err(request),
+                ev = rx.recv() => Ok(ev),
+            };
+            let next = match next {
+                Err(request) => {
+                    let mut v = serde_json::to_value(&request).unwrap_or_default();
+                    v["type"] = json!("approval_request");
+                    return Some((
+                        futures::stream::iter(vec![sse::json_event(&v)]),
+                        (rx, approvals_rx, watcher, false),
+                    ));
+                }
+                Ok(ev) => ev,
+            };
+            match next {
                 Some(ev) => {
                     let end = matches!(ev, AgentEvent::AgentEnd { .. });
                     let mut out = vec![sse::json_event(&ev)];
@@ -374,13 +448,13 @@ async fn prompt(
                         watcher.finished = true;
                         out.push(sse::done());
                     }
-                    Some((futures::stream::iter(out), (rx, watcher, end)))
+                    Some((futures::stream::iter(out), (rx, approvals_rx, watcher, end)))
                 }
                 None => {
                     watcher.finished = true;
                     Some((
                         futures::stream::iter(vec![sse::done()]),
-                        (rx, watcher, true),
+                        (rx, approvals_rx, watcher, true),
                     ))
                 }
             }
@@ -388,6 +462,21 @@ async fn prompt(
     )
     .flatten();
     Ok(sse::response(events))
+}
+
+async fn approve(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let s = session(&state, &id)?;
+    let req: Approve = parse_json(body, state.options.max_body_bytes)?;
+    s.coding
+        .approvals()
+        .resolve(&req.id, req.decision, req.reason)
+        .map_err(|e| ApiError::not_found(e.to_string()).with_param("id"))?;
+    s.touch();
+    Ok(Json(json!({"id": req.id, "decision": req.decision})).into_response())
 }
 
 async fn queue_message(

@@ -214,3 +214,126 @@ fn rpc_mode_end_to_end() {
     assert_eq!(status, Some(0));
     assert!(sb.session_files().len() >= 2, "the fork is a second file");
 }
+
+/// RPC mode asks before `exec` and `write` by default: a bash call becomes an `approval_request` with the
+/// command as its preview; `allow` runs it, `deny` (with a reason) gives the model an error result, `always`
+/// runs this and every later call of the tool without asking, and an `edit` request carries its diff.
+#[test]
+fn rpc_approvals_are_a_request_response_pair() {
+    let sb = Sandbox::new(json!([
+        {"steps": [{"tool_call": {"name": "bash", "arguments": {"command": "echo approved-run"}}}]},
+        {"steps": [{"tool_call": {"name": "bash", "arguments": {"command": "echo second"}}}]},
+        {"steps": [{"tool_call": {"name": "edit", "arguments": {"path": "notes.txt", "edits": [{"old_text": "milk", "new_text": "oat milk"}]}}}]},
+        {"steps": [{"tool_call": {"name": "bash", "arguments": {"command": "echo third"}}}]},
+        {"steps": [{"tool_call": {"name": "bash", "arguments": {"command": "echo fourth"}}}]},
+        "Done."
+    ]));
+    std::fs::write(sb.cwd.join("notes.txt"), "milk\n").unwrap();
+    let mut rpc = Rpc::start(sb.cmd(&["run", "--mode", "rpc", "--no-session"]));
+    rpc.send(r#"{"type": "prompt", "message": "run it"}"#);
+    assert_eq!(rpc.response("prompt")["success"], true);
+
+    // 1: allowed by the command's own id.
+    let (request, _) = rpc.until(|v| v["type"] == "approval_request");
+    assert_eq!(request["tool_name"], "bash");
+    assert_eq!(request["tags"], json!(["exec"]));
+    assert_eq!(request["preview"], "$ echo approved-run");
+    rpc.send(r#"{"type": "get_state"}"#);
+    let state = rpc.response("get_state");
+    assert_eq!(state["data"]["pending_approvals"][0]["id"], request["id"]);
+    rpc.send(
+        &json!({"type": "approval_response", "id": request["id"], "decision": "allow"}).to_string(),
+    );
+    assert_eq!(rpc.response("approval_response")["success"], true);
+    let (end, _) = rpc.until(|v| v["type"] == "tool_execution_end");
+    assert_eq!(end["is_error"], false, "{end}");
+    assert!(end["result"]["content"]
+        .as_str()
+        .unwrap()
+        .contains("approved-run"));
+
+    // 2: denied with a reason; an unknown id is an error response.
+    let (request, _) = rpc.until(|v| v["type"] == "approval_request");
+    rpc.send(
+        r#"{"type": "approval_response", "approval_id": "approval-999", "decision": "allow"}"#,
+    );
+    let r = rpc.response("approval_response");
+    assert_eq!(r["success"], false);
+    assert!(r["error"].as_str().unwrap().contains("approval-999"));
+    rpc.send(
+        &json!({"type": "approval_response", "approval_id": request["id"], "decision": "deny",
+                "reason": "not on this machine"})
+        .to_string(),
+    );
+    let (end, _) = rpc.until(|v| v["type"] == "tool_execution_end");
+    assert_eq!(end["is_error"], true);
+    let content = end["result"]["content"].as_str().unwrap();
+    assert!(content.contains("not on this machine"), "{content}");
+
+    // 3: the edit's request shows the diff; always-allowed.
+    let (request, _) = rpc.until(|v| v["type"] == "approval_request");
+    assert_eq!(request["tool_name"], "edit");
+    let preview = request["preview"].as_str().unwrap();
+    assert!(
+        preview.contains("-milk") && preview.contains("+oat milk"),
+        "{preview}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.cwd.join("notes.txt")).unwrap(),
+        "milk\n",
+        "nothing is written before the answer"
+    );
+    rpc.send(
+        &json!({"type": "approval_response", "approval_id": request["id"], "decision": "allow"})
+            .to_string(),
+    );
+    rpc.until(|v| v["type"] == "tool_execution_end");
+    assert_eq!(
+        std::fs::read_to_string(sb.cwd.join("notes.txt")).unwrap(),
+        "oat milk\n"
+    );
+
+    // 4: "always" for bash; 5 runs without a request.
+    let (request, _) = rpc.until(|v| v["type"] == "approval_request");
+    assert_eq!(request["preview"], "$ echo third");
+    rpc.send(
+        &json!({"type": "approval_response", "approval_id": request["id"], "decision": "always"})
+            .to_string(),
+    );
+    let (end, before) = rpc.until(is_agent_end);
+    assert_eq!(end["reason"], "completed");
+    assert!(
+        !before.iter().any(|v| v["type"] == "approval_request"),
+        "always: no second request"
+    );
+    let outputs: Vec<&str> = before
+        .iter()
+        .filter(|v| v["type"] == "tool_execution_end")
+        .filter_map(|v| v["result"]["content"].as_str())
+        .collect();
+    assert!(outputs.iter().any(|o| o.contains("fourth")), "{outputs:?}");
+    drop(rpc.stdin.take());
+    assert_eq!(wait_child(&mut rpc.child, Duration::from_secs(20)), Some(0));
+}
+
+/// Closing stdin while a call waits for approval denies it, and the process still exits 0.
+#[test]
+fn rpc_eof_denies_a_waiting_approval() {
+    let sb = Sandbox::new(json!([
+        {"steps": [{"tool_call": {"name": "write", "arguments": {"path": "out.txt", "content": "x"}}}]},
+        "Done."
+    ]));
+    let mut rpc = Rpc::start(sb.cmd(&["run", "--mode", "rpc", "--no-session"]));
+    rpc.send(r#"{"type": "prompt", "message": "write it"}"#);
+    let (request, _) = rpc.until(|v| v["type"] == "approval_request");
+    assert_eq!(request["tool_name"], "write");
+    assert!(request["preview"]
+        .as_str()
+        .unwrap()
+        .starts_with("new file out.txt"));
+    drop(rpc.stdin.take());
+    let (end, _) = rpc.until(|v| v["type"] == "tool_execution_end");
+    assert_eq!(end["is_error"], true);
+    assert_eq!(wait_child(&mut rpc.child, Duration::from_secs(20)), Some(0));
+    assert!(!sb.cwd.join("out.txt").exists());
+}

@@ -348,3 +348,98 @@ async fn bad_session_requests() {
         404
     );
 }
+
+/// A session created with `approvals` asks before `write`: the prompt stream carries an `approval_request`
+/// (with the new file as its preview), the call waits until `POST …/approve`; `deny` gives the model an
+/// error result and writes nothing, `allow` runs it. Bad approvals and unknown request ids are errors.
+#[tokio::test]
+async fn http_approvals_pause_a_call_until_the_client_answers() {
+    let s = setup(vec![
+        ScriptedReply::new().tool_call("write", r#"{"path": "b.txt", "content": "first"}"#),
+        ScriptedReply::text_only("Not written."),
+        ScriptedReply::new().tool_call("write", r#"{"path": "b.txt", "content": "second"}"#),
+        ScriptedReply::text_only("Written."),
+    ])
+    .await;
+    for bad in [json!("write=perhaps"), json!({"writ": "ask"}), json!(7)] {
+        let mut body = json!({"workspace": s.workspace.path(), "policy": "all", "approvals": bad});
+        body["tools"] = json!(["write"]);
+        let (status, v) = post(&s.server.url("/v1/sessions"), &body).await;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["error"]["param"], "approvals", "{v}");
+    }
+    let created = create(
+        &s,
+        json!({"policy": "all", "approvals": {"write": "ask", "exec": "deny"}}),
+    )
+    .await;
+    assert_eq!(
+        created["approvals"],
+        "read_only=allow,write=ask,exec=deny,network=allow"
+    );
+    let id = created["id"].as_str().unwrap().to_string();
+    let url = |p: &str| s.server.url(&format!("/v1/sessions/{id}/{p}"));
+
+    for (decision, reply) in [("deny", "Not written."), ("allow", "Written.")] {
+        let resp = client()
+            .post(url("prompt"))
+            .json(&json!({"content": "write b"}))
+            .send()
+            .await
+            .unwrap();
+        let mut reader = SseReader::new(resp);
+        let request = loop {
+            let ev = reader.next().await.expect("an approval request");
+            if ev["type"] == "approval_request" {
+                break ev;
+            }
+        };
+        assert_eq!(request["tool_name"], "write");
+        assert!(
+            request["preview"].as_str().unwrap().contains("b.txt"),
+            "{request}"
+        );
+        let (status, shown) = get(&s.server.url(&format!("/v1/sessions/{id}"))).await;
+        assert_eq!(status, 200);
+        let shown: Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(shown["pending_approvals"][0]["id"], request["id"]);
+        assert!(
+            std::fs::read_to_string(s.workspace.path().join("b.txt")).is_err()
+                || decision == "allow",
+            "nothing written before the answer"
+        );
+        let (status, v) = post(
+            &url("approve"),
+            &json!({"id": "approval-999", "decision": "allow"}),
+        )
+        .await;
+        assert_eq!(status, 404, "{v}");
+        let (status, v) = post(
+            &url("approve"),
+            &json!({"id": request["id"], "decision": decision, "reason": "policy"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{v}");
+        let mut rest = Vec::new();
+        while let Some(ev) = reader.next().await {
+            rest.push(ev);
+        }
+        let end = rest
+            .iter()
+            .find(|e| e["type"] == "tool_execution_end")
+            .expect("the call ended");
+        assert_eq!(end["is_error"], decision == "deny", "{end}");
+        assert!(rest
+            .iter()
+            .any(|e| e["type"] == "message_end"
+                && e["message"]["content"].to_string().contains(reply)));
+    }
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.path().join("b.txt")).unwrap(),
+        "second"
+    );
+    assert!(s.provider.requests()[1]
+        .messages
+        .iter()
+        .any(|m| format!("{m:?}").contains("the user denied it: policy")));
+}
