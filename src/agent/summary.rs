@@ -48,6 +48,12 @@ What the user wants to achieve (several items if the session covers several task
 
 Keep each section short. Keep exact file paths, function names and error messages.";
 
+/// The instructions for a branch summary (Pi's `branch_summary`): what happened on a branch the user left.
+pub const BRANCH_INSTRUCTIONS: &str = "The conversation above is a branch the user has left to go back to an \
+earlier point of the session. Summarise it for the assistant that carries on from that earlier point: what was \
+asked and attempted, what was found, which files were read or changed (exact paths), commands run and errors seen, \
+and how it ended. Write a few short bullet points and nothing else.";
+
 /// The instructions after the serialised conversation.
 pub fn instructions(update: bool, split_turn: bool, focus: Option<&str>) -> String {
     let mut text = if update {

@@ -34,6 +34,7 @@ use crate::tools::registry::ToolRegistry;
 use crate::tools::resources::SessionResources;
 use crate::tools::tool::{Tool, ToolContext, ToolError};
 
+mod branches;
 mod tree_ops;
 
 use super::approvals::{ApprovalPolicy, Approvals, HookContext};

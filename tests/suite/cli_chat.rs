@@ -332,6 +332,102 @@ fn chat_asks_before_writing_and_remembers_always() {
     }
 }
 
+/// The session tree from the TUI: `/rewind N` drops messages and records the model's summary of them at the new
+/// position (`branch_summary`, which the model then sees); `/label` and `/name` write `label` and
+/// `session_info` entries; `/branch` (picker) moves before a user message with a summary of the branch left and
+/// puts that message in the editor.
+#[test]
+fn chat_tree_rewinds_branches_labels_and_names() {
+    if !tmux_available() {
+        eprintln!("SKIPPED chat_tree_…: tmux is not installed");
+        return;
+    }
+    let sb = Sandbox::new(json!([
+        "Answer one.",
+        "Answer two.",
+        "- The user asked the second question; it was answered.",
+        "Answer three.",
+        "- Everything so far: three questions.",
+    ]));
+    let tmux = Tmux::start(&sb, "");
+    tmux.wait_for("· ready");
+    tmux.type_line("first question");
+    tmux.wait_for("Answer one.");
+    tmux.type_line("second question");
+    tmux.wait_for("Answer two.");
+
+    tmux.type_line("/rewind 2");
+    let screen = tmux.wait_for("Rewound 2 message(s)");
+    assert!(screen.contains("asked the second question"), "{screen}");
+    tmux.type_line("third question");
+    tmux.wait_for("Answer three.");
+    let sent = sb.recorded().last().unwrap()["messages"].to_string();
+    assert!(
+        sent.contains("first question") && sent.contains("asked the second question"),
+        "{sent}"
+    );
+    assert!(
+        !sent.contains("\"second question\""),
+        "the rewound message is gone: {sent}"
+    );
+    let summary_request = &sb.recorded()[2];
+    assert!(
+        summary_request["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("second question"),
+        "the summariser read the dropped messages"
+    );
+
+    tmux.type_line("/label good spot");
+    tmux.wait_for("Labelled");
+    tmux.type_line("/name groceries");
+    tmux.wait_for("Session named: groceries");
+    tmux.type_line("/session");
+    tmux.wait_for("\"groceries\"");
+    tmux.type_line("/tree");
+    let screen = tmux.wait_for("[good spot]");
+    assert!(screen.contains("branch_summary"), "{screen}");
+
+    tmux.type_line("/branch");
+    tmux.wait_for("Branch from before which message?");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("Branched at");
+    let screen = tmux.wait_for("three questions");
+    assert!(
+        screen.contains("> first question") || screen.contains("first question"),
+        "{screen}"
+    );
+
+    let file = std::fs::read_to_string(&sb.session_files()[0]).unwrap();
+    let kinds: Vec<String> = file
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["type"].as_str().map(String::from))
+        .collect();
+    for kind in ["branch_summary", "label", "session_info"] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "no {kind} entry: {kinds:?}"
+        );
+    }
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "branch_summary").count(),
+        2,
+        "{kinds:?}"
+    );
+    tmux.keys(&["C-u"]);
+    tmux.type_line("/quit");
+    let start = Instant::now();
+    while tmux.alive() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "chat did not quit"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn chat_resumes_a_session_from_the_picker() {
     if !tmux_available() {

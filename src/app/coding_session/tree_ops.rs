@@ -167,7 +167,7 @@ impl CodingSession {
 }
 
 /// An entry by id, or by a unique id prefix.
-fn find_entry(store: &dyn SessionStore, id: &str) -> Result<SessionEntry, AppError> {
+pub(super) fn find_entry(store: &dyn SessionStore, id: &str) -> Result<SessionEntry, AppError> {
     if let Some(e) = store.entry(id) {
         return Ok(e);
     }

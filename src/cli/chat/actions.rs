@@ -97,8 +97,9 @@ impl App {
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|| "(none yet: created with the first message)".into());
                 self.info(format!(
-                    "Session {}\n  file: {file}\n  messages: {}\n  model: {} ({})\n  context: {usage}\n  cwd: {}",
+                    "Session {}{}\n  file: {file}\n  messages: {}\n  model: {} ({})\n  context: {usage}\n  cwd: {}",
                     session.session_label(),
+                    session.name().map(|n| format!(" \"{n}\"")).unwrap_or_default(),
                     state["message_count"],
                     state["model"].as_str().unwrap_or_default(),
                     state["backend"].as_str().unwrap_or_default(),
@@ -174,7 +175,7 @@ impl App {
             }),
             Slash::Tree(None) => match session.tree() {
                 Ok(tree) => self.info(format!(
-                    "{}\n(/tree ENTRY continues from an entry; /fork ENTRY copies the path into a new session)",
+                    "{}\n(/tree ENTRY continues from an entry; /branch ENTRY also summarises the branch left; /rewind N drops messages; /label, /name; /fork ENTRY copies the path into a new session)",
                     tree.trim_end()
                 )),
                 Err(e) => self.error(format!("{e:#}")),
@@ -182,6 +183,60 @@ impl App {
             Slash::Tree(Some(id)) => self.background("moving in the tree", true, async move {
                 let text = session.navigate(&id).await?;
                 Ok((Some(format!("Now at {id}.")), text))
+            }),
+            Slash::Branch(None) => match session.fork_points() {
+                Ok(points) if points.is_empty() => self.info("No user message to branch from yet."),
+                Ok(points) => {
+                    let items = points
+                        .into_iter()
+                        .map(|(id, text)| {
+                            let line: String = text.lines().next().unwrap_or_default().chars().take(70).collect();
+                            (format!("{id}  {line}"), id)
+                        })
+                        .collect();
+                    self.open_picker("Branch from before which message?", items, PickAction::Branch);
+                }
+                Err(e) => self.error(format!("{e:#}")),
+            },
+            Slash::Branch(Some(id)) => self.background("summarising the branch", true, async move {
+                let (text, summary) = session.branch_summarized(&id).await?;
+                let note = match summary {
+                    Some(s) => format!("Branched at {id}. Summary of the branch left:\n{s}"),
+                    None => format!("Now at {id}."),
+                };
+                Ok((Some(note), text))
+            }),
+            Slash::Rewind(n) => self.background("rewinding", true, async move {
+                let (_, summary) = session.rewind_summarized(n).await?;
+                Ok((
+                    Some(format!(
+                        "Rewound {n} message(s); they stay in /tree. Summary:\n{}",
+                        summary.unwrap_or_default()
+                    )),
+                    None,
+                ))
+            }),
+            Slash::Label(arg) => {
+                let arg = arg.unwrap_or_default();
+                // The first word names an entry when one has that id (or unique prefix of it).
+                let (entry, text) = match arg.split_once(char::is_whitespace) {
+                    Some((first, rest)) if session.has_entry(first) => (Some(first.to_string()), rest.trim().to_string()),
+                    None if !arg.is_empty() && session.has_entry(&arg) => (Some(arg.clone()), String::new()),
+                    _ => (None, arg.trim().to_string()),
+                };
+                self.background("labelling", false, async move {
+                    let label = (!text.is_empty()).then_some(text.clone());
+                    let id = session.set_label(entry.as_deref(), label).await?;
+                    Ok((Some(if text.is_empty() { format!("Label cleared on {id}.") } else { format!("Labelled {id}: {text}") }), None))
+                })
+            }
+            Slash::Name(None) => match session.name() {
+                Some(name) => self.info(format!("Session name: {name}")),
+                None => self.info("The session has no name; /name NAME gives it one."),
+            },
+            Slash::Name(Some(name)) => self.background("naming", false, async move {
+                session.set_name(&name).await?;
+                Ok((Some(format!("Session named: {name}")), None))
             }),
             Slash::Compact(focus) => self.background("compacting", true, async move {
                 let r = session.compact(focus.as_deref()).await?;
@@ -227,6 +282,7 @@ impl App {
                         PickAction::Resume => Slash::Resume(Some(v)),
                         PickAction::Model => Slash::Model(Some(v)),
                         PickAction::Fork => Slash::Fork(Some(v)),
+                        PickAction::Branch => Slash::Branch(Some(v)),
                     });
                 }
             }

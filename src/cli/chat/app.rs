@@ -44,6 +44,7 @@ pub enum PickAction {
     Resume,
     Model,
     Fork,
+    Branch,
 }
 
 /// A list to choose from (replaces the editor while open).

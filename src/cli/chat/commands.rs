@@ -13,6 +13,14 @@ pub enum Slash {
     Fork(Option<String>),
     /// Show the session tree, or continue from one of its entries.
     Tree(Option<String>),
+    /// Continue from an entry, recording a generated summary of the branch left (picker without one).
+    Branch(Option<String>),
+    /// Drop the last N messages (summarised at the new position).
+    Rewind(usize),
+    /// Label an entry (the leaf unless the first word names one); no text clears the label.
+    Label(Option<String>),
+    /// Name the session, or show its name.
+    Name(Option<String>),
     /// Compact the context now, optionally focusing the summary.
     Compact(Option<String>),
     /// Write the session as a self-contained HTML page (or Markdown, for a `.md` file).
@@ -24,7 +32,7 @@ pub enum Slash {
 }
 
 /// Every command with a one-line description, for `/help` and the error of an unknown one.
-pub const COMMANDS: [(&str, &str); 11] = [
+pub const COMMANDS: [(&str, &str); 15] = [
     ("/model [NAME]", "pick or switch the model"),
     ("/new", "start a new session"),
     ("/resume [ID]", "pick or open a session of this directory"),
@@ -36,6 +44,19 @@ pub const COMMANDS: [(&str, &str); 11] = [
         "/tree [ENTRY]",
         "show the session tree, or continue from an entry",
     ),
+    (
+        "/branch [ENTRY]",
+        "continue from an entry; the branch left is summarised",
+    ),
+    (
+        "/rewind N",
+        "drop the last N messages (summarised, kept in the tree)",
+    ),
+    (
+        "/label [ENTRY] TEXT",
+        "bookmark an entry (the latest by default); no text clears",
+    ),
+    ("/name [NAME]", "name this session (shown in /resume)"),
     ("/compact [FOCUS]", "summarise older messages now"),
     (
         "/export [FILE]",
@@ -73,6 +94,13 @@ pub fn parse(line: &str) -> Result<Slash, String> {
         "/resume" | "/sessions" => Ok(Slash::Resume(arg)),
         "/fork" => Ok(Slash::Fork(arg)),
         "/tree" => Ok(Slash::Tree(arg)),
+        "/branch" => Ok(Slash::Branch(arg)),
+        "/rewind" => match arg.as_deref().map(str::parse::<usize>) {
+            Some(Ok(n)) if n > 0 => Ok(Slash::Rewind(n)),
+            _ => Err("/rewind takes a number of messages, e.g. /rewind 2".into()),
+        },
+        "/label" => Ok(Slash::Label(arg)),
+        "/name" => Ok(Slash::Name(arg)),
         "/compact" => Ok(Slash::Compact(arg)),
         "/export" => Ok(Slash::Export(arg)),
         "/tools" => no_arg(Slash::Tools),

@@ -12,8 +12,8 @@
 //! | `POST /v1/sessions/{id}/abort` | cancel the running prompt → 202 |
 //! | `GET /v1/sessions/{id}/messages` | the transcript |
 //! | `GET /v1/sessions/{id}/entries` | the session tree's entries and the current leaf |
-//! | `POST /v1/sessions/{id}/branch` | `{entry_id, summary?}` (`null`: a new root): continue from that entry; the transcript becomes its path |
-//! | `POST /v1/sessions/{id}/rewind` | `{n}`: drop the last `n` messages from the current path (the next prompt branches there) |
+//! | `POST /v1/sessions/{id}/branch` | `{entry_id, summary?, summarize?}` (`null`: a new root): continue from that entry; the transcript becomes its path (`summarize`: the model summarises the branch left) |
+//! | `POST /v1/sessions/{id}/rewind` | `{n, summarize?}`: drop the last `n` messages from the current path (the next prompt branches there) |
 //! | `POST /v1/sessions/{id}/approve` | `{id, decision: allow\|always\|deny, reason?}`: answer an `approval_request` → 200; 404 when no such request waits |
 //!
 //! Approvals: `approvals` at creation (`"write=ask,exec=ask"` or `{"write": "ask", "exec": "deny"}`; default:
@@ -146,12 +146,18 @@ struct Branch {
     /// A summary of the branch being left, recorded as a `branch_summary` entry.
     #[serde(default)]
     summary: Option<String>,
+    /// Have the model summarise the branch being left (when no `summary` is given).
+    #[serde(default)]
+    summarize: bool,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Rewind {
     n: usize,
+    /// Record the model's summary of the dropped messages at the new position.
+    #[serde(default)]
+    summarize: bool,
 }
 
 fn session(state: &AppState, id: &str) -> Result<Arc<Session>, ApiError> {
@@ -564,12 +570,19 @@ async fn branch(
         ));
     };
     let from = req.entry_id.as_deref();
-    s.coding
-        .branch(from, req.summary)
-        .await
-        .map_err(|e| ApiError::from_app(e, "entry_id"))?;
+    let summary = if req.summarize && req.summary.is_none() {
+        s.coding.branch_from_summarized(from).await
+    } else {
+        s.coding
+            .branch(from, req.summary.clone())
+            .await
+            .map(|()| req.summary)
+    }
+    .map_err(|e| ApiError::from_app(e, "entry_id"))?;
     let messages = s.coding.agent().state().messages;
-    Ok(Json(json!({"id": id, "leaf": from, "messages": messages})))
+    Ok(Json(
+        json!({"id": id, "leaf": from, "summary": summary, "messages": messages}),
+    ))
 }
 
 async fn rewind(
@@ -584,11 +597,13 @@ async fn rewind(
             "the session is running; abort it or wait before rewinding",
         ));
     };
-    let leaf = s
-        .coding
-        .rewind(req.n)
-        .map_err(|e| ApiError::from_app(e, "n"))?;
+    let (leaf, summary) = if req.summarize {
+        s.coding.rewind_summarized(req.n).await
+    } else {
+        s.coding.rewind(req.n).map(|leaf| (leaf, None))
+    }
+    .map_err(|e| ApiError::from_app(e, "n"))?;
     Ok(Json(
-        json!({"id": id, "leaf": leaf, "messages": s.coding.agent().state().messages}),
+        json!({"id": id, "leaf": leaf, "summary": summary, "messages": s.coding.agent().state().messages}),
     ))
 }

@@ -443,3 +443,44 @@ async fn http_approvals_pause_a_call_until_the_client_answers() {
         .iter()
         .any(|m| format!("{m:?}").contains("the user denied it: policy")));
 }
+
+/// `rewind` and `branch` with `summarize`: the model's summary of what is left behind is recorded as a
+/// `branch_summary` entry and becomes part of the transcript.
+#[tokio::test]
+async fn rewind_and_branch_can_summarise_what_they_leave() {
+    let s = setup(vec![
+        ScriptedReply::text_only("One."),
+        ScriptedReply::text_only("Two."),
+        ScriptedReply::text_only("- asked two, got Two."),
+        ScriptedReply::text_only("- everything was left."),
+    ])
+    .await;
+    let id = create(&s, json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    prompt(&s, &id, "first").await;
+    prompt(&s, &id, "second").await;
+    let url = |p: &str| s.server.url(&format!("/v1/sessions/{id}/{p}"));
+    let (status, v) = post(&url("rewind"), &json!({"n": 2, "summarize": true})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["summary"], "- asked two, got Two.");
+    let messages = v["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3, "{v}");
+    assert_eq!(messages[2]["role"], "branch_summary", "{v}");
+    let asked = format!("{:?}", s.provider.requests()[2].messages[0]);
+    assert!(
+        asked.contains("second") && asked.contains("Two."),
+        "{asked}"
+    );
+
+    let (status, v) = post(
+        &url("branch"),
+        &json!({"entry_id": null, "summarize": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["summary"], "- everything was left.");
+    let (status, v) = post(&url("rewind"), &json!({"n": 99, "summarize": true})).await;
+    assert_eq!(status, 400, "{v}");
+}
