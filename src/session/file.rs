@@ -82,7 +82,10 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Loaded, SessionError> {
     for (i, &(no, line, end)) in lines.iter().enumerate().skip(1) {
         let parsed: Result<Value, _> = serde_json::from_slice(line);
         let value = match parsed {
-            Ok(v) => v,
+            Ok(mut v) => {
+                super::pi::normalize_entry(&mut v);
+                v
+            }
             // The last complete line is unreadable: treat it as torn too (nothing after it to lose).
             Err(_) if i + 1 == count && torn_tail.is_none() => {
                 torn_line = Some(no);

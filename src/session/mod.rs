@@ -9,6 +9,7 @@
 //! - [`writer`]: appending — an exclusive lock per file, one small thread pool for all files, acknowledged
 //!   appends.
 //! - [`jsonl`]: [`JsonlStore`], the store over one file, plus listing, forking and where sessions live.
+//! - [`pi`]: reading files Pi wrote (its message shapes rewritten into ours as they load).
 //! - [`blobs`]: content-addressed tool results dropped by compaction (grounding; read back by the `recall` tool).
 //!
 //! The store knows messages ([`crate::transcript`]) but not the agent: keeping a store in step with an agent is
@@ -18,6 +19,7 @@ pub mod blobs;
 pub mod entry;
 pub mod file;
 pub mod jsonl;
+pub mod pi;
 pub mod tree;
 pub mod writer;
 
