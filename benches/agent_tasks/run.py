@@ -236,7 +236,8 @@ def parse_events(stdout):
 
 
 def agent_command(args, task, ws):
-    cmd = [args.agentd, "run", "--no-session", "--model", args.model, "--mode", "json"]
+    # The workspace is a throwaway copy: every tool may run (print mode would deny exec by default).
+    cmd = [args.agentd, "run", "--no-session", "--model", args.model, "--mode", "json", "--allow", "all"]
     if not args.online:
         cmd.append("--offline")
     if not args.no_confine:

@@ -145,7 +145,8 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
     std::fs::write(sb.cwd.join("other.txt"), file_text("other", 80, None)).unwrap();
 
     // The prompt's base size (system prompt and tools) as the scripted model counts it.
-    let out = run(sb.cmd(&["run", "--show-system-prompt"]));
+    // Every door offers the same tools (print mode would leave bash out): `--allow all`.
+    let out = run(sb.cmd(&["run", "--allow", "all", "--show-system-prompt"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let base: u64 = out
         .stderr
@@ -157,7 +158,14 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
 
     // --- Door 1: `agentd run`, two processes on one session file.
     sb.script(json!({"context_window": window, "replies": part_one()}));
-    let out = run(sb.cmd(&["run", "-p", "Read big.txt", "Read other.txt"]));
+    let out = run(sb.cmd(&[
+        "run",
+        "--allow",
+        "all",
+        "-p",
+        "Read big.txt",
+        "Read other.txt",
+    ]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "Read it.\nBoth read.\n");
     let files = sb.session_files();
@@ -176,6 +184,8 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
     sb.script(json!({"context_window": window, "replies": part_two(&reference)}));
     let out = run(sb.cmd(&[
         "run",
+        "--allow",
+        "all",
         "--mode",
         "json",
         "--session",
