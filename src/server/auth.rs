@@ -1,5 +1,7 @@
 //! The optional bearer API key (`--api-key` or `AGENTD_API_KEY`). Every route needs it except the ones
-//! monitoring scrapes without credentials, as on vLLM: `/health`, `/version`, `/metrics`.
+//! monitoring scrapes without credentials, as on vLLM: `/health`, `/version`, `/metrics`, and the web page
+//! (`/`, static: a browser cannot send a bearer key when it navigates; the page asks for the key and sends it
+//! with every API call).
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -10,7 +12,7 @@ use super::error::ApiError;
 use super::AppState;
 
 /// Routes open without a key.
-const OPEN: &[&str] = &["/health", "/version", "/metrics"];
+const OPEN: &[&str] = &["/health", "/version", "/metrics", "/", "/index.html"];
 
 /// Middleware: 401 unless the request carries `Authorization: Bearer <key>` (when a key is configured).
 pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {

@@ -4,7 +4,8 @@
 //!
 //! Files: `openai/` (chat completions, completions, models, tokenize/detokenize, wire types), `sessions/` (agent
 //! sessions over HTTP), `admission` (the bounded queue in front of the model), `metrics` (Prometheus text under
-//! vLLM's names), `auth` (bearer key), `error` (`ApiError` in OpenAI's shape), `sse` (event-stream helpers).
+//! vLLM's names), `auth` (bearer key), `error` (`ApiError` in OpenAI's shape), `sse` (event-stream helpers), `web` (the page
+//! at `/`).
 
 pub mod admission;
 pub mod auth;
@@ -15,6 +16,7 @@ pub mod metrics;
 pub mod openai;
 pub mod sessions;
 pub mod sse;
+pub mod web;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -191,6 +193,8 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     use openai::{chat, completions, models, tokenize};
     Router::new()
+        .route("/", get(web::page))
+        .route("/index.html", get(web::page))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/models", get(models::list))
@@ -229,9 +233,12 @@ async fn health(State(state): State<AppState>) -> StatusCode {
     }
 }
 
-/// `GET /version`.
-async fn version() -> Json<serde_json::Value> {
-    Json(serde_json::json!({"version": env!("CARGO_PKG_VERSION")}))
+/// `GET /version`; `auth` says whether the API needs a key (the web page asks for one before calling).
+async fn version(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "auth": state.options.api_key.is_some(),
+    }))
 }
 
 async fn not_found(uri: Uri) -> ApiError {

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `POST /v1/sessions` | create: `{model?, system_prompt?, tools?, policy?, workspace?, max_turns?, max_tokens?, temperature?, seed?, resume?}` → 201 (`resume`: the id of a saved session to continue) |
 //! | `GET /v1/sessions` | the live sessions |
+//! | `GET /v1/sessions/saved?workspace=DIR` | the saved session files of a workspace (default: the server's), newest first; reopen one with `POST /v1/sessions {resume: id}` |
 //! | `GET /v1/sessions/{id}` | one session and its status |
 //! | `DELETE /v1/sessions/{id}` | abort it and forget it (its file stays) |
 //! | `POST /v1/sessions/{id}/prompt` | `{content}` → SSE of `AgentEvent`s (`{"type": "agent_start", …}`) until `agent_end`, then `[DONE]`; 409 while a prompt runs |
@@ -54,6 +55,7 @@ use crate::tools::tool::PolicyTag;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/sessions", post(create).get(list))
+        .route("/v1/sessions/saved", get(saved))
         .route("/v1/sessions/{id}", get(show).delete(remove))
         .route("/v1/sessions/{id}/prompt", post(prompt))
         .route("/v1/sessions/{id}/steer", post(steer))
@@ -344,6 +346,53 @@ async fn create(
 async fn list(State(state): State<AppState>) -> Json<Value> {
     let data: Vec<Value> = state.sessions.list().iter().map(|s| describe(s)).collect();
     Json(json!({"object": "list", "data": data}))
+}
+
+#[derive(Debug, Deserialize)]
+struct SavedQuery {
+    #[serde(default)]
+    workspace: Option<PathBuf>,
+}
+
+/// The sessions directory for `workspace` (else the default workspace, else the working directory).
+fn saved_dir(state: &AppState, workspace: Option<PathBuf>) -> Result<PathBuf, ApiError> {
+    if let Some(dir) = &state.sessions.options.dir {
+        return Ok(dir.clone());
+    }
+    let workspace = match workspace.or_else(|| state.sessions.options.default_workspace.clone()) {
+        Some(w) => w,
+        None => std::env::current_dir()
+            .map_err(|e| ApiError::internal(format!("no working directory: {e}")))?,
+    };
+    let workspace = workspace.canonicalize().map_err(|e| {
+        ApiError::invalid_param(
+            "workspace",
+            format!("workspace {} is not usable: {e}", workspace.display()),
+        )
+    })?;
+    Ok(sessions_dir(&workspace))
+}
+
+async fn saved(
+    State(state): State<AppState>,
+    query: Result<axum::extract::Query<SavedQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let axum::extract::Query(query) =
+        query.map_err(|e| ApiError::invalid_param("workspace", e.body_text()))?;
+    let dir = saved_dir(&state, query.workspace)?;
+    let list = tokio::task::spawn_blocking(move || sessions::list(&dir))
+        .await
+        .map_err(|e| ApiError::internal(format!("listing sessions failed: {e}")))?
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let data: Vec<Value> = list
+        .into_iter()
+        .map(|s| {
+            json!({"id": s.id, "object": "agent.saved_session", "name": s.name, "cwd": s.cwd,
+                   "created": s.created, "modified": s.modified, "message_count": s.message_count,
+                   "first_message": s.first_message})
+        })
+        .collect();
+    Ok(Json(json!({"object": "list", "data": data})))
 }
 
 async fn show(

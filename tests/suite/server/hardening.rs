@@ -358,3 +358,51 @@ async fn health_answers_while_pathological_requests_are_checked() {
         assert!(status == 200 || status == 503, "{status}");
     }
 }
+
+/// The web page: `GET /` is open (a browser cannot send a bearer key when it navigates) and static; it carries a
+/// strict CSP and nothing from elsewhere; `/version` tells the page whether to ask for a key; the API stays
+/// closed without the key; a foreign `Host` is refused for the page too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_page_is_open_static_and_locked_down() {
+    let server = scripted(ServerOptions {
+        api_key: Some("sk-page".into()),
+        ..ServerOptions::default()
+    })
+    .await;
+    let resp = super::client().get(server.url("/")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let csp = resp.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("<title>agentd</title>") && body.contains("/v1/chat/completions"));
+    assert!(!body.contains("http://") && !body.contains("https://"));
+    assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'sha256-"));
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    let version: serde_json::Value = super::client()
+        .get(server.url("/version"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(version["auth"], true);
+    let resp = super::client()
+        .get(server.url("/v1/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let (status, _, _) = raw(
+        &server,
+        &request("GET", "/", &[("Host", "evil.example")], ""),
+    )
+    .await;
+    assert_eq!(status, 403);
+}

@@ -484,3 +484,28 @@ async fn rewind_and_branch_can_summarise_what_they_leave() {
     let (status, v) = post(&url("rewind"), &json!({"n": 99, "summarize": true})).await;
     assert_eq!(status, 400, "{v}");
 }
+
+/// `GET /v1/sessions/saved` lists a workspace's saved session files (what the web page reopens with `resume`).
+#[tokio::test]
+async fn saved_sessions_are_listed_for_reopening() {
+    let s = setup(vec![ScriptedReply::text_only("Saved.")]).await;
+    let id = create(&s, json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    prompt(&s, &id, "remember me").await;
+    let url = format!(
+        "/v1/sessions/saved?workspace={}",
+        s.workspace.path().display()
+    );
+    let (status, body) = get(&s.server.url(&url)).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let found = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(found["first_message"], "remember me");
+}
