@@ -98,6 +98,19 @@ impl Tmux {
     fn alive(&self) -> bool {
         self.cmd(&["has-session", "-t", "main"]).status.success()
     }
+
+    /// Waits (10 s at most) for the chat to end.
+    fn wait_until_gone(&self) {
+        let start = Instant::now();
+        while self.alive() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "chat did not quit: {}",
+                self.screen()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 impl Drop for Tmux {
@@ -267,15 +280,7 @@ fn chat_under_tmux_prompts_runs_commands_steers_aborts_and_quits() {
     tmux.keys(&["C-c"]);
     tmux.wait_for("press Ctrl+C again to quit");
     tmux.keys(&["C-c"]);
-    let start = Instant::now();
-    while tmux.alive() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "chat did not quit: {}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    tmux.wait_until_gone();
 }
 
 /// Chat asks before a write: the new file's content is shown; `n` denies (the model sees why, nothing is
@@ -322,14 +327,7 @@ fn chat_asks_before_writing_and_remembers_always() {
     let screen = tmux.screen();
     assert_eq!(screen.matches("Allow write").count(), 0, "{screen}");
     tmux.type_line("/quit");
-    let start = Instant::now();
-    while tmux.alive() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "chat did not quit"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    tmux.wait_until_gone();
 }
 
 /// The session tree from the TUI: `/rewind N` drops messages and records the model's summary of them at the new
@@ -418,14 +416,7 @@ fn chat_tree_rewinds_branches_labels_and_names() {
     );
     tmux.keys(&["C-u"]);
     tmux.type_line("/quit");
-    let start = Instant::now();
-    while tmux.alive() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "chat did not quit"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    tmux.wait_until_gone();
 }
 
 #[test]
@@ -451,14 +442,7 @@ fn chat_resumes_a_session_from_the_picker() {
         .len();
     assert_eq!(messages, 3, "the resumed history went to the model");
     tmux.type_line("/quit");
-    let start = Instant::now();
-    while tmux.alive() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "chat did not quit"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    tmux.wait_until_gone();
     assert_eq!(
         sb.session_files().len(),
         1,

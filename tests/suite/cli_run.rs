@@ -120,6 +120,19 @@ pub(super) struct Output {
     pub stderr: String,
 }
 
+/// The names of the tools a recorded request offered.
+pub(super) fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub(super) fn run(mut c: Command) -> Output {
     let out = c.output().expect("run agentd");
     Output {
@@ -145,12 +158,7 @@ fn print_mode_prints_the_answer_after_a_real_read_call() {
     assert_eq!(out.stdout, "The notes say: remember the milk.\n");
     let requests = sb.recorded();
     assert_eq!(requests.len(), 2);
-    let tools: Vec<&str> = requests[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let tools = tool_names(&requests[0]);
     assert_eq!(
         tools,
         ["read", "edit", "write", "recall"],
@@ -580,12 +588,7 @@ fn workspace_and_policy_confine_the_tools() {
     ]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let requests = sb.recorded();
-    let tools: Vec<&str> = requests[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let tools = tool_names(&requests[0]);
     assert_eq!(
         tools,
         ["read"],

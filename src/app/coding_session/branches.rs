@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use tokio_util::sync::CancellationToken;
 
-use super::tree_ops::find_entry;
+use super::tree_ops::{find_entry, navigation_target};
 use super::{AppError, CodingSession};
 use crate::agent::{summary, AgentMessage};
 use crate::provider::{collect, CompletionRequest, Message, Sampling, ToolChoice};
@@ -101,13 +101,7 @@ impl CodingSession {
     ) -> Result<(Option<String>, Option<String>), AppError> {
         self.require_idle()?;
         let recorder = self.require_recorder()?;
-        let entry = find_entry(recorder.store().as_ref(), entry_id)?;
-        let (at, text) = match &entry.kind {
-            EntryKind::Message {
-                message: AgentMessage::User { content, .. },
-            } => (entry.parent_id.clone(), Some(content.clone())),
-            _ => (Some(entry.id.clone()), None),
-        };
+        let (at, text) = navigation_target(&find_entry(recorder.store().as_ref(), entry_id)?);
         let summary = self.branch_from_summarized(at.as_deref()).await?;
         Ok((text, summary))
     }

@@ -110,13 +110,7 @@ impl CodingSession {
     pub async fn navigate(&self, entry_id: &str) -> Result<Option<String>, AppError> {
         self.require_idle()?;
         let recorder = self.require_recorder()?;
-        let entry = find_entry(recorder.store().as_ref(), entry_id)?;
-        let (at, text) = match &entry.kind {
-            EntryKind::Message {
-                message: AgentMessage::User { content, .. },
-            } => (entry.parent_id.clone(), Some(content.clone())),
-            _ => (Some(entry.id.clone()), None),
-        };
+        let (at, text) = navigation_target(&find_entry(recorder.store().as_ref(), entry_id)?);
         recorder.branch(&self.agent(), at.as_deref(), None).await?;
         Ok(text)
     }
@@ -163,6 +157,17 @@ impl CodingSession {
             "dropped_messages": compaction.details.dropped_messages,
             "summarized": compaction.details.summarized,
         }))
+    }
+}
+
+/// Where moving to `entry` puts the session (Pi's `/tree`): just before a user message (whose text is returned, to
+/// edit and send again), else at the entry itself.
+pub(super) fn navigation_target(entry: &SessionEntry) -> (Option<String>, Option<String>) {
+    match &entry.kind {
+        EntryKind::Message {
+            message: AgentMessage::User { content, .. },
+        } => (entry.parent_id.clone(), Some(content.clone())),
+        _ => (Some(entry.id.clone()), None),
     }
 }
 

@@ -155,20 +155,7 @@ impl App {
                 let path = session.resume(&spec).await?;
                 Ok((Some(format!("Resumed {}", path.display())), None))
             }),
-            Slash::Fork(None) => match session.fork_points() {
-                Ok(points) if points.is_empty() => self.info("No user message to fork from yet."),
-                Ok(points) => {
-                    let items = points
-                        .into_iter()
-                        .map(|(id, text)| {
-                            let line: String = text.lines().next().unwrap_or_default().chars().take(70).collect();
-                            (format!("{id}  {line}"), id)
-                        })
-                        .collect();
-                    self.open_picker("Fork from before which message?", items, PickAction::Fork);
-                }
-                Err(e) => self.error(format!("{e:#}")),
-            },
+            Slash::Fork(None) => self.pick_user_message("fork", PickAction::Fork),
             Slash::Fork(Some(id)) => self.background("forking", true, async move {
                 let (text, path) = session.fork(&id).await?;
                 Ok((Some(format!("Forked into {}", path.display())), Some(text)))
@@ -184,20 +171,7 @@ impl App {
                 let text = session.navigate(&id).await?;
                 Ok((Some(format!("Now at {id}.")), text))
             }),
-            Slash::Branch(None) => match session.fork_points() {
-                Ok(points) if points.is_empty() => self.info("No user message to branch from yet."),
-                Ok(points) => {
-                    let items = points
-                        .into_iter()
-                        .map(|(id, text)| {
-                            let line: String = text.lines().next().unwrap_or_default().chars().take(70).collect();
-                            (format!("{id}  {line}"), id)
-                        })
-                        .collect();
-                    self.open_picker("Branch from before which message?", items, PickAction::Branch);
-                }
-                Err(e) => self.error(format!("{e:#}")),
-            },
+            Slash::Branch(None) => self.pick_user_message("branch", PickAction::Branch),
             Slash::Branch(Some(id)) => self.background("summarising the branch", true, async move {
                 let (text, summary) = session.branch_summarized(&id).await?;
                 let note = match summary {
@@ -248,6 +222,34 @@ impl App {
                     None,
                 ))
             }),
+        }
+    }
+
+    /// A picker of the current path's user messages (`/fork`, `/branch`): `verb` from before which one?
+    fn pick_user_message(&mut self, verb: &str, action: PickAction) {
+        match self.session.fork_points() {
+            Ok(points) if points.is_empty() => {
+                self.info(format!("No user message to {verb} from yet."))
+            }
+            Ok(points) => {
+                let items = points
+                    .into_iter()
+                    .map(|(id, text)| {
+                        let line: String = text
+                            .lines()
+                            .next()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(70)
+                            .collect();
+                        (format!("{id}  {line}"), id)
+                    })
+                    .collect();
+                let mut title = format!("{verb} from before which message?");
+                title[..1].make_ascii_uppercase();
+                self.open_picker(&title, items, action);
+            }
+            Err(e) => self.error(format!("{e:#}")),
         }
     }
 

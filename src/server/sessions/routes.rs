@@ -227,20 +227,7 @@ async fn create(
             )));
         }
     }
-    let workspace = match req
-        .workspace
-        .or_else(|| state.sessions.options.default_workspace.clone())
-    {
-        Some(w) => w,
-        None => std::env::current_dir()
-            .map_err(|e| ApiError::internal(format!("no working directory: {e}")))?,
-    };
-    let workspace = workspace.canonicalize().map_err(|e| {
-        ApiError::invalid_param(
-            "workspace",
-            format!("workspace {} is not usable: {e}", workspace.display()),
-        )
-    })?;
+    let workspace = resolve_workspace(&state, req.workspace)?;
     if !workspace.is_dir() {
         return Err(ApiError::invalid_param(
             "workspace",
@@ -359,18 +346,22 @@ fn saved_dir(state: &AppState, workspace: Option<PathBuf>) -> Result<PathBuf, Ap
     if let Some(dir) = &state.sessions.options.dir {
         return Ok(dir.clone());
     }
+    Ok(sessions_dir(&resolve_workspace(state, workspace)?))
+}
+
+/// The workspace a request names, else the server's default, else the working directory; canonical.
+fn resolve_workspace(state: &AppState, workspace: Option<PathBuf>) -> Result<PathBuf, ApiError> {
     let workspace = match workspace.or_else(|| state.sessions.options.default_workspace.clone()) {
         Some(w) => w,
         None => std::env::current_dir()
             .map_err(|e| ApiError::internal(format!("no working directory: {e}")))?,
     };
-    let workspace = workspace.canonicalize().map_err(|e| {
+    workspace.canonicalize().map_err(|e| {
         ApiError::invalid_param(
             "workspace",
             format!("workspace {} is not usable: {e}", workspace.display()),
         )
-    })?;
-    Ok(sessions_dir(&workspace))
+    })
 }
 
 async fn saved(

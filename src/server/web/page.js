@@ -29,6 +29,14 @@ async function api(method, path, body) {
   return data;
 }
 
+// Throws the API's error message for a failed response (asking for the key on a 401).
+async function failUnlessOk(res) {
+  if (res.ok) return;
+  const err = await res.json().catch(() => ({}));
+  if (res.status === 401) askKey();
+  throw new Error((err.error && err.error.message) || res.status + " " + res.statusText);
+}
+
 // Reads a server-sent-event response, calling onData with each `data:` payload (parsed JSON, or the string).
 async function readSse(res, onData) {
   const reader = res.body.getReader();
@@ -128,16 +136,7 @@ $("key-dialog").addEventListener("close", () => {
   if ($("key-dialog").returnValue === "save") {
     const k = $("key-input").value.trim();
     if (k) sessionStorage.setItem(KEY, k); else sessionStorage.removeItem(KEY);
-    // The key first when the server needs one and none is stored: no request is made that must fail.
-(async () => {
-  try {
-    const res = await fetch("/version");
-    const v = await res.json();
-    status("agentd " + v.version);
-    if (v.auth && !sessionStorage.getItem(KEY)) { askKey(); return; }
-  } catch (e) { status("server unreachable: " + e.message); return; }
-  loadModels();
-})();
+    loadModels();
     refreshSessions();
   }
 });
@@ -209,11 +208,7 @@ async function sendChat(text) {
     const res = await fetch("/v1/chat/completions", {
       method: "POST", headers: headers(true), body: JSON.stringify(body), signal: chat.controller.signal,
     });
-    if (!res.ok) {
-      const err = await res.json().catch(() => ({}));
-      if (res.status === 401) askKey();
-      throw new Error((err.error && err.error.message) || res.status + " " + res.statusText);
-    }
+    await failUnlessOk(res);
     await readSse(res, (chunk) => {
       if (typeof chunk !== "object" || chunk === null) return;
       if (chunk.error) throw new Error(chunk.error.message);
@@ -411,10 +406,7 @@ async function promptAgent(text) {
     const res = await fetch("/v1/sessions/" + agent.id + "/prompt", {
       method: "POST", headers: headers(true), body: JSON.stringify({ content: text }),
     });
-    if (!res.ok) {
-      const err = await res.json().catch(() => ({}));
-      throw new Error((err.error && err.error.message) || res.status + " " + res.statusText);
-    }
+    await failUnlessOk(res);
     await readSse(res, onAgentEvent);
   } catch (e) {
     addMessage($("agent-log"), "error", e.message);

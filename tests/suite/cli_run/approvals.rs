@@ -4,19 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::{run, Sandbox};
-
-fn tool_names(request: &Value) -> Vec<String> {
-    request["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .map(|t| t["name"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
+use super::{run, tool_names, Sandbox};
 
 fn bash_then_answer() -> Value {
     json!([
