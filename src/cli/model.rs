@@ -1,11 +1,12 @@
-//! `agentd model list | pull NAME | path NAME`: show the known models and their cache state, fetch one into the
-//! cache (verifying its sha256), print the local path of one.
+//! `agentd model list | pull NAME | path NAME | synth ARCH:SIZE`: show the known models and their cache state,
+//! fetch one into the cache (verifying its sha256), print the local path of one, write a synthetic checkpoint
+//! (random weights, a real model's tokenizer; see `agentd::engine::synth`).
 
 use std::io::Write;
 use std::time::Instant;
 
 use agentd::engine::fetch::{self, CacheStatus, FetchOptions, ModelOrigin, ModelSelector};
-use agentd::engine::manifest;
+use agentd::engine::{manifest, synth};
 use anyhow::Context;
 
 #[derive(Debug, clap::Subcommand)]
@@ -28,11 +29,88 @@ pub enum ModelCommand {
         #[arg(long)]
         offline: bool,
     },
+    /// Write a synthetic GGUF: a real architecture's shape and Q4_K_M mix, random weights, a real tokenizer.
+    Synth(SynthArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SynthArgs {
+    /// ARCH:SIZE — qwen2:tiny|0.5b|1.5b|7b, llama:tiny|135m|1b|8b.
+    pub spec: String,
+    /// The file to write.
+    #[arg(long, value_name = "FILE.gguf")]
+    pub out: std::path::PathBuf,
+    /// The model whose tokenizer and chat template to copy (a known name or a GGUF path). Default: Qwen2.5-Coder
+    /// for qwen2, SmolLM2 for llama.
+    #[arg(long, value_name = "MODEL")]
+    pub tokenizer_from: Option<String>,
+    /// q4_k_m (llama.cpp's mix) or q8_0.
+    #[arg(long, default_value = "q4_k_m")]
+    pub quant: String,
+    /// Seed of the random weights (the same seed writes the same file).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Use only the model cache for the tokenizer's model; fetch nothing.
+    #[arg(long)]
+    pub offline: bool,
+}
+
+/// The spec `args` describe.
+pub fn synth_spec(spec: &str, quant: &str, seed: u64) -> anyhow::Result<synth::SynthSpec> {
+    let mut spec = synth::SynthSpec::parse(spec)?;
+    spec.quant = match quant.to_ascii_lowercase().as_str() {
+        "q4_k_m" => synth::SynthQuant::Q4KM,
+        "q8_0" => synth::SynthQuant::Q8_0,
+        other => anyhow::bail!("--quant {other}: known are q4_k_m and q8_0"),
+    };
+    spec.seed = seed;
+    Ok(spec)
+}
+
+/// Opens the GGUF whose tokenizer a synthetic `arch` model copies (`from`, else the default for the architecture).
+pub fn tokenizer_source(
+    arch: synth::SynthArch,
+    from: Option<&str>,
+    offline: bool,
+) -> anyhow::Result<agentd::engine::gguf::GgufFile> {
+    let name = from.unwrap_or(match arch {
+        synth::SynthArch::Qwen2 => "qwen2.5-coder-0.5b-instruct",
+        synth::SynthArch::Llama => "smollm2-135m-instruct",
+    });
+    let opts = FetchOptions {
+        progress: true,
+        offline,
+        ..FetchOptions::default()
+    };
+    let resolved = fetch::resolve(&ModelSelector::parse(name), &opts)
+        .with_context(|| format!("resolving the tokenizer's model `{name}`"))?;
+    Ok(agentd::engine::gguf::GgufFile::open(&resolved.path)?)
+}
+
+fn synth(args: &SynthArgs) -> anyhow::Result<()> {
+    let spec = synth_spec(&args.spec, &args.quant, args.seed)?;
+    let source = tokenizer_source(spec.arch, args.tokenizer_from.as_deref(), args.offline)?;
+    let started = Instant::now();
+    let made = synth::write(&spec, &source, &args.out)?;
+    println!(
+        "{}: {} {} ({} tensors, {:.2} B parameters, vocabulary {} from {}), {} in {:.1} s",
+        made.path.display(),
+        spec.arch.as_str(),
+        spec.size,
+        made.tensors,
+        made.parameters as f64 / 1e9,
+        made.vocab,
+        source.path.display(),
+        human_size(made.bytes),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 pub fn run(cmd: ModelCommand) -> anyhow::Result<()> {
     match cmd {
         ModelCommand::List => list(&FetchOptions::default()),
+        ModelCommand::Synth(args) => synth(&args),
         ModelCommand::Pull { name, offline } => pull(&name, offline),
         ModelCommand::Path { name, offline } => {
             let opts = FetchOptions {

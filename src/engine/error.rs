@@ -37,6 +37,9 @@ pub enum EngineError {
     /// The chat template failed to compile or render.
     #[error("chat template: {0}")]
     Template(String),
+    /// A synthetic checkpoint cannot be made as asked (unknown architecture or size, inconsistent shape).
+    #[error("synthetic model: {0}")]
+    Synth(String),
     /// A model name that no manifest knows.
     #[error("unknown model `{name}` (known models: {})", known.join(", "))]
     UnknownModel { name: String, known: Vec<String> },

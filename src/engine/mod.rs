@@ -24,6 +24,7 @@ pub mod sampler;
 pub mod scheduler;
 pub mod sequence;
 pub mod staging;
+pub mod synth;
 pub mod template;
 pub mod tokenizer;
 

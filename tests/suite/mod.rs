@@ -16,6 +16,7 @@ mod provider;
 mod schemas;
 mod server;
 mod session;
+mod synth;
 mod template;
 mod tokenizer;
 mod tool_calls;

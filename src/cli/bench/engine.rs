@@ -1,5 +1,6 @@
 //! `agentd bench engine`: prefill and decode tokens per second on a synthetic prompt of a given length. Flags
-//! and printing; the measurement is `agentd::bench::engine`.
+//! and printing; the measurement is `agentd::bench::engine`. `--dummy ARCH:SIZE` measures a synthetic model of a
+//! real shape (random weights, vLLM's `--load-format dummy`), written once to `$AGENTD_HOME/dummy/`.
 
 use agentd::bench::engine::{self, EngineBenchOptions};
 use anyhow::{bail, Context};
@@ -19,6 +20,25 @@ pub struct EngineBenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Measure a synthetic model of this shape instead (qwen2:0.5b, qwen2:7b, llama:8b, …; see
+    /// `agentd model synth`): random weights in the Q4_K_M mix, no download beyond the tokenizer's model.
+    #[arg(long, value_name = "ARCH:SIZE", conflicts_with_all = ["model", "model_path"])]
+    pub dummy: Option<String>,
+}
+
+/// The synthetic checkpoint `spec` names, written to `$AGENTD_HOME/dummy/` unless it is there already.
+fn dummy_model(spec: &str, offline: bool) -> anyhow::Result<std::path::PathBuf> {
+    let spec = crate::cli::model::synth_spec(spec, "q4_k_m", 0)?;
+    let source = crate::cli::model::tokenizer_source(spec.arch, None, offline)?;
+    let vocab = source.get_array("tokenizer.ggml.tokens")?.len();
+    let path = agentd::env::agentd_home()
+        .join("dummy")
+        .join(spec.file_name(vocab));
+    if !path.is_file() {
+        eprintln!("writing the synthetic model {}", path.display());
+        agentd::engine::synth::write(&spec, &source, &path)?;
+    }
+    Ok(path)
 }
 
 pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
@@ -28,6 +48,10 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
     // Every repetition sends the same prompt: with prefix reuse on, all but the first would prefill nothing.
     let mut options = args.engine.options()?;
     options.scheduler.prefix_caching = false;
+    if let Some(spec) = &args.dummy {
+        let path = dummy_model(spec, args.engine.offline)?;
+        options.model = agentd::engine::fetch::ModelSelector::Path(path);
+    }
     let engine = agentd::engine::Engine::load(options).context("loading the model")?;
     let ctx = engine.info().context_length;
     if args.prompt_tokens + args.gen_tokens > ctx {

@@ -1,0 +1,623 @@
+//! Synthetic checkpoints (vLLM's `--load-format dummy`, as GGUF files): a model of a supported architecture's
+//! real shape — tensor names, metadata keys, the Q4_K_M quant mix — filled with seeded random weights, and the
+//! tokenizer (every `tokenizer.*` key, chat template included) of a real model we have. No download: tiny files
+//! (a few MB) for correctness checks that compare engines on the same weights, real-size files for measuring
+//! speed and memory at sizes we cannot fetch.
+//!
+//! Weights are written block by block as valid quantized blocks (random quants, scales chosen so weights stay
+//! within about ±0.05), streamed to the file: a 7B file needs no more memory than a block. The writer is GGUF v3
+//! with 32-byte alignment, as llama.cpp writes it.
+//!
+//! Q4_K_M's mix, as llama.cpp makes it: `output.weight` Q6_K; `attn_v` and `ffn_down` Q6_K in the first and last
+//! eighth of the layers and every third layer between, Q4_K elsewhere; every other matrix Q4_K; norms and biases
+//! F32. A matrix whose rows are not a multiple of 256 (K-quants' block) falls back as llama.cpp's does: Q4_K to
+//! Q5_0, Q6_K to Q8_0.
+
+use std::fs::File;
+use std::io::{BufWriter, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::Value;
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
+
+use super::error::{EngineError, Result};
+use super::gguf::GgufFile;
+
+/// The architectures a synthetic checkpoint can have (the ones the engine loads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynthArch {
+    /// Llama 2/3 and SmolLM2's layout: no biases.
+    Llama,
+    /// Qwen2 / Qwen2.5: biases on q, k and v.
+    Qwen2,
+}
+
+impl SynthArch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SynthArch::Llama => "llama",
+            SynthArch::Qwen2 => "qwen2",
+        }
+    }
+}
+
+/// How the matrices are quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynthQuant {
+    /// llama.cpp's Q4_K_M mix (see the module docs).
+    Q4KM,
+    /// Every matrix Q8_0.
+    Q8_0,
+}
+
+/// The shape of a model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SynthShape {
+    pub layers: usize,
+    pub hidden: usize,
+    pub ffn: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub context: usize,
+    pub rope_theta: f32,
+    /// The output head is the embedding (`tie_word_embeddings`): no `output.weight`.
+    pub tied: bool,
+}
+
+/// What to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SynthSpec {
+    pub arch: SynthArch,
+    /// The size's name (`tiny`, `0.5b`, `7b`, …), for file names and reports.
+    pub size: String,
+    pub shape: SynthShape,
+    pub quant: SynthQuant,
+    pub seed: u64,
+}
+
+/// The sizes [`SynthSpec::parse`] knows, per architecture: `(name, shape)`. Real shapes from the models' configs
+/// (the vocabulary comes from the tokenizer given).
+fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
+    let s = |layers, hidden, ffn, heads, kv_heads, context, rope_theta, tied| SynthShape {
+        layers,
+        hidden,
+        ffn,
+        heads,
+        kv_heads,
+        context,
+        rope_theta,
+        tied,
+    };
+    let tiny = s(2, 256, 512, 4, 2, 2048, 10_000.0, false);
+    match arch {
+        SynthArch::Qwen2 => vec![
+            ("tiny", tiny),
+            // Qwen2.5's GGUFs carry `output.weight` even where the config ties it (as the 0.5B we have does).
+            ("0.5b", s(24, 896, 4864, 14, 2, 32768, 1_000_000.0, false)),
+            ("1.5b", s(28, 1536, 8960, 12, 2, 32768, 1_000_000.0, false)),
+            ("7b", s(28, 3584, 18944, 28, 4, 32768, 1_000_000.0, false)),
+        ],
+        SynthArch::Llama => vec![
+            ("tiny", tiny),
+            ("135m", s(30, 576, 1536, 9, 3, 8192, 100_000.0, true)),
+            ("1b", s(16, 2048, 8192, 32, 8, 131072, 500_000.0, true)),
+            ("8b", s(32, 4096, 14336, 32, 8, 131072, 500_000.0, false)),
+        ],
+    }
+}
+
+impl SynthSpec {
+    /// `ARCH:SIZE` (`qwen2:0.5b`, `llama:8b`, `qwen2:tiny`, …) with the Q4_K_M mix and seed 0.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let bad = |message: String| EngineError::Synth(message);
+        let (arch, size) = spec
+            .trim()
+            .split_once(':')
+            .ok_or_else(|| bad(format!("`{spec}` is not ARCH:SIZE (e.g. qwen2:0.5b)")))?;
+        let arch = match arch.to_ascii_lowercase().as_str() {
+            "llama" => SynthArch::Llama,
+            "qwen2" | "qwen2.5" => SynthArch::Qwen2,
+            other => {
+                return Err(bad(format!(
+                    "no synthetic `{other}` architecture (known: llama, qwen2)"
+                )))
+            }
+        };
+        let size = size.to_ascii_lowercase();
+        let known = presets(arch);
+        let shape = known
+            .iter()
+            .find(|(name, _)| *name == size)
+            .map(|(_, shape)| *shape)
+            .ok_or_else(|| {
+                let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+                bad(format!(
+                    "no size `{size}` for {} (known: {})",
+                    arch.as_str(),
+                    names.join(", ")
+                ))
+            })?;
+        Ok(Self {
+            arch,
+            size,
+            shape,
+            quant: SynthQuant::Q4KM,
+            seed: 0,
+        })
+    }
+
+    /// A file name naming everything that makes the file (`qwen2-0.5b-q4_k_m-s0-v151936.gguf`).
+    pub fn file_name(&self, vocab: usize) -> String {
+        let quant = match self.quant {
+            SynthQuant::Q4KM => "q4_k_m",
+            SynthQuant::Q8_0 => "q8_0",
+        };
+        format!(
+            "{}-{}-{quant}-s{}-v{vocab}.gguf",
+            self.arch.as_str(),
+            self.size,
+            self.seed
+        )
+    }
+}
+
+/// What was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Synthesized {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub parameters: u64,
+    pub tensors: usize,
+    pub vocab: usize,
+}
+
+const ALIGNMENT: u64 = 32;
+
+/// GGUF type ids of the tensor types written here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TType {
+    F32,
+    Q5_0,
+    Q8_0,
+    Q4K,
+    Q6K,
+}
+
+impl TType {
+    fn id(self) -> u32 {
+        match self {
+            TType::F32 => 0,
+            TType::Q5_0 => 6,
+            TType::Q8_0 => 8,
+            TType::Q4K => 12,
+            TType::Q6K => 14,
+        }
+    }
+
+    /// (elements per block, bytes per block)
+    fn block(self) -> (u64, u64) {
+        match self {
+            TType::F32 => (1, 4),
+            TType::Q5_0 => (32, 22),
+            TType::Q8_0 => (32, 34),
+            TType::Q4K => (256, 144),
+            TType::Q6K => (256, 210),
+        }
+    }
+
+    fn bytes(self, elements: u64) -> u64 {
+        let (n, b) = self.block();
+        elements / n * b
+    }
+}
+
+/// One tensor to write: name, dims (`ne0` first: a matrix's row length, then its rows), type, and what kind of
+/// values it holds.
+struct TensorPlan {
+    name: String,
+    dims: Vec<u64>,
+    ttype: TType,
+    fill: Fill,
+}
+
+#[derive(Clone, Copy)]
+enum Fill {
+    /// Random quantized weights within about ±0.05 (the hidden layers).
+    Weights,
+    /// Random quantized weights within about ±0.5: the embedding and the output head, so that hidden states
+    /// follow the input and logits spread out (with ±0.05 the top two logits of a random model are often within
+    /// 0.001 of each other, and any two engines disagree on near-ties).
+    Wide,
+    /// Norm weights: 1 ± 0.1.
+    Norm,
+    /// Small biases: ±0.02.
+    Bias,
+}
+
+impl TensorPlan {
+    fn elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+}
+
+/// llama.cpp's "use more bits" layers of Q4_K_M.
+fn more_bits(layer: usize, layers: usize) -> bool {
+    // The first clause guards the subtraction.
+    layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2
+}
+
+fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
+    let sh = spec.shape;
+    let head_dim = sh.hidden / sh.heads;
+    let (q_out, kv_out) = (
+        (sh.heads * head_dim) as u64,
+        (sh.kv_heads * head_dim) as u64,
+    );
+    let (hidden, ffn, vocab) = (sh.hidden as u64, sh.ffn as u64, vocab as u64);
+    let matrix = |name: String, row: u64, rows: u64, preferred: TType| {
+        let ttype = match spec.quant {
+            SynthQuant::Q8_0 => TType::Q8_0,
+            SynthQuant::Q4KM if row.is_multiple_of(256) => preferred,
+            // llama.cpp's fallbacks for rows K-quants cannot block.
+            SynthQuant::Q4KM if preferred == TType::Q6K => TType::Q8_0,
+            SynthQuant::Q4KM => TType::Q5_0,
+        };
+        TensorPlan {
+            name,
+            dims: vec![row, rows],
+            ttype,
+            fill: Fill::Weights,
+        }
+    };
+    let vector = |name: String, len: u64, fill: Fill| TensorPlan {
+        name,
+        dims: vec![len],
+        ttype: TType::F32,
+        fill,
+    };
+    let wide = |mut t: TensorPlan| {
+        t.fill = Fill::Wide;
+        t
+    };
+    let mut out = vec![wide(matrix(
+        "token_embd.weight".into(),
+        hidden,
+        vocab,
+        TType::Q4K,
+    ))];
+    for l in 0..sh.layers {
+        let p = |t: &str| format!("blk.{l}.{t}");
+        let v_type = if more_bits(l, sh.layers) {
+            TType::Q6K
+        } else {
+            TType::Q4K
+        };
+        out.push(vector(p("attn_norm.weight"), hidden, Fill::Norm));
+        out.push(matrix(p("attn_q.weight"), hidden, q_out, TType::Q4K));
+        out.push(matrix(p("attn_k.weight"), hidden, kv_out, TType::Q4K));
+        out.push(matrix(p("attn_v.weight"), hidden, kv_out, v_type));
+        if spec.arch == SynthArch::Qwen2 {
+            out.push(vector(p("attn_q.bias"), q_out, Fill::Bias));
+            out.push(vector(p("attn_k.bias"), kv_out, Fill::Bias));
+            out.push(vector(p("attn_v.bias"), kv_out, Fill::Bias));
+        }
+        out.push(matrix(p("attn_output.weight"), q_out, hidden, TType::Q4K));
+        out.push(vector(p("ffn_norm.weight"), hidden, Fill::Norm));
+        out.push(matrix(p("ffn_gate.weight"), hidden, ffn, TType::Q4K));
+        out.push(matrix(p("ffn_up.weight"), hidden, ffn, TType::Q4K));
+        out.push(matrix(p("ffn_down.weight"), ffn, hidden, v_type));
+    }
+    out.push(vector("output_norm.weight".into(), hidden, Fill::Norm));
+    if !sh.tied {
+        out.push(wide(matrix(
+            "output.weight".into(),
+            hidden,
+            vocab,
+            TType::Q6K,
+        )));
+    }
+    out
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> EngineError + '_ {
+    move |e| EngineError::io(format!("cannot write {}", path.display()), e)
+}
+
+fn write_str<W: Write>(w: &mut W, s: &str) -> std::io::Result<()> {
+    w.write_all(&(s.len() as u64).to_le_bytes())?;
+    w.write_all(s.as_bytes())
+}
+
+/// GGUF's value type id of a metadata value.
+fn value_type(v: &Value) -> u32 {
+    match v {
+        Value::U8(_) => 0,
+        Value::I8(_) => 1,
+        Value::U16(_) => 2,
+        Value::I16(_) => 3,
+        Value::U32(_) => 4,
+        Value::I32(_) => 5,
+        Value::F32(_) => 6,
+        Value::Bool(_) => 7,
+        Value::String(_) => 8,
+        Value::Array(_) => 9,
+        Value::U64(_) => 10,
+        Value::I64(_) => 11,
+        Value::F64(_) => 12,
+    }
+}
+
+fn write_value<W: Write>(w: &mut W, v: &Value) -> std::io::Result<()> {
+    match v {
+        Value::U8(x) => w.write_all(&[*x]),
+        Value::I8(x) => w.write_all(&x.to_le_bytes()),
+        Value::U16(x) => w.write_all(&x.to_le_bytes()),
+        Value::I16(x) => w.write_all(&x.to_le_bytes()),
+        Value::U32(x) => w.write_all(&x.to_le_bytes()),
+        Value::I32(x) => w.write_all(&x.to_le_bytes()),
+        Value::F32(x) => w.write_all(&x.to_le_bytes()),
+        Value::Bool(x) => w.write_all(&[u8::from(*x)]),
+        Value::String(s) => write_str(w, s),
+        Value::U64(x) => w.write_all(&x.to_le_bytes()),
+        Value::I64(x) => w.write_all(&x.to_le_bytes()),
+        Value::F64(x) => w.write_all(&x.to_le_bytes()),
+        Value::Array(items) => {
+            // An empty array's element type is not knowable from the value; u32 is what llama.cpp reads fine.
+            let elem = items.first().map_or(4, value_type);
+            w.write_all(&elem.to_le_bytes())?;
+            w.write_all(&(items.len() as u64).to_le_bytes())?;
+            items.iter().try_for_each(|i| write_value(w, i))
+        }
+    }
+}
+
+fn pad<W: Write + Seek>(w: &mut W) -> std::io::Result<()> {
+    let pos = w.stream_position()?;
+    let rem = pos % ALIGNMENT;
+    if rem != 0 {
+        w.write_all(&vec![0u8; (ALIGNMENT - rem) as usize])?;
+    }
+    Ok(())
+}
+
+/// Writes `elements` values of `ttype` as random but valid data.
+fn write_data<W: Write>(
+    w: &mut W,
+    ttype: TType,
+    fill: Fill,
+    elements: u64,
+    rng: &mut StdRng,
+) -> std::io::Result<()> {
+    let (per_block, block_bytes) = ttype.block();
+    let blocks = elements / per_block;
+    let mut buf = vec![0u8; block_bytes as usize];
+    let f16_bytes = |x: f32| f16::from_f32(x).to_le_bytes();
+    let scale = match fill {
+        Fill::Wide => 0.5,
+        _ => 0.05,
+    };
+    for _ in 0..blocks {
+        match ttype {
+            TType::F32 => {
+                let x: f32 = match fill {
+                    Fill::Norm => 1.0 + rng.gen_range(-0.1f32..0.1),
+                    Fill::Bias => rng.gen_range(-0.02f32..0.02),
+                    Fill::Weights | Fill::Wide => rng.gen_range(-scale..scale),
+                };
+                buf.copy_from_slice(&x.to_le_bytes());
+            }
+            TType::Q8_0 => {
+                // d · q, q in -127..=127: |w| ≤ scale.
+                buf[..2].copy_from_slice(&f16_bytes(scale / 127.0 * rng.gen_range(0.5..1.0)));
+                rng.fill_bytes(&mut buf[2..]);
+                for b in &mut buf[2..] {
+                    if *b == 0x80 {
+                        *b = 0x81; // -128 is outside q8_0's symmetric range
+                    }
+                }
+            }
+            TType::Q5_0 => {
+                // d · (q − 16), 5-bit q (4 low bits in qs, the high bit in qh).
+                buf[..2].copy_from_slice(&f16_bytes(scale / 16.0 * rng.gen_range(0.5..1.0)));
+                rng.fill_bytes(&mut buf[2..]);
+            }
+            TType::Q4K => {
+                // d · scale · q − dmin · min, 6-bit scales and mins, 4-bit q.
+                let d = scale / (63.0 * 15.0) * rng.gen_range(0.5..1.0);
+                buf[..2].copy_from_slice(&f16_bytes(d));
+                buf[2..4].copy_from_slice(&f16_bytes(d * 7.5 * rng.gen_range(0.8..1.2)));
+                rng.fill_bytes(&mut buf[4..]);
+            }
+            TType::Q6K => {
+                // ql[128], qh[64], scales[16] (i8), d: d · scale · (q − 32).
+                rng.fill_bytes(&mut buf[..192]);
+                for s in &mut buf[192..208] {
+                    *s = rng.gen_range(-32i8..=32) as u8;
+                }
+                buf[208..]
+                    .copy_from_slice(&f16_bytes(scale / (32.0 * 32.0) * rng.gen_range(0.5..1.0)));
+            }
+        }
+        w.write_all(&buf)?;
+    }
+    Ok(())
+}
+
+/// Writes the synthetic checkpoint `spec` to `out` with the tokenizer of `tokenizer_from`.
+pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<Synthesized> {
+    let tokens = tokenizer_from.get_array("tokenizer.ggml.tokens")?.len();
+    if tokens == 0 {
+        return Err(EngineError::Synth(format!(
+            "{} has an empty tokenizer",
+            tokenizer_from.path.display()
+        )));
+    }
+    let sh = spec.shape;
+    if sh.heads == 0
+        || sh.kv_heads == 0
+        || !sh.hidden.is_multiple_of(sh.heads)
+        || !sh.heads.is_multiple_of(sh.kv_heads)
+    {
+        return Err(EngineError::Synth(format!(
+            "inconsistent shape: {} heads, {} KV heads, width {}",
+            sh.heads, sh.kv_heads, sh.hidden
+        )));
+    }
+    let arch = spec.arch.as_str();
+    let k = |key: &str| format!("{arch}.{key}");
+    let mut metadata: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        (
+            "general.name".into(),
+            Value::String(format!("synthetic {arch} {} (random weights)", spec.size)),
+        ),
+        (
+            "general.file_type".into(),
+            Value::U32(match spec.quant {
+                SynthQuant::Q4KM => 15,
+                SynthQuant::Q8_0 => 7,
+            }),
+        ),
+        ("general.alignment".into(), Value::U32(ALIGNMENT as u32)),
+        (k("context_length"), Value::U32(sh.context as u32)),
+        (k("embedding_length"), Value::U32(sh.hidden as u32)),
+        (k("block_count"), Value::U32(sh.layers as u32)),
+        (k("feed_forward_length"), Value::U32(sh.ffn as u32)),
+        (k("attention.head_count"), Value::U32(sh.heads as u32)),
+        (k("attention.head_count_kv"), Value::U32(sh.kv_heads as u32)),
+        (k("rope.freq_base"), Value::F32(sh.rope_theta)),
+        (
+            k("rope.dimension_count"),
+            Value::U32((sh.hidden / sh.heads) as u32),
+        ),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+        (k("vocab_size"), Value::U32(tokens as u32)),
+    ];
+    let mut tokenizer: Vec<(&String, &Value)> = tokenizer_from
+        .content
+        .metadata
+        .iter()
+        .filter(|(key, _)| key.starts_with("tokenizer."))
+        .collect();
+    tokenizer.sort_by(|a, b| a.0.cmp(b.0));
+    metadata.extend(tokenizer.into_iter().map(|(k, v)| (k.clone(), v.clone())));
+
+    let tensors = plan(spec, tokens);
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+    }
+    // Written beside the target and renamed: a half-written file never has the final name.
+    let partial = out.with_extension("gguf.partial");
+    let file = File::create(&partial).map_err(io_err(&partial))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let header = (|| -> std::io::Result<()> {
+        w.write_all(b"GGUF")?;
+        w.write_all(&3u32.to_le_bytes())?;
+        w.write_all(&(tensors.len() as u64).to_le_bytes())?;
+        w.write_all(&(metadata.len() as u64).to_le_bytes())?;
+        for (key, value) in &metadata {
+            write_str(&mut w, key)?;
+            w.write_all(&value_type(value).to_le_bytes())?;
+            write_value(&mut w, value)?;
+        }
+        let mut offset = 0u64;
+        for t in &tensors {
+            write_str(&mut w, &t.name)?;
+            w.write_all(&(t.dims.len() as u32).to_le_bytes())?;
+            for d in &t.dims {
+                w.write_all(&d.to_le_bytes())?;
+            }
+            w.write_all(&t.ttype.id().to_le_bytes())?;
+            w.write_all(&offset.to_le_bytes())?;
+            offset += t.ttype.bytes(t.elements()).div_ceil(ALIGNMENT) * ALIGNMENT;
+        }
+        pad(&mut w)
+    })();
+    header.map_err(io_err(&partial))?;
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    for t in &tensors {
+        write_data(&mut w, t.ttype, t.fill, t.elements(), &mut rng)
+            .and_then(|()| pad(&mut w))
+            .map_err(io_err(&partial))?;
+    }
+    let file = w
+        .into_inner()
+        .map_err(|e| io_err(&partial)(e.into_error()))?;
+    file.sync_all().map_err(io_err(&partial))?;
+    let bytes = file.metadata().map_err(io_err(&partial))?.len();
+    drop(file);
+    std::fs::rename(&partial, out).map_err(io_err(out))?;
+    Ok(Synthesized {
+        path: out.to_path_buf(),
+        bytes,
+        parameters: tensors.iter().map(TensorPlan::elements).sum(),
+        tensors: tensors.len(),
+        vocab: tokens,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_name_their_files() {
+        let s = SynthSpec::parse("qwen2:0.5b").unwrap();
+        assert_eq!(
+            (s.arch, s.shape.layers, s.shape.hidden),
+            (SynthArch::Qwen2, 24, 896)
+        );
+        assert_eq!(s.file_name(151936), "qwen2-0.5b-q4_k_m-s0-v151936.gguf");
+        assert!(SynthSpec::parse("llama:8b").is_ok());
+        for bad in ["qwen2", "gpt2:1b", "llama:3b", ""] {
+            assert!(SynthSpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_q4_k_m_mix_follows_llama_cpp() {
+        let spec = SynthSpec::parse("qwen2:0.5b").unwrap();
+        let tensors = plan(&spec, 1000);
+        let ty = |name: &str| tensors.iter().find(|t| t.name == name).unwrap().ttype;
+        assert_eq!(
+            ty("token_embd.weight"),
+            TType::Q5_0,
+            "896-wide rows fall back to Q5_0"
+        );
+        assert_eq!(
+            ty("blk.0.attn_v.weight"),
+            TType::Q8_0,
+            "and Q6_K ones to Q8_0"
+        );
+        assert_eq!(ty("output.weight"), TType::Q8_0);
+        let smol = plan(&SynthSpec::parse("llama:135m").unwrap(), 1000);
+        assert!(
+            !smol.iter().any(|t| t.name == "output.weight"),
+            "SmolLM2 ties its head to the embedding"
+        );
+        assert_eq!(
+            ty("blk.0.ffn_down.weight"),
+            TType::Q6K,
+            "4864-wide rows: first layers get Q6_K"
+        );
+        assert_eq!(ty("blk.4.ffn_down.weight"), TType::Q4K);
+        assert_eq!(
+            ty("blk.5.ffn_down.weight"),
+            TType::Q6K,
+            "every third layer between"
+        );
+        assert!(tensors.iter().any(|t| t.name == "blk.23.attn_q.bias"));
+        let llama = plan(&SynthSpec::parse("llama:8b").unwrap(), 1000);
+        assert!(!llama.iter().any(|t| t.name.ends_with(".bias")));
+        assert_eq!(
+            llama
+                .iter()
+                .find(|t| t.name == "output.weight")
+                .unwrap()
+                .ttype,
+            TType::Q6K
+        );
+    }
+}
