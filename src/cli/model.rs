@@ -130,6 +130,11 @@ fn list(opts: &FetchOptions) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
+        "device (--device auto): {}",
+        agentd::engine::device::auto_summary()
+    )?;
+    writeln!(
+        out,
         "{:<32} {:<8} {:>9} {:>8}  {:<11} DEFAULT",
         "NAME", "ARCH", "SIZE", "CONTEXT", "CACHED"
     )?;

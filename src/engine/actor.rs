@@ -109,6 +109,7 @@ impl Engine {
         let template = ChatTemplate::from_gguf(&gguf, &tokenizer)?;
         let selected = device::select(opts.device);
         let device_name = selected.describe();
+        let device_note = selected.fallback_note.clone();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(usize, usize, usize, String)>>();
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let thread_tokenizer = tokenizer.clone();
@@ -165,7 +166,7 @@ impl Engine {
             context_length,
             vocab_size,
             device: device_name,
-            device_note: device::select_note_for(opts.device),
+            device_note,
             weight_bytes,
             // The manifest's, else the one the chat template speaks, else Hermes.
             tool_call_format: manifest

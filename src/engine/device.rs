@@ -104,43 +104,77 @@ pub fn select(spec: DeviceSpec) -> SelectedDevice {
             }
         }
         DeviceSpec::Auto => {
+            // The build has CUDA: a visible device is used; one that fails to start is said, not hidden.
+            let mut note = None;
             if candle_core::utils::cuda_is_available() {
-                if let Ok(device) = Device::new_cuda(0) {
-                    return SelectedDevice {
-                        device,
-                        fallback_note: None,
-                    };
+                match Device::new_cuda(0) {
+                    Ok(device) => {
+                        tracing::info!("device auto: CUDA device 0");
+                        return SelectedDevice {
+                            device,
+                            fallback_note: None,
+                        };
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "device auto: this build has CUDA but device 0 did not start");
+                        note = Some(format!(
+                            "auto: this build has CUDA but no usable device ({e}); running on the CPU"
+                        ));
+                    }
                 }
             }
             if candle_core::utils::metal_is_available() {
-                if let Ok(device) = Device::new_metal(0) {
-                    return SelectedDevice {
-                        device,
-                        fallback_note: None,
-                    };
+                match Device::new_metal(0) {
+                    Ok(device) => {
+                        tracing::info!("device auto: Metal");
+                        return SelectedDevice {
+                            device,
+                            fallback_note: None,
+                        };
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "device auto: this build has Metal but it did not start");
+                        note = Some(format!(
+                            "auto: this build has Metal but it did not start ({e}); running on the CPU"
+                        ));
+                    }
                 }
+            }
+            if note.is_none() {
+                tracing::info!(
+                    "device auto: the CPU (this build has no CUDA or Metal support; rebuild with \
+                     --features cuda|metal for a GPU)"
+                );
             }
             SelectedDevice {
                 device: Device::Cpu,
-                fallback_note: None,
+                fallback_note: note,
             }
         }
     }
 }
 
-/// The fallback note `select` would give for `spec` (without initialising a device twice on success).
-pub fn select_note_for(spec: DeviceSpec) -> Option<String> {
-    match spec {
-        DeviceSpec::Cuda(n) if !candle_core::utils::cuda_is_available() => Some(format!(
-            "cuda:{n} requested but this build has no CUDA support; running on the CPU \
-             (rebuild with `cargo build --release --features cuda`)"
-        )),
-        DeviceSpec::Metal if !candle_core::utils::metal_is_available() => Some(
-            "metal requested but this build has no Metal support; running on the CPU \
-             (rebuild with `cargo build --release --features metal`)"
-                .into(),
-        ),
-        _ => None,
+/// What `--device auto` would pick in this build on this machine, and why (for `agentd model list`): the
+/// accelerator support compiled in, the CPU's thread count otherwise. Starts no device.
+pub fn auto_summary() -> String {
+    let built: Vec<&str> = [
+        ("cuda", candle_core::utils::cuda_is_available()),
+        ("metal", candle_core::utils::metal_is_available()),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    if built.is_empty() {
+        format!(
+            "cpu ({} threads); this build has no CUDA or Metal support (--features cuda|metal)",
+            cpu_threads()
+        )
+    } else {
+        format!(
+            "{} when a device starts, else cpu ({} threads)",
+            built.join(" or "),
+            cpu_threads()
+        )
     }
 }
 

@@ -167,6 +167,7 @@ impl ScriptedProvider {
                     id: "scripted".into(),
                     context_window: 32_768,
                     max_output_tokens: 4_096,
+                    device: None,
                 },
             }),
         }

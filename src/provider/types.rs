@@ -549,6 +549,9 @@ pub struct ModelDescriptor {
     pub context_window: u64,
     /// Most tokens one completion may generate.
     pub max_output_tokens: u64,
+    /// Where the model runs (`cpu (2 threads)`, `cuda`, `metal`), when the provider knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 #[cfg(test)]

@@ -66,6 +66,8 @@ def prompt_count(http, model, messages, tools=None, tool_choice=None):
 def test_models_list_and_get(client, model):
     models = client.models.list().data
     assert [m.id for m in models] == [model]
+    # agentd says where the local engine runs (an extra field the SDK keeps).
+    assert models[0].to_dict().get("device", "").startswith("cpu"), models[0].to_dict()
     assert client.models.retrieve(model).id == model
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no-such-model")

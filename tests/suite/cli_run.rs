@@ -84,13 +84,18 @@ impl Sandbox {
     /// The content of the last message of recorded request `i` (negative counts from the end: -1 is the
     /// latest).
     pub fn last_content(&self, i: isize) -> Value {
+        self.last_message(i)["content"].clone()
+    }
+
+    /// The last message of the `i`-th recorded request (negative: from the end).
+    pub fn last_message(&self, i: isize) -> Value {
         let all = self.recorded();
         let at = if i < 0 { all.len() as isize + i } else { i };
         all[at as usize]["messages"]
             .as_array()
             .unwrap()
             .last()
-            .unwrap()["content"]
+            .unwrap()
             .clone()
     }
 
@@ -594,12 +599,7 @@ fn workspace_and_policy_confine_the_tools() {
         ["read"],
         "read_only leaves only read of the default tools"
     );
-    let result = requests[1]["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let result = sb.last_message(1);
     assert_eq!(result["is_error"], true);
     assert!(
         result["content"]

@@ -71,6 +71,7 @@ impl LocalProvider {
             id: info.name.clone(),
             context_window: info.context_length as u64,
             max_output_tokens: info.context_length as u64,
+            device: Some(info.device.clone()),
         }
     }
 

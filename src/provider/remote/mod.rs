@@ -93,6 +93,7 @@ impl RemoteProvider {
             id: config.model.clone(),
             context_window,
             max_output_tokens: config.max_output_tokens.unwrap_or(context_window),
+            device: None,
         }];
         Ok(Self {
             shared: Arc::new(Shared {
@@ -175,6 +176,7 @@ impl RemoteProvider {
                 id: id.to_string(),
                 context_window,
                 max_output_tokens: out.unwrap_or(context_window),
+                device: None,
             }
         };
         let mut models = vec![descriptor(

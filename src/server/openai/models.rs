@@ -18,6 +18,9 @@ pub struct ModelCard {
     pub root: String,
     pub parent: Option<String>,
     pub max_model_len: u64,
+    /// Where the model runs (the local engine's device); absent in front of a remote server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -40,6 +43,7 @@ fn cards(state: &AppState) -> Vec<ModelCard> {
             owned_by: "agentd",
             parent: None,
             max_model_len: m.context_window,
+            device: m.device,
         })
         .collect()
 }

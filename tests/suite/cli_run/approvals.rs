@@ -20,13 +20,7 @@ fn print_mode_denies_exec_unless_allowed() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     let requests = sb.recorded();
     assert_eq!(tool_names(&requests[0]), ["read", "edit", "write"]);
-    let result = &requests[1]["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(result["is_error"], true);
+    assert_eq!(sb.last_message(1)["is_error"], true);
     assert!(
         !sb.cwd.join("ran.txt").exists(),
         "a denied command never runs"

@@ -43,6 +43,17 @@ async fn usage_is_exact_and_matches_tokenize() {
     .await;
     assert_eq!(r["usage"]["prompt_tokens"], count["count"]);
     assert_eq!(count["max_model_len"], 8192);
+    // /v1/models says where the model runs.
+    let (status, models) = super::get(&server.url("/v1/models")).await;
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert!(
+        models["data"][0]["device"]
+            .as_str()
+            .unwrap()
+            .starts_with("cpu ("),
+        "{models}"
+    );
     assert_eq!(r["usage"]["completion_tokens"], 9);
     assert_eq!(r["choices"][0]["finish_reason"], "length");
 

@@ -89,6 +89,7 @@ impl Provider for SmallWindow {
             id: "small".into(),
             context_window: self.window,
             max_output_tokens: 256,
+            device: None,
         }]
     }
 }
