@@ -35,13 +35,13 @@ pub enum ModelCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct SynthArgs {
-    /// ARCH:SIZE — qwen2:tiny|0.5b|1.5b|7b, llama:tiny|135m|1b|8b.
+    /// ARCH:SIZE — qwen2:tiny|0.5b|1.5b|7b, qwen3:tiny|0.6b|8b, llama:tiny|135m|1b|8b.
     pub spec: String,
     /// The file to write.
     #[arg(long, value_name = "FILE.gguf")]
     pub out: std::path::PathBuf,
     /// The model whose tokenizer and chat template to copy (a known name or a GGUF path). Default: Qwen2.5-Coder
-    /// for qwen2, SmolLM2 for llama.
+    /// for qwen2 and qwen3, SmolLM2 for llama.
     #[arg(long, value_name = "MODEL")]
     pub tokenizer_from: Option<String>,
     /// q4_k_m (llama.cpp's mix) or q8_0.
@@ -74,7 +74,7 @@ pub fn tokenizer_source(
     offline: bool,
 ) -> anyhow::Result<agentd::engine::gguf::GgufFile> {
     let name = from.unwrap_or(match arch {
-        synth::SynthArch::Qwen2 => "qwen2.5-coder-0.5b-instruct",
+        synth::SynthArch::Qwen2 | synth::SynthArch::Qwen3 => "qwen2.5-coder-0.5b-instruct",
         synth::SynthArch::Llama => "smollm2-135m-instruct",
     });
     let opts = FetchOptions {

@@ -32,6 +32,8 @@ pub enum SynthArch {
     Llama,
     /// Qwen2 / Qwen2.5: biases on q, k and v.
     Qwen2,
+    /// Qwen3 (dense): no biases, QK-norm, 128-wide heads.
+    Qwen3,
 }
 
 impl SynthArch {
@@ -39,6 +41,7 @@ impl SynthArch {
         match self {
             SynthArch::Llama => "llama",
             SynthArch::Qwen2 => "qwen2",
+            SynthArch::Qwen3 => "qwen3",
         }
     }
 }
@@ -64,6 +67,14 @@ pub struct SynthShape {
     pub rope_theta: f32,
     /// The output head is the embedding (`tie_word_embeddings`): no `output.weight`.
     pub tied: bool,
+    /// The width of a head when it is not `hidden / heads` (Qwen3's 128).
+    pub head_dim: Option<usize>,
+}
+
+impl SynthShape {
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden / self.heads.max(1))
+    }
 }
 
 /// What to write.
@@ -89,6 +100,11 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
         context,
         rope_theta,
         tied,
+        head_dim: None,
+    };
+    let with_heads = |shape: SynthShape, d: usize| SynthShape {
+        head_dim: Some(d),
+        ..shape
     };
     let tiny = s(2, 256, 512, 4, 2, 2048, 10_000.0, false);
     match arch {
@@ -98,6 +114,18 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
             ("0.5b", s(24, 896, 4864, 14, 2, 32768, 1_000_000.0, false)),
             ("1.5b", s(28, 1536, 8960, 12, 2, 32768, 1_000_000.0, false)),
             ("7b", s(28, 3584, 18944, 28, 4, 32768, 1_000_000.0, false)),
+        ],
+        SynthArch::Qwen3 => vec![
+            // 4 heads of 128 over a 256-wide model: q is wider than the hidden state, as in Qwen3.
+            ("tiny", with_heads(tiny, 128)),
+            (
+                "0.6b",
+                with_heads(s(28, 1024, 3072, 16, 8, 40960, 1_000_000.0, true), 128),
+            ),
+            (
+                "8b",
+                with_heads(s(36, 4096, 12288, 32, 8, 40960, 1_000_000.0, false), 128),
+            ),
         ],
         SynthArch::Llama => vec![
             ("tiny", tiny),
@@ -119,9 +147,10 @@ impl SynthSpec {
         let arch = match arch.to_ascii_lowercase().as_str() {
             "llama" => SynthArch::Llama,
             "qwen2" | "qwen2.5" => SynthArch::Qwen2,
+            "qwen3" => SynthArch::Qwen3,
             other => {
                 return Err(bad(format!(
-                    "no synthetic `{other}` architecture (known: llama, qwen2)"
+                    "no synthetic `{other}` architecture (known: llama, qwen2, qwen3)"
                 )))
             }
         };
@@ -250,7 +279,7 @@ fn more_bits(layer: usize, layers: usize) -> bool {
 
 fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
     let sh = spec.shape;
-    let head_dim = sh.hidden / sh.heads;
+    let head_dim = sh.head_dim();
     let (q_out, kv_out) = (
         (sh.heads * head_dim) as u64,
         (sh.kv_heads * head_dim) as u64,
@@ -302,6 +331,10 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
             out.push(vector(p("attn_q.bias"), q_out, Fill::Bias));
             out.push(vector(p("attn_k.bias"), kv_out, Fill::Bias));
             out.push(vector(p("attn_v.bias"), kv_out, Fill::Bias));
+        }
+        if spec.arch == SynthArch::Qwen3 {
+            out.push(vector(p("attn_q_norm.weight"), head_dim as u64, Fill::Norm));
+            out.push(vector(p("attn_k_norm.weight"), head_dim as u64, Fill::Norm));
         }
         out.push(matrix(p("attn_output.weight"), q_out, hidden, TType::Q4K));
         out.push(vector(p("ffn_norm.weight"), hidden, Fill::Norm));
@@ -457,7 +490,7 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
     let sh = spec.shape;
     if sh.heads == 0
         || sh.kv_heads == 0
-        || !sh.hidden.is_multiple_of(sh.heads)
+        || (sh.head_dim.is_none() && !sh.hidden.is_multiple_of(sh.heads))
         || !sh.heads.is_multiple_of(sh.kv_heads)
     {
         return Err(EngineError::Synth(format!(
@@ -488,9 +521,11 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
         (k("attention.head_count"), Value::U32(sh.heads as u32)),
         (k("attention.head_count_kv"), Value::U32(sh.kv_heads as u32)),
         (k("rope.freq_base"), Value::F32(sh.rope_theta)),
+        (k("rope.dimension_count"), Value::U32(sh.head_dim() as u32)),
+        (k("attention.key_length"), Value::U32(sh.head_dim() as u32)),
         (
-            k("rope.dimension_count"),
-            Value::U32((sh.hidden / sh.heads) as u32),
+            k("attention.value_length"),
+            Value::U32(sh.head_dim() as u32),
         ),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
         (k("vocab_size"), Value::U32(tokens as u32)),
@@ -571,6 +606,21 @@ mod tests {
         );
         assert_eq!(s.file_name(151936), "qwen2-0.5b-q4_k_m-s0-v151936.gguf");
         assert!(SynthSpec::parse("llama:8b").is_ok());
+        let q3 = SynthSpec::parse("qwen3:0.6b").unwrap();
+        assert_eq!(
+            (q3.shape.head_dim(), q3.shape.hidden, q3.shape.heads),
+            (128, 1024, 16)
+        );
+        let tensors = plan(&q3, 1000);
+        let q = tensors
+            .iter()
+            .find(|t| t.name == "blk.0.attn_q.weight")
+            .unwrap();
+        assert_eq!(q.dims, [1024, 16 * 128], "q is wider than the hidden state");
+        assert!(tensors
+            .iter()
+            .any(|t| t.name == "blk.27.attn_k_norm.weight"));
+        assert!(!tensors.iter().any(|t| t.name.ends_with(".bias")));
         for bad in ["qwen2", "gpt2:1b", "llama:3b", ""] {
             assert!(SynthSpec::parse(bad).is_err(), "{bad}");
         }

@@ -208,3 +208,8 @@ fn synthetic_llama_agrees_with_candle() {
 fn synthetic_qwen2_agrees_with_candle() {
     synthetic_agrees_with_candle("qwen2:tiny", common::qwen_path());
 }
+
+#[test]
+fn synthetic_qwen3_agrees_with_candle() {
+    synthetic_agrees_with_candle("qwen3:tiny", common::qwen_path());
+}

@@ -226,3 +226,9 @@ fn synthetic_llama_matches_llama_cpp() {
 fn synthetic_qwen2_matches_llama_cpp() {
     matches_llama_cpp("qwen2-tiny.json", common::qwen_path());
 }
+
+/// Qwen3: no biases, QK-norm, heads of 128 over a 256-wide model.
+#[test]
+fn synthetic_qwen3_matches_llama_cpp() {
+    matches_llama_cpp("qwen3-tiny.json", common::qwen_path());
+}

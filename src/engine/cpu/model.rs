@@ -35,6 +35,9 @@ pub struct BatchSeq<'a> {
     pub logits: bool,
 }
 
+/// The widest head QK-norm handles (Qwen3's are 128).
+const MAX_HEAD_DIM: usize = 512;
+
 struct Layer {
     attn_norm: Vec<f32>,
     q: QMatrix,
@@ -42,6 +45,8 @@ struct Layer {
     v: QMatrix,
     o: QMatrix,
     bias: Option<[Vec<f32>; 3]>,
+    /// Qwen3's per-head RMSNorm weights of q and k.
+    qk_norm: Option<[Vec<f32>; 2]>,
     ffn_norm: Vec<f32>,
     gate: QMatrix,
     up: QMatrix,
@@ -233,6 +238,15 @@ impl CpuModel {
             ld.matrix_from(embed_q, Some(embed_data))?
         };
         let norm = ld.vector("output_norm.weight")?;
+        if config.qk_norm && config.head_dim > MAX_HEAD_DIM {
+            return Err(EngineError::InvalidGguf {
+                path: gguf.path.clone(),
+                message: format!(
+                    "head width {} is over the {MAX_HEAD_DIM} the CPU engine normalises",
+                    config.head_dim
+                ),
+            });
+        }
         let mut layers = Vec::with_capacity(config.n_layer);
         for i in 0..config.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}");
@@ -252,6 +266,14 @@ impl CpuModel {
                 v: ld.matrix(&p("attn_v.weight"))?,
                 o: ld.matrix(&p("attn_output.weight"))?,
                 bias,
+                qk_norm: if config.qk_norm {
+                    Some([
+                        ld.vector(&p("attn_q_norm.weight"))?,
+                        ld.vector(&p("attn_k_norm.weight"))?,
+                    ])
+                } else {
+                    None
+                },
                 ffn_norm: ld.vector(&p("ffn_norm.weight"))?,
                 gate: ld.matrix(&p("ffn_gate.weight"))?,
                 up: ld.matrix(&p("ffn_up.weight"))?,
@@ -555,6 +577,16 @@ impl CpuModel {
                     ops::add(self.isa, qr, bq);
                     ops::add(self.isa, kr, bk);
                     ops::add(self.isa, vr, bv);
+                }
+                if let Some([wq, wk]) = &layer.qk_norm {
+                    let eps = cfg.rms_eps as f32;
+                    let mut normed = [0f32; MAX_HEAD_DIM];
+                    for (heads, w) in [(&mut *qr, wq), (&mut *kr, wk)] {
+                        for head in heads.chunks_exact_mut(d) {
+                            ops::rms_norm(self.isa, &mut normed[..d], head, w, eps);
+                            head.copy_from_slice(&normed[..d]);
+                        }
+                    }
                 }
                 let pos = rows[r].1;
                 let (cos, sin) = (

@@ -141,6 +141,8 @@ struct Attention {
     v: Linear,
     o: Linear,
     bias: Option<(Tensor, Tensor, Tensor)>,
+    /// Qwen3's per-head RMSNorm of q and k.
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
     n_head: usize,
     n_kv_head: usize,
     head_dim: usize,
@@ -183,6 +185,14 @@ impl DecoderLayer {
                 v: ctx.matmul(&p("attn_v.weight"))?,
                 o: ctx.matmul(&p("attn_output.weight"))?,
                 bias,
+                qk_norm: if cfg.qk_norm {
+                    Some((
+                        ctx.norm(&p("attn_q_norm.weight"), cfg.rms_eps)?,
+                        ctx.norm(&p("attn_k_norm.weight"), cfg.rms_eps)?,
+                    ))
+                } else {
+                    None
+                },
                 n_head: cfg.n_head,
                 n_kv_head: cfg.n_kv_head,
                 head_dim: cfg.head_dim,
@@ -233,8 +243,14 @@ impl Attention {
             v = v.broadcast_add(bv)?;
         }
         let d = self.head_dim;
-        let q = q.reshape((b, t, self.n_head, d))?.transpose(1, 2)?;
-        let k = k.reshape((b, t, self.n_kv_head, d))?.transpose(1, 2)?;
+        let mut q = q.reshape((b, t, self.n_head, d))?;
+        let mut k = k.reshape((b, t, self.n_kv_head, d))?;
+        if let Some((qn, kn)) = &self.qk_norm {
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
+        let q = q.transpose(1, 2)?;
+        let k = k.transpose(1, 2)?;
         let v = v
             .reshape((b, t, self.n_kv_head, d))?
             .transpose(1, 2)?

@@ -23,15 +23,17 @@ use layers::{DecoderLayer, LoadCtx, RmsNorm, Rotary};
 pub enum Architecture {
     Llama,
     Qwen2,
+    Qwen3,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static [&'static str] = &["llama", "qwen2"];
+    pub const SUPPORTED: &'static [&'static str] = &["llama", "qwen2", "qwen3"];
 
     pub fn from_name(name: &str) -> Result<Self> {
         match name {
             "llama" => Ok(Self::Llama),
             "qwen2" => Ok(Self::Qwen2),
+            "qwen3" => Ok(Self::Qwen3),
             other => Err(EngineError::UnsupportedArchitecture {
                 arch: other.into(),
                 supported: Self::SUPPORTED.iter().map(|s| s.to_string()).collect(),
@@ -43,6 +45,7 @@ impl Architecture {
         match self {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
         }
     }
 }
@@ -70,6 +73,9 @@ pub struct DecoderConfig {
     pub rope_theta: f32,
     pub rope_style: RopeStyle,
     pub qkv_bias: bool,
+    /// Each head of q and k is RMS-normalised (its own weights, `attn_q_norm` / `attn_k_norm`) before rotary
+    /// embeddings: Qwen3's QK-norm.
+    pub qk_norm: bool,
 }
 
 impl DecoderConfig {
@@ -122,6 +128,7 @@ impl DecoderConfig {
             rope_theta,
             rope_style,
             qkv_bias,
+            qk_norm: false,
         })
     }
 
@@ -243,6 +250,7 @@ impl Model {
         let config = match arch {
             Architecture::Llama => llama::config(gguf)?,
             Architecture::Qwen2 => qwen2::config(gguf)?,
+            Architecture::Qwen3 => qwen2::qwen3_config(gguf)?,
         };
         if device.is_cpu() && format != WeightFormat::Native {
             let m = CpuModel::load(gguf, config.clone(), format == WeightFormat::Q8_0, threads)?;
