@@ -143,12 +143,14 @@ fn thread_count_does_not_change_the_result() {
 
 /// A synthetic checkpoint (`agentd::engine::synth`: real tensor names and Q4_K_M mix, random weights, a real
 /// tokenizer) written to a temp dir.
-fn synthetic(
+pub(super) fn synthetic(
     spec: &str,
+    seed: u64,
     tokenizer_from: std::path::PathBuf,
 ) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let spec = agentd::engine::synth::SynthSpec::parse(spec).unwrap();
+    let mut spec = agentd::engine::synth::SynthSpec::parse(spec).unwrap();
+    spec.seed = seed;
     let source = GgufFile::open(&tokenizer_from).unwrap();
     let out = dir.path().join(spec.file_name(0));
     let made = agentd::engine::synth::write(&spec, &source, &out).unwrap();
@@ -161,8 +163,8 @@ fn synthetic(
 /// the argmax agrees wherever candle's top two are further apart than twice the tolerance (random weights give
 /// near-ties that any two engines may break differently). The same seed writes the same file.
 fn synthetic_agrees_with_candle(spec: &str, tokenizer_from: std::path::PathBuf) {
-    let (_dir, path) = synthetic(spec, tokenizer_from.clone());
-    let (_dir2, again) = synthetic(spec, tokenizer_from);
+    let (_dir, path) = synthetic(spec, 0, tokenizer_from.clone());
+    let (_dir2, again) = synthetic(spec, 0, tokenizer_from);
     assert_eq!(
         std::fs::read(&path).unwrap(),
         std::fs::read(&again).unwrap(),

@@ -153,13 +153,11 @@ fn matches_llama_cpp(reference: &str, tokenizer_from: std::path::PathBuf) {
         .join("tests/data/synth")
         .join(reference);
     let reference: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let mut spec =
-        agentd::engine::synth::SynthSpec::parse(reference["spec"].as_str().unwrap()).unwrap();
-    spec.seed = reference["seed"].as_u64().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("m.gguf");
-    let source = GgufFile::open(&tokenizer_from).unwrap();
-    agentd::engine::synth::write(&spec, &source, &file).unwrap();
+    let (_dir, file) = super::cpu_engine::synthetic(
+        reference["spec"].as_str().unwrap(),
+        reference["seed"].as_u64().unwrap(),
+        tokenizer_from,
+    );
     let sha = hex::encode(sha2::Sha256::digest(std::fs::read(&file).unwrap()));
     assert_eq!(
         sha, reference["sha256"],
