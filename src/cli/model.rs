@@ -35,7 +35,7 @@ pub enum ModelCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct SynthArgs {
-    /// ARCH:SIZE — qwen2:tiny|0.5b|1.5b|7b, qwen3:tiny|0.6b|8b, llama:tiny|135m|1b|8b.
+    /// ARCH:SIZE — qwen2:tiny|0.5b|1.5b|7b, qwen3:tiny|0.6b|8b, llama:tiny|tiny3|135m|1b|8b (tiny3, 1b, 8b: Llama 3 rope scaling).
     pub spec: String,
     /// The file to write.
     #[arg(long, value_name = "FILE.gguf")]

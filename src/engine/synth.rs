@@ -69,6 +69,9 @@ pub struct SynthShape {
     pub tied: bool,
     /// The width of a head when it is not `hidden / heads` (Qwen3's 128).
     pub head_dim: Option<usize>,
+    /// Llama 3.1+'s rope scaling (factor, original context), written as `rope_freqs.weight` as llama.cpp's
+    /// converter does.
+    pub llama3_rope: Option<(f32, usize)>,
 }
 
 impl SynthShape {
@@ -101,6 +104,11 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
         rope_theta,
         tied,
         head_dim: None,
+        llama3_rope: None,
+    };
+    let llama3 = |shape: SynthShape, factor: f32| SynthShape {
+        llama3_rope: Some((factor, 8192)),
+        ..shape
     };
     let with_heads = |shape: SynthShape, d: usize| SynthShape {
         head_dim: Some(d),
@@ -129,9 +137,26 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
         ],
         SynthArch::Llama => vec![
             ("tiny", tiny),
+            // Llama 3's rope (base 500k, scaled frequencies) on the tiny shape.
+            (
+                "tiny3",
+                llama3(
+                    SynthShape {
+                        rope_theta: 500_000.0,
+                        ..tiny
+                    },
+                    8.0,
+                ),
+            ),
             ("135m", s(30, 576, 1536, 9, 3, 8192, 100_000.0, true)),
-            ("1b", s(16, 2048, 8192, 32, 8, 131072, 500_000.0, true)),
-            ("8b", s(32, 4096, 14336, 32, 8, 131072, 500_000.0, false)),
+            (
+                "1b",
+                llama3(s(16, 2048, 8192, 32, 8, 131072, 500_000.0, true), 32.0),
+            ),
+            (
+                "8b",
+                llama3(s(32, 4096, 14336, 32, 8, 131072, 500_000.0, false), 8.0),
+            ),
         ],
     }
 }
@@ -251,8 +276,10 @@ struct TensorPlan {
     fill: Fill,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Fill {
+    /// These exact values (F32).
+    Values(Vec<f32>),
     /// Random quantized weights within about ±0.05 (the hidden layers).
     Weights,
     /// Random quantized weights within about ±0.5: the embedding and the output head, so that hidden states
@@ -310,12 +337,26 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
         t.fill = Fill::Wide;
         t
     };
-    let mut out = vec![wide(matrix(
+    let mut out = Vec::new();
+    if let Some((factor, original)) = sh.llama3_rope {
+        out.push(TensorPlan {
+            name: "rope_freqs.weight".into(),
+            dims: vec![(head_dim / 2) as u64],
+            ttype: TType::F32,
+            fill: Fill::Values(llama3_rope_factors(
+                sh.rope_theta,
+                head_dim,
+                factor,
+                original,
+            )),
+        });
+    }
+    out.push(wide(matrix(
         "token_embd.weight".into(),
         hidden,
         vocab,
         TType::Q4K,
-    ))];
+    )));
     for l in 0..sh.layers {
         let p = |t: &str| format!("blk.{l}.{t}");
         let v_type = if more_bits(l, sh.layers) {
@@ -352,6 +393,28 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
         )));
     }
     out
+}
+
+/// Llama 3.1's frequency divisors (its `rope_scaling`: low 1, high 4), as llama.cpp's converter computes them:
+/// high frequencies kept, low ones divided by `factor`, a smooth blend between.
+fn llama3_rope_factors(base: f32, head_dim: usize, factor: f32, original: usize) -> Vec<f32> {
+    let (low, high) = (1.0f32, 4.0f32);
+    let original = original as f32;
+    let (low_wavelen, high_wavelen) = (original / low, original / high);
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf((2 * i) as f32 / head_dim as f32);
+            let wavelen = 2.0 * std::f32::consts::PI / freq;
+            if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth = (original / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
 }
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> EngineError + '_ {
@@ -419,10 +482,15 @@ fn pad<W: Write + Seek>(w: &mut W) -> std::io::Result<()> {
 fn write_data<W: Write>(
     w: &mut W,
     ttype: TType,
-    fill: Fill,
+    fill: &Fill,
     elements: u64,
     rng: &mut StdRng,
 ) -> std::io::Result<()> {
+    if let Fill::Values(values) = fill {
+        return values
+            .iter()
+            .try_for_each(|v| w.write_all(&v.to_le_bytes()));
+    }
     let (per_block, block_bytes) = ttype.block();
     let blocks = elements / per_block;
     let mut buf = vec![0u8; block_bytes as usize];
@@ -437,7 +505,7 @@ fn write_data<W: Write>(
                 let x: f32 = match fill {
                     Fill::Norm => 1.0 + rng.gen_range(-0.1f32..0.1),
                     Fill::Bias => rng.gen_range(-0.02f32..0.02),
-                    Fill::Weights | Fill::Wide => rng.gen_range(-scale..scale),
+                    Fill::Weights | Fill::Wide | Fill::Values(_) => rng.gen_range(-scale..scale),
                 };
                 buf.copy_from_slice(&x.to_le_bytes());
             }
@@ -573,7 +641,7 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
     header.map_err(io_err(&partial))?;
     let mut rng = StdRng::seed_from_u64(spec.seed);
     for t in &tensors {
-        write_data(&mut w, t.ttype, t.fill, t.elements(), &mut rng)
+        write_data(&mut w, t.ttype, &t.fill, t.elements(), &mut rng)
             .and_then(|()| pad(&mut w))
             .map_err(io_err(&partial))?;
     }

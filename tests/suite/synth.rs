@@ -230,3 +230,34 @@ fn synthetic_qwen2_matches_llama_cpp() {
 fn synthetic_qwen3_matches_llama_cpp() {
     matches_llama_cpp("qwen3-tiny.json", common::qwen_path());
 }
+
+/// Llama 3 rope scaling (`llama:tiny3`: base 500k, factor 8 over 8192 original positions): the file carries
+/// `rope_freqs.weight` as llama.cpp's converter writes it, the engine reads it, and the rotary tables divide
+/// each frequency by its factor (high frequencies kept, the lowest divided by 8). The logits match llama.cpp.
+#[test]
+fn llama3_rope_scaling_is_read_and_applied() {
+    use agentd::engine::gguf::GgufFile;
+    use agentd::engine::model::{Model, WeightFormat};
+    let (_dir, file) = super::cpu_engine::synthetic("llama:tiny3", 0, common::smollm2_path());
+    let gguf = GgufFile::open(&file).unwrap();
+    let model = Model::load(&gguf, &candle_core::Device::Cpu, WeightFormat::Auto).unwrap();
+    let cfg = &model.config;
+    let factors = cfg
+        .rope_freq_factors
+        .clone()
+        .expect("rope_freqs.weight is read");
+    let half = cfg.head_dim / 2;
+    assert_eq!(factors.len(), half);
+    assert_eq!((factors[0], factors[half - 1]), (1.0, 8.0));
+    assert!(factors.windows(2).all(|w| w[0] <= w[1]), "{factors:?}");
+    let (cos, _) = cfg.rope_tables();
+    let (p, i) = (1000usize, half - 1);
+    let theta = 1.0 / cfg.rope_theta.powf((2 * i) as f32 / cfg.head_dim as f32) / 8.0;
+    assert!((cos[p * half + i] - (p as f32 * theta).cos()).abs() < 1e-4);
+    // Plain llama has none.
+    let (_dir, plain) = super::cpu_engine::synthetic("llama:tiny", 0, common::smollm2_path());
+    let gguf = GgufFile::open(&plain).unwrap();
+    let model = Model::load(&gguf, &candle_core::Device::Cpu, WeightFormat::Auto).unwrap();
+    assert!(model.config.rope_freq_factors.is_none());
+    matches_llama_cpp("llama-tiny3.json", common::smollm2_path());
+}

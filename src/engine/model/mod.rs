@@ -76,6 +76,9 @@ pub struct DecoderConfig {
     /// Each head of q and k is RMS-normalised (its own weights, `attn_q_norm` / `attn_k_norm`) before rotary
     /// embeddings: Qwen3's QK-norm.
     pub qk_norm: bool,
+    /// Llama 3.1+'s rope scaling as llama.cpp stores it: one divisor per rotary frequency (`rope_freqs.weight`,
+    /// `head_dim / 2` values). `None`: plain RoPE.
+    pub rope_freq_factors: Option<Vec<f32>>,
 }
 
 impl DecoderConfig {
@@ -129,6 +132,7 @@ impl DecoderConfig {
             rope_style,
             qkv_bias,
             qk_norm: false,
+            rope_freq_factors: rope_freq_factors(gguf, head_dim)?,
         })
     }
 
@@ -147,11 +151,15 @@ impl DecoderConfig {
     }
 
     /// Rotary tables `[position][head_dim / 2]` for the whole context: cos and sin of `p · θ_i`, with
-    /// `θ_i = base^(−2i/d)` (both forward passes use these).
-    pub(crate) fn rope_tables(&self) -> (Vec<f32>, Vec<f32>) {
+    /// `θ_i = base^(−2i/d) / factor_i` (`factor_i` = 1 without Llama 3 rope scaling; both forward passes use
+    /// these).
+    pub fn rope_tables(&self) -> (Vec<f32>, Vec<f32>) {
         let half = self.head_dim / 2;
         let inv_freq: Vec<f32> = (0..half)
-            .map(|i| 1.0 / self.rope_theta.powf((2 * i) as f32 / self.head_dim as f32))
+            .map(|i| {
+                let factor = self.rope_freq_factors.as_ref().map_or(1.0, |f| f[i]);
+                1.0 / self.rope_theta.powf((2 * i) as f32 / self.head_dim as f32) / factor
+            })
             .collect();
         let n = self.context_length;
         let mut cos = Vec::with_capacity(n * half);
@@ -165,6 +173,35 @@ impl DecoderConfig {
         }
         (cos, sin)
     }
+}
+
+/// The rotary frequency divisors of `rope_freqs.weight`, when the file has it (llama.cpp writes it for Llama 3.1+
+/// rope scaling); they must be `head_dim / 2` positive numbers.
+fn rope_freq_factors(gguf: &GgufFile, head_dim: usize) -> Result<Option<Vec<f32>>> {
+    const NAME: &str = "rope_freqs.weight";
+    if !gguf.content.tensor_infos.contains_key(NAME) {
+        return Ok(None);
+    }
+    let invalid = |message: String| EngineError::InvalidGguf {
+        path: gguf.path.clone(),
+        message,
+    };
+    let mut reader = gguf.reader()?;
+    let factors: Vec<f32> = gguf
+        .content
+        .tensor(&mut reader, NAME, &candle_core::Device::Cpu)
+        .and_then(|t| t.dequantize(&candle_core::Device::Cpu))
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1())
+        .map_err(|e| invalid(format!("{NAME}: {e}")))?;
+    if factors.len() != head_dim / 2 || factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+        return Err(invalid(format!(
+            "{NAME} has {} values (expected {} positive numbers)",
+            factors.len(),
+            head_dim / 2
+        )));
+    }
+    Ok(Some(factors))
 }
 
 /// How quantized weights are kept in memory.
