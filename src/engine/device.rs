@@ -56,6 +56,9 @@ pub fn describe(device: &Device) -> String {
     }
 }
 
+/// Starts an accelerator.
+type StartDevice = fn() -> candle_core::Result<Device>;
+
 /// Picks the device. An accelerator that this build lacks, or that fails to initialise, falls back to the CPU
 /// with a note saying why and how to get it (rebuild with `--features cuda|metal`).
 pub fn select(spec: DeviceSpec) -> SelectedDevice {
@@ -104,38 +107,34 @@ pub fn select(spec: DeviceSpec) -> SelectedDevice {
             }
         }
         DeviceSpec::Auto => {
-            // The build has CUDA: a visible device is used; one that fails to start is said, not hidden.
+            // An accelerator compiled in is used when it starts; one that fails to start is said, not hidden.
             let mut note = None;
-            if candle_core::utils::cuda_is_available() {
-                match Device::new_cuda(0) {
-                    Ok(device) => {
-                        tracing::info!("device auto: CUDA device 0");
-                        return SelectedDevice {
-                            device,
-                            fallback_note: None,
-                        };
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "device auto: this build has CUDA but device 0 did not start");
-                        note = Some(format!(
-                            "auto: this build has CUDA but no usable device ({e}); running on the CPU"
-                        ));
-                    }
+            let accelerators: [(&str, bool, StartDevice); 2] = [
+                (
+                    "CUDA device 0",
+                    candle_core::utils::cuda_is_available(),
+                    || Device::new_cuda(0),
+                ),
+                ("Metal", candle_core::utils::metal_is_available(), || {
+                    Device::new_metal(0)
+                }),
+            ];
+            for (name, built, start) in accelerators {
+                if !built {
+                    continue;
                 }
-            }
-            if candle_core::utils::metal_is_available() {
-                match Device::new_metal(0) {
+                match start() {
                     Ok(device) => {
-                        tracing::info!("device auto: Metal");
+                        tracing::info!("device auto: {name}");
                         return SelectedDevice {
                             device,
                             fallback_note: None,
                         };
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "device auto: this build has Metal but it did not start");
+                        tracing::warn!(error = %e, "device auto: this build has {name} but it did not start");
                         note = Some(format!(
-                            "auto: this build has Metal but it did not start ({e}); running on the CPU"
+                            "auto: this build has {name} but it did not start ({e}); running on the CPU"
                         ));
                     }
                 }
