@@ -77,6 +77,8 @@ pub struct EngineConfig {
     pub kv_cache_memory: String,
     /// Keep and share the KV blocks of prompts that start the same way.
     pub prefix_caching: bool,
+    /// A Jinja chat template file used instead of the model's own.
+    pub chat_template: Option<String>,
     /// Show a progress bar while a model is fetched (set by the command line, not the file).
     #[serde(skip)]
     pub progress: bool,
@@ -94,6 +96,7 @@ impl Default for EngineConfig {
             max_num_batched_tokens: crate::engine::scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS,
             kv_cache_memory: "1GiB".into(),
             prefix_caching: true,
+            chat_template: None,
             progress: false,
         }
     }
@@ -222,6 +225,14 @@ impl Config {
                 ..FetchOptions::default()
             },
             scheduler,
+            chat_template: e
+                .chat_template
+                .as_ref()
+                .map(|path| {
+                    std::fs::read_to_string(path)
+                        .map_err(|err| format!("engine.chat_template: cannot read {path}: {err}"))
+                })
+                .transpose()?,
         })
     }
 

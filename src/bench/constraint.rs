@@ -115,7 +115,7 @@ fn prompt(
         Some(s) => (s.tools.as_slice(), s.tool_choice.clone()),
         None => (&[][..], ToolChoice::Auto),
     };
-    Ok(engine.chat_prompt(&messages, tools, &choice)?)
+    Ok(engine.chat_prompt(&messages, tools, &choice, None)?)
 }
 
 fn measure(

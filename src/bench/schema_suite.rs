@@ -205,7 +205,7 @@ pub fn generate_one(
     let started = Instant::now();
     let outcome = (|| -> Result<Generation> {
         let req = GenerateRequest {
-            prompt: engine.chat_prompt(&messages, &[], &ToolChoice::None)?,
+            prompt: engine.chat_prompt(&messages, &[], &ToolChoice::None, None)?,
             sampling: sampling.clone(),
             max_tokens: Some(max_tokens),
             constraint: Some(spec_for(case)),

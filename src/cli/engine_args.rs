@@ -28,6 +28,9 @@ pub struct EngineArgs {
     /// Use only the model cache; fetch nothing.
     #[arg(long)]
     pub offline: bool,
+    /// A Jinja chat template file used instead of the model's own (vLLM's `--chat-template`).
+    #[arg(long, value_name = "FILE.jinja")]
+    pub chat_template: Option<PathBuf>,
     #[command(flatten)]
     pub batch: BatchArgs,
 }
@@ -104,6 +107,14 @@ impl EngineArgs {
                 ..FetchOptions::default()
             },
             scheduler: self.batch.scheduler()?,
+            chat_template: self
+                .chat_template
+                .as_ref()
+                .map(|p| {
+                    std::fs::read_to_string(p)
+                        .with_context(|| format!("reading the chat template {}", p.display()))
+                })
+                .transpose()?,
         })
     }
 

@@ -113,6 +113,7 @@ fn constraint_from_args(args: &GenerateArgs) -> anyhow::Result<Option<Constraint
         parallel_tool_calls: !args.no_parallel_tool_calls,
         response_format,
         format: None,
+        reasoning: None,
     }))
 }
 
@@ -147,7 +148,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             Some(spec) => (spec.tools.as_slice(), spec.tool_choice.clone()),
             None => (&[][..], ToolChoice::Auto),
         };
-        engine.chat_prompt(&messages, tools, &choice)?
+        engine.chat_prompt(&messages, tools, &choice, None)?
     };
     let req = GenerateRequest {
         prompt,

@@ -28,6 +28,9 @@ pub struct ServeArgs {
     /// How quantized weights are kept: auto | native | q8_0.
     #[arg(long)]
     pub weights: Option<WeightFormat>,
+    /// A Jinja chat template file used instead of the model's own (vLLM's `--chat-template`).
+    #[arg(long, value_name = "FILE.jinja")]
+    pub chat_template: Option<PathBuf>,
     /// Use only the model cache; fetch nothing.
     #[arg(long)]
     pub offline: bool,
@@ -116,6 +119,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(w) = args.weights {
         config.engine.weights = w.to_string();
+    }
+    if let Some(t) = &args.chat_template {
+        config.engine.chat_template = Some(t.display().to_string());
     }
     if args.cache {
         config.cache.enabled = true;

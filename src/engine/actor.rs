@@ -22,6 +22,7 @@ use super::generate::{self, GenerateEvent, GenerateRequest, GenerateSummary, Tok
 use super::gguf::GgufFile;
 use super::manifest::ModelManifest;
 use super::model::{Model, WeightFormat};
+use super::reasoning::{ThinkBlock, ThinkMarkers};
 use super::scheduler::{Job, Scheduler, SchedulerConfig, SchedulerStats};
 use super::template::ChatTemplate;
 use super::tokenizer::Tokenizer;
@@ -34,6 +35,8 @@ pub struct EngineOptions {
     pub fetch: FetchOptions,
     /// Batching, KV memory and prefix caching.
     pub scheduler: SchedulerConfig,
+    /// A Jinja chat template (its text) used instead of the manifest's or the GGUF's (`--chat-template`).
+    pub chat_template: Option<String>,
 }
 
 impl Default for EngineOptions {
@@ -44,6 +47,7 @@ impl Default for EngineOptions {
             weight_format: WeightFormat::Auto,
             fetch: FetchOptions::default(),
             scheduler: SchedulerConfig::default(),
+            chat_template: None,
         }
     }
 }
@@ -75,6 +79,8 @@ struct Shared {
     scheduler: SchedulerConfig,
     tokenizer: Tokenizer,
     template: ChatTemplate,
+    /// The think-block markers, when the template writes reasoning (see [`super::reasoning`]).
+    think: Option<ThinkMarkers>,
     info: ModelInfo,
     /// Built on the first constrained request (the error, if building failed, as text).
     grammar: OnceLock<std::result::Result<Arc<GrammarFactory>, String>>,
@@ -106,7 +112,17 @@ impl Engine {
         let resolved = fetch::resolve(&opts.model, &opts.fetch)?;
         let gguf = GgufFile::open(&resolved.path)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let template = ChatTemplate::from_gguf(&gguf, &tokenizer)?;
+        let template_override = opts.chat_template.clone().or_else(|| {
+            resolved
+                .manifest
+                .as_ref()
+                .and_then(|m| m.chat_template.clone())
+        });
+        let template = match template_override {
+            Some(source) => ChatTemplate::from_gguf_with(&gguf, &source)?,
+            None => ChatTemplate::from_gguf(&gguf, &tokenizer)?,
+        };
+        let think = ThinkMarkers::detect(template.source());
         let selected = device::select(opts.device);
         let device_name = selected.describe();
         let device_note = selected.fallback_note.clone();
@@ -185,6 +201,7 @@ impl Engine {
                 scheduler: opts.scheduler,
                 tokenizer,
                 template,
+                think,
                 info,
                 grammar: OnceLock::new(),
             }),
@@ -233,6 +250,7 @@ impl Engine {
         messages: &[serde_json::Value],
         tools: &[crate::schema::ToolSpec],
         tool_choice: &crate::schema::ToolChoice,
+        enable_thinking: Option<bool>,
     ) -> Result<Vec<u32>> {
         super::prompt::chat_prompt_tokens(
             &self.shared.template,
@@ -241,7 +259,23 @@ impl Engine {
             tools,
             tool_choice,
             self.tool_call_format(),
+            enable_thinking,
         )
+    }
+
+    /// Whether the model's template writes think blocks (a reasoning model).
+    pub fn thinks(&self) -> bool {
+        self.shared.think.is_some()
+    }
+
+    /// The think block a generation from `prompt` (chat prompt ids) starts with or may open; `None` for models
+    /// that do not reason and for prompts whose template closed the block (thinking off).
+    pub fn think_block(&self, prompt: &[u32]) -> Option<ThinkBlock> {
+        let markers = self.shared.think.as_ref()?;
+        // The generation prompt is short: its last tokens decide.
+        let tail = &prompt[prompt.len().saturating_sub(32)..];
+        let text = self.shared.tokenizer.decode(tail, false).ok()?;
+        markers.start_of(&text).map(|start| markers.block(start))
     }
 
     /// The model's grammar factory, built on first use (~0.1–0.3 s; see [`GrammarFactory::build_secs`]).

@@ -20,9 +20,59 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../models/smollm2-135m-instruct.toml"),
     ),
     (
+        "devstral-small-2505.toml",
+        include_str!("../../models/devstral-small-2505.toml"),
+    ),
+    (
+        "gemma-3-1b-it.toml",
+        include_str!("../../models/gemma-3-1b-it.toml"),
+    ),
+    (
+        "gemma-3-4b-it.toml",
+        include_str!("../../models/gemma-3-4b-it.toml"),
+    ),
+    (
+        "llama-3.1-8b-instruct.toml",
+        include_str!("../../models/llama-3.1-8b-instruct.toml"),
+    ),
+    (
+        "llama-3.2-1b-instruct.toml",
+        include_str!("../../models/llama-3.2-1b-instruct.toml"),
+    ),
+    (
+        "llama-3.2-3b-instruct.toml",
+        include_str!("../../models/llama-3.2-3b-instruct.toml"),
+    ),
+    (
+        "mistral-7b-instruct-v0.3.toml",
+        include_str!("../../models/mistral-7b-instruct-v0.3.toml"),
+    ),
+    (
+        "phi-3-mini-4k-instruct.toml",
+        include_str!("../../models/phi-3-mini-4k-instruct.toml"),
+    ),
+    (
+        "phi-4-mini-instruct.toml",
+        include_str!("../../models/phi-4-mini-instruct.toml"),
+    ),
+    (
         "qwen2.5-coder-0.5b-instruct.toml",
         include_str!("../../models/qwen2.5-coder-0.5b-instruct.toml"),
     ),
+    (
+        "qwen2.5-coder-1.5b-instruct.toml",
+        include_str!("../../models/qwen2.5-coder-1.5b-instruct.toml"),
+    ),
+    (
+        "qwen2.5-coder-7b-instruct.toml",
+        include_str!("../../models/qwen2.5-coder-7b-instruct.toml"),
+    ),
+    (
+        "qwen3-0.6b.toml",
+        include_str!("../../models/qwen3-0.6b.toml"),
+    ),
+    ("qwen3-4b.toml", include_str!("../../models/qwen3-4b.toml")),
+    ("qwen3-8b.toml", include_str!("../../models/qwen3-8b.toml")),
 ];
 
 /// One known model.

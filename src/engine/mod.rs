@@ -20,6 +20,7 @@ pub mod model;
 mod pip_wheel;
 pub mod prefix_cache;
 pub mod prompt;
+pub mod reasoning;
 pub mod sampler;
 pub mod scheduler;
 pub mod sequence;

@@ -27,6 +27,7 @@ pub fn render_chat(
     tools: &[ToolSpec],
     tool_choice: &ToolChoice,
     format: ToolCallFormat,
+    enable_thinking: Option<bool>,
 ) -> Result<String> {
     let shown: &[ToolSpec] = if *tool_choice == ToolChoice::None {
         &[]
@@ -36,10 +37,10 @@ pub fn render_chat(
     if template.supports_tools() {
         let messages: Vec<Value> = messages.iter().map(parse_call_arguments).collect();
         let openai: Vec<Value> = shown.iter().map(ToolSpec::to_openai).collect();
-        return template.render(&messages, Some(&openai), true);
+        return template.render(&messages, Some(&openai), true, enable_thinking);
     }
     let messages = inline_tools(messages, shown, format);
-    template.render(&messages, None, true)
+    template.render(&messages, None, true, enable_thinking)
 }
 
 /// The prompt ids for a chat: [`render_chat`], tokenized with the template's markup parsed into control tokens
@@ -54,6 +55,7 @@ pub fn chat_prompt_tokens(
     tools: &[ToolSpec],
     tool_choice: &ToolChoice,
     format: ToolCallFormat,
+    enable_thinking: Option<bool>,
 ) -> Result<Vec<u32>> {
     let guard = ContentGuard::new(
         tokenizer.control_texts(),
@@ -62,7 +64,14 @@ pub fn chat_prompt_tokens(
         template.source(),
     )?;
     let mut ids = if guard.is_empty() {
-        let text = render_chat(template, messages, tools, tool_choice, format)?;
+        let text = render_chat(
+            template,
+            messages,
+            tools,
+            tool_choice,
+            format,
+            enable_thinking,
+        )?;
         tokenizer.encode(&text, true)?
     } else {
         let rendered = render_chat(
@@ -71,6 +80,7 @@ pub fn chat_prompt_tokens(
             &guard.hide_tools(tools),
             tool_choice,
             format,
+            enable_thinking,
         )?;
         let (text, literal) = guard.restore(&rendered);
         tokenizer.encode_with_literals(&text, &literal)?

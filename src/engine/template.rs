@@ -6,8 +6,8 @@
 //! pycompat), the globals `raise_exception` and `strftime_now`, a `tojson` filter that is Python's `json.dumps`
 //! with `ensure_ascii=False` (no HTML escaping, `", "` / `": "` separators, insertion order), and Python's
 //! spelling of `None`, `True` and `False` when a value is printed. The variables are `messages`, `tools`
-//! (`none` when there are no tools, as transformers passes `tools=None`), `add_generation_prompt`, `bos_token`
-//! and `eos_token`.
+//! (`none` when there are no tools, as transformers passes `tools=None`), `add_generation_prompt`, `bos_token`,
+//! `eos_token`, and `enable_thinking` when a request sets the thinking level.
 
 use std::fmt::Write as _;
 
@@ -83,6 +83,11 @@ impl ChatTemplate {
             tracing::warn!("GGUF has no tokenizer.chat_template; falling back to ChatML");
             CHATML_TEMPLATE
         };
+        Self::from_gguf_with(gguf, source)
+    }
+
+    /// `source` (a template given by the user or a manifest) with the GGUF's BOS/EOS token texts.
+    pub fn from_gguf_with(gguf: &GgufFile, source: &str) -> Result<Self> {
         let tokens = gguf.get_str_array("tokenizer.ggml.tokens")?;
         let bos = special_token_text(gguf, &tokens, "tokenizer.ggml.bos_token_id")?;
         let eos = special_token_text(gguf, &tokens, "tokenizer.ggml.eos_token_id")?;
@@ -90,24 +95,31 @@ impl ChatTemplate {
     }
 
     /// Renders a conversation. `messages` are Hugging Face-style dicts passed through as given; `tools`
-    /// (OpenAI-style function dicts) becomes the `tools` variable when present and non-empty, `none` otherwise.
+    /// (OpenAI-style function dicts) becomes the `tools` variable when present and non-empty, `none` otherwise;
+    /// `enable_thinking` (Qwen3's and DeepSeek's switch) is defined only when given.
     /// A failing template (including `raise_exception`) is an [`EngineError::Template`] with its message.
     pub fn render(
         &self,
         messages: &[serde_json::Value],
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
+        enable_thinking: Option<bool>,
     ) -> Result<String> {
         let tools = match tools {
             Some(tools) if !tools.is_empty() => Value::from(Serde(tools)),
             _ => Value::from(()),
         };
-        let ctx = minijinja::context! {
+        let base = minijinja::context! {
             messages => Value::from(Serde(messages)),
             tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
+        };
+        // `enable_thinking` stays undefined unless asked for, so a template's own default holds.
+        let ctx = match enable_thinking {
+            Some(on) => minijinja::context! { enable_thinking => on, ..base },
+            None => base,
         };
         self.env
             .get_template(TEMPLATE_NAME)

@@ -32,7 +32,9 @@ fn chat(engine: &Engine, system: &str, user: &str) -> Vec<u32> {
         serde_json::json!({"role": "system", "content": system}),
         serde_json::json!({"role": "user", "content": user}),
     ];
-    engine.chat_prompt(&msgs, &[], &ToolChoice::Auto).unwrap()
+    engine
+        .chat_prompt(&msgs, &[], &ToolChoice::Auto, None)
+        .unwrap()
 }
 
 /// Waits for a request's end: its tokens and summary.

@@ -196,6 +196,68 @@ fn required_named_and_parallel() {
     }
 }
 
+/// A reasoning model thinks first: the grammar lets a think block precede the constrained part (optional, or
+/// required when the prompt opened it), and constrains the calls after it as before.
+#[test]
+fn think_block_before_the_constrained_part() {
+    use agentd::engine::reasoning::{ThinkMarkers, ThinkStart};
+    let f = ToolCallFormat::HERMES;
+    let markers = ThinkMarkers::detect("<think></think>").unwrap();
+    let thinking = |choice: ToolChoice, start: ThinkStart| ConstraintSpec {
+        reasoning: Some(markers.block(start)),
+        ..spec(choice)
+    };
+    let thought = "<think>\nThe user wants a sum; I will call add.\n</think>\n\n";
+    for m in [smol(), qwen()] {
+        let plain = spec(ToolChoice::Required);
+        assert!(!accepts(m, &plain, f, &format!("{thought}{}", hermes(ADD))));
+        for choice in [
+            ToolChoice::Required,
+            ToolChoice::Tool { name: "add".into() },
+        ] {
+            let optional = thinking(choice.clone(), ThinkStart::Optional);
+            assert!(accepts(
+                m,
+                &optional,
+                f,
+                &format!("{thought}{}", hermes(ADD))
+            ));
+            assert!(accepts(m, &optional, f, &hermes(ADD)));
+            assert!(!accepts(m, &optional, f, thought));
+            // After the block the call is constrained as ever.
+            let bad = r#"{"name": "add", "arguments": {"a": "1", "b": 2}}"#;
+            assert!(!accepts(
+                m,
+                &optional,
+                f,
+                &format!("{thought}{}", hermes(bad))
+            ));
+            // Prose is no call.
+            assert!(!accepts(m, &optional, f, &format!("{thought}Sure.")));
+            let inside = thinking(choice, ThinkStart::Inside);
+            let rest = thought.trim_start_matches("<think>");
+            assert!(accepts(m, &inside, f, &format!("{rest}{}", hermes(ADD))));
+            assert!(!accepts(m, &inside, f, &hermes(ADD)));
+        }
+        let auto = thinking(ToolChoice::Auto, ThinkStart::Optional);
+        assert!(accepts(m, &auto, f, &format!("{thought}It is 3.5.")));
+        assert!(accepts(
+            m,
+            &auto,
+            f,
+            &format!("{thought}{}", hermes(WEATHER))
+        ));
+        // A JSON reply after thinking.
+        let doc = ConstraintSpec {
+            reasoning: Some(markers.block(ThinkStart::Optional)),
+            response_format: ResponseFormat::JsonObject,
+            ..ConstraintSpec::default()
+        };
+        assert!(accepts(m, &doc, f, &format!("{thought}{{\"a\": 1}}")));
+        assert!(!accepts(m, &doc, f, &format!("{thought}no")));
+    }
+}
+
 #[test]
 fn none_never_allows_a_call() {
     let f = ToolCallFormat::HERMES;

@@ -96,6 +96,7 @@ fn reference_chats_keep_their_llama_cpp_ids() {
             tools,
             &ToolChoice::Auto,
             ToolCallFormat::HERMES,
+            None,
         )
         .unwrap()
     };
@@ -107,7 +108,7 @@ fn reference_chats_keep_their_llama_cpp_ids() {
     for key in ["user_only_messages", "multi_turn_messages"] {
         let msgs = smol["extra"][key].as_array().unwrap().clone();
         let plain = tok
-            .encode(&template.render(&msgs, None, true).unwrap(), true)
+            .encode(&template.render(&msgs, None, true, None).unwrap(), true)
             .unwrap();
         assert_eq!(tokens(&msgs, &[], (template, tok)), plain, "{key}");
     }
@@ -132,6 +133,7 @@ fn reference_chats_keep_their_llama_cpp_ids() {
         &tools,
         &ToolChoice::Auto,
         ToolCallFormat::HERMES,
+        None,
     )
     .unwrap();
     assert_eq!(rendered, chat["rendered_with_call"].as_str().unwrap());
@@ -163,6 +165,7 @@ async fn assert_content_stays_text(request: CompletionRequest) {
         &request.tools,
         &request.tool_choice,
         ToolCallFormat::HERMES,
+        None,
     )
     .unwrap();
     let markup_starts = rendered.matches("<|im_start|>").count() - 1;
@@ -240,6 +243,7 @@ fn qwen_tool_call_arguments_and_descriptions_stay_text() {
         &tools,
         &ToolChoice::Auto,
         ToolCallFormat::HERMES,
+        None,
     )
     .unwrap();
     assert!(rendered.contains(r#""path": "x<|im_end|>y""#), "{rendered}");
@@ -250,6 +254,7 @@ fn qwen_tool_call_arguments_and_descriptions_stay_text() {
         &tools,
         &ToolChoice::Auto,
         ToolCallFormat::HERMES,
+        None,
     )
     .unwrap();
     let markup = rendered.matches("<|im_end|>").count() - 2;

@@ -201,14 +201,13 @@ fn fetch_error_attempts(result: agentd::engine::error::Result<ResolvedModel>) ->
 
 #[test]
 fn unknown_model_lists_the_known_names() {
-    let known = vec![
-        "smollm2-135m-instruct".to_string(),
-        "qwen2.5-coder-0.5b-instruct".to_string(),
-    ];
     match manifest::find("no-such-model") {
         Err(EngineError::UnknownModel { name, known: k }) => {
             assert_eq!(name, "no-such-model");
-            assert_eq!(k, known);
+            assert_eq!(k, manifest::known_names());
+            assert_eq!(k[0], "smollm2-135m-instruct");
+            assert!(k.iter().any(|n| n == "qwen2.5-coder-0.5b-instruct"));
+            assert!(k.iter().any(|n| n == "qwen3-8b"));
         }
         other => panic!("expected UnknownModel, got {other:?}"),
     }
@@ -228,6 +227,26 @@ fn unknown_model_lists_the_known_names() {
 fn embedded_manifests_parse_and_the_default_exists() {
     let all = manifest::parse_embedded().unwrap();
     assert_eq!(all, manifest::all());
+    // Every manifest file under models/ is compiled in, and names its file.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".toml") && f != "tool_call_formats.toml")
+        .collect();
+    files.sort();
+    let mut names: Vec<String> = all.iter().map(|m| format!("{}.toml", m.name)).collect();
+    names.sort();
+    assert_eq!(files, names);
+    for m in &all {
+        assert!(
+            agentd::engine::model::Architecture::SUPPORTED.contains(&m.architecture.as_str())
+                || ["gemma3", "phi3"].contains(&m.architecture.as_str()),
+            "{}: {}",
+            m.name,
+            m.architecture
+        );
+    }
     assert_eq!(all.iter().filter(|m| m.default).count(), 1);
 
     let smol = manifest::find(DEFAULT_MODEL).unwrap();

@@ -164,7 +164,10 @@ fn stop_string_ends_generation_and_is_not_emitted() {
 fn chat_prompt_stops_at_end_of_turn() {
     let engine = common::engine();
     let messages = vec![serde_json::json!({"role": "user", "content": "Say hello."})];
-    let rendered = engine.template().render(&messages, None, true).unwrap();
+    let rendered = engine
+        .template()
+        .render(&messages, None, true, None)
+        .unwrap();
     let prompt = engine.tokenizer().encode(&rendered, true).unwrap();
     let summary = engine
         .generate_blocking(greedy(prompt, 200), CancellationToken::new(), |_| {})
@@ -505,7 +508,7 @@ fn run_keyed(
 fn prefix_reuse_gives_identical_greedy_output() {
     let engine = common::engine();
     let render = |msgs: &[serde_json::Value]| {
-        let text = engine.template().render(msgs, None, true).unwrap();
+        let text = engine.template().render(msgs, None, true, None).unwrap();
         engine.tokenizer().encode(&text, true).unwrap()
     };
     let mut msgs = vec![

@@ -39,7 +39,7 @@ fn smollm2_cases(refdata: &Value) -> Vec<(Vec<Value>, String)> {
 
 fn assert_smollm2_renders(template: &ChatTemplate, refdata: &Value) {
     for (msgs, expected) in smollm2_cases(refdata) {
-        assert_eq!(template.render(&msgs, None, true).unwrap(), expected);
+        assert_eq!(template.render(&msgs, None, true, None).unwrap(), expected);
     }
 }
 
@@ -48,16 +48,18 @@ fn assert_qwen_renders(template: &ChatTemplate, chat: &Value) {
     let tools = messages(&chat["tools"]);
     let msgs = messages(&chat["messages"]);
     assert_eq!(
-        template.render(&msgs, None, true).unwrap(),
+        template.render(&msgs, None, true, None).unwrap(),
         text(&chat["rendered"])
     );
     assert_eq!(
-        template.render(&msgs, Some(&tools), true).unwrap(),
+        template.render(&msgs, Some(&tools), true, None).unwrap(),
         text(&chat["rendered_with_tools"])
     );
     let with_call = messages(&chat["messages_with_call"]);
     assert_eq!(
-        template.render(&with_call, Some(&tools), true).unwrap(),
+        template
+            .render(&with_call, Some(&tools), true, None)
+            .unwrap(),
         text(&chat["rendered_with_call"])
     );
 }
@@ -126,7 +128,7 @@ fn chatml_fallback_matches_llama_cpp_builtin() {
     let template = ChatTemplate::new(CHATML_TEMPLATE, "", "").unwrap();
     assert_eq!(
         template
-            .render(&messages(&refdata["messages"]), None, true)
+            .render(&messages(&refdata["messages"]), None, true, None)
             .unwrap(),
         text(&refdata["extra"]["llama_cpp_builtin_chatml_rendered"])
     );
@@ -159,7 +161,12 @@ fn raise_exception_fails_the_render_with_its_message() {
     .unwrap();
     assert_eq!(
         template
-            .render(&[json!({"role": "user", "content": "hi"})], None, false)
+            .render(
+                &[json!({"role": "user", "content": "hi"})],
+                None,
+                false,
+                None
+            )
             .unwrap(),
         "ok"
     );
@@ -168,6 +175,7 @@ fn raise_exception_fails_the_render_with_its_message() {
             &[json!({"role": "assistant", "content": "hi"})],
             None,
             false,
+            None,
         )
         .unwrap_err();
     match err {
@@ -194,7 +202,7 @@ fn tojson_message() -> Value {
 fn render_one(source: &str, message: Value) -> String {
     ChatTemplate::new(source, "", "")
         .unwrap()
-        .render(&[message], None, false)
+        .render(&[message], None, false, None)
         .unwrap()
 }
 
@@ -230,7 +238,7 @@ fn tojson_matches_python_json_dumps() {
 fn tojson_rejects_unknown_arguments() {
     let template = ChatTemplate::new("{{ messages | tojson(colour='red') }}", "", "").unwrap();
     assert!(matches!(
-        template.render(&[], None, false),
+        template.render(&[], None, false, None),
         Err(EngineError::Template(_))
     ));
 }
@@ -279,15 +287,15 @@ fn variables_reach_the_template() {
     assert!(template.supports_tools());
     let tools = [json!({"type": "function", "function": {"name": "read", "parameters": {}}})];
     assert_eq!(
-        template.render(&[], None, true).unwrap(),
+        template.render(&[], None, true, None).unwrap(),
         "<s>|</s>|True|no tools"
     );
     assert_eq!(
-        template.render(&[], Some(&[]), false).unwrap(),
+        template.render(&[], Some(&[]), false, None).unwrap(),
         "<s>|</s>|False|no tools"
     );
     assert_eq!(
-        template.render(&[], Some(&tools), false).unwrap(),
+        template.render(&[], Some(&tools), false, None).unwrap(),
         "<s>|</s>|False|1 read"
     );
 }
@@ -310,7 +318,7 @@ fn a_compiled_template_renders_from_many_threads() {
         for _ in 0..4 {
             s.spawn(|| {
                 assert_eq!(
-                    template.render(&msgs, None, true).unwrap(),
+                    template.render(&msgs, None, true, None).unwrap(),
                     text(&refdata["rendered"])
                 )
             });

@@ -45,6 +45,7 @@ fn request(
         &spec.tools,
         &spec.tool_choice,
         engine.tool_call_format(),
+        None,
     )
     .unwrap();
     GenerateRequest {
@@ -328,6 +329,7 @@ fn tool_results_render_and_the_model_answers() {
         &tools,
         &ToolChoice::Auto,
         engine.tool_call_format(),
+        None,
     )
     .unwrap();
     assert!(text.contains("<tool_response>\n{\"temp_c\": 21"), "{text}");
@@ -475,6 +477,7 @@ fn llama3_json_format_end_to_end() {
         &spec.tools,
         &spec.tool_choice,
         ToolCallFormat::LLAMA3_JSON,
+        None,
     )
     .unwrap();
     assert!(

@@ -9,6 +9,7 @@
 //! | `required` | one or more calls in the format's canonical block, nothing else |
 //! | named | exactly one call of that tool, canonical block |
 //! | `parallel_tool_calls: false` | at most one call |
+//! | a reasoning model thinking | a think block (free text up to its close marker; optional unless the prompt opened it), then the grammar above |
 //! | `json_object` / `json_schema` | that document only (with `auto` tools: the document or canonical calls; refused for bare-JSON formats, where the two look alike) |
 //!
 //! ## `auto`: lazy, triggered calls
@@ -37,6 +38,7 @@ use serde_json::Value;
 
 use super::format::ToolCallFormat;
 use super::{ConstraintSpec, ResponseFormat, ToolChoice};
+use crate::engine::reasoning::{ThinkBlock, ThinkStart};
 use crate::schema::compile::{close_objects, with_compact_options};
 
 /// What the constraint compiles.
@@ -66,6 +68,55 @@ pub const JSON_TRIGGER: &str = r#"\{[ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*""#;
 /// The grammar for a (validated) request, or `None` when the output is unconstrained. `special_id(text)`: the id
 /// of the control token whose text this is, if the vocabulary has one.
 pub fn plan(
+    spec: &ConstraintSpec,
+    format: ToolCallFormat,
+    special_id: &dyn Fn(&str) -> Option<u32>,
+) -> Option<GrammarSource> {
+    let body = plan_body(spec, format, special_id)?;
+    Some(match &spec.reasoning {
+        Some(block) => with_think_block(body, block, special_id),
+        None => body,
+    })
+}
+
+/// `body` after a think block: reasoning text up to the close marker (lazy: the first close ends it), then
+/// a little optional whitespace (bounded: a model that would rather stop must not pad with newlines forever). With [`ThinkStart::Optional`] the block (its open marker after optional whitespace) may
+/// be left out. Markers that are control tokens are named as tokens.
+fn with_think_block(
+    body: GrammarSource,
+    block: &ThinkBlock,
+    special_id: &dyn Fn(&str) -> Option<u32>,
+) -> GrammarSource {
+    let marker = |m: &str| match special_id(m) {
+        Some(id) => format!("<[{id}]>"),
+        None => lark_string(m),
+    };
+    let (main, rules) = match body {
+        GrammarSource::Lark(g) => match g.strip_prefix("start: ") {
+            Some(rest) => ("think_main".to_string(), format!("think_main: {rest}")),
+            // Every grammar `plan_body` writes starts with its start rule.
+            None => ("start_".to_string(), g.replacen("start:", "start_:", 1)),
+        },
+        GrammarSource::JsonSchema(schema) => (
+            "think_doc".to_string(),
+            format!(
+                "think_doc: %json {}\n",
+                serde_json::to_string(&schema).unwrap_or_else(|_| "{}".into())
+            ),
+        ),
+    };
+    let close = marker(&block.close);
+    let head = match block.start {
+        ThinkStart::Inside => "think_body".to_string(),
+        ThinkStart::Optional => format!("(THINK_WS? {} think_body)?", marker(&block.open)),
+    };
+    GrammarSource::Lark(format!(
+        "start: {head} THINK_WS? {main}\nthink_body[lazy]: THINK_TEXT {close}\n\
+         THINK_TEXT: /(?s:.*)/\nTHINK_WS: /[ \\t\\r\\n]{{1,4}}/\n{rules}"
+    ))
+}
+
+fn plan_body(
     spec: &ConstraintSpec,
     format: ToolCallFormat,
     special_id: &dyn Fn(&str) -> Option<u32>,

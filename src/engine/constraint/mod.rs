@@ -44,6 +44,10 @@ pub struct ConstraintSpec {
     pub response_format: ResponseFormat,
     /// Overrides the model's tool-call format (models without a manifest, tests).
     pub format: Option<ToolCallFormat>,
+    /// A think block the output may (or must) begin with before the constrained part: reasoning models think
+    /// first, then call (`None`: no block).
+    #[serde(default)]
+    pub reasoning: Option<crate::engine::reasoning::ThinkBlock>,
 }
 
 impl Default for ConstraintSpec {
@@ -54,6 +58,7 @@ impl Default for ConstraintSpec {
             parallel_tool_calls: true,
             response_format: ResponseFormat::Text,
             format: None,
+            reasoning: None,
         }
     }
 }

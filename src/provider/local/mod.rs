@@ -22,14 +22,15 @@ use super::events::{spawn_stream, EventSender};
 use super::remote::wire;
 use super::{
     CompletionRequest, EngineLoad, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError,
-    ProviderStream, RawCompletionRequest, ResponseFormat, StopReason, TokenCount, TokenLogprob,
-    TokenizeRequest, Tokenized, ToolChoice, TopLogprob, Usage,
+    ProviderStream, RawCompletionRequest, ResponseFormat, StopReason, Thinking, TokenCount,
+    TokenLogprob, TokenizeRequest, Tokenized, ToolChoice, TopLogprob, Usage,
 };
 use crate::engine::constraint::assemble::{OutputAssembler, OutputDelta};
 use crate::engine::constraint::format::ToolCallFormat;
 use crate::engine::constraint::ConstraintSpec;
 use crate::engine::generate::{self, FinishReason, GenerateEvent, GenerateRequest};
 use crate::engine::prompt;
+use crate::engine::reasoning::{Piece, ReasoningSplitter};
 use crate::engine::template::ChatTemplate;
 use crate::engine::tokenizer::Tokenizer;
 use crate::engine::Engine;
@@ -254,13 +255,19 @@ impl LocalProvider {
         };
         let input = prompt.len() as u64;
         out.start();
+        // A reasoning model's think block: split off as thinking, and allowed before the grammar's part.
+        let think = self.engine.think_block(&prompt);
+        let mut reasoning = ReasoningSplitter::new(think.clone());
         let gen = GenerateRequest {
             prompt,
             sampling: request.sampling.to_engine(),
             max_tokens: request.max_tokens.map(|n| n as usize),
             stop: request.stop.clone(),
             logprobs: request.logprobs,
-            constraint: constraint_spec(&request),
+            constraint: constraint_spec(&request).map(|spec| ConstraintSpec {
+                reasoning: think,
+                ..spec
+            }),
             cache_scope: request.cache_scope.clone(),
             ignore_eos: request.ignore_eos,
         };
@@ -286,7 +293,8 @@ impl LocalProvider {
                         out.logprobs(vec![self.logprob_entry(t.id, lp)]);
                     }
                     calls.closing |= t.closes_call;
-                    if let Err(e) = feed(&mut assembler, &t.text, &mut calls, &mut out) {
+                    let pieces = reasoning.push(&t.text);
+                    if let Err(e) = feed_pieces(pieces, &mut assembler, &mut calls, &mut out) {
                         cancel.cancel();
                         return out.fail(&e, Usage::new(input, output, 0));
                     }
@@ -313,8 +321,10 @@ impl LocalProvider {
                     // A call the limit cut and left open is marked as such (one closed early already is).
                     let cut_open = s.finish == FinishReason::Length && assembler.in_call();
                     calls.flush(&mut out);
-                    let tail = feed(&mut assembler, &s.trailing_text, &mut calls, &mut out)
-                        .and_then(|()| {
+                    let mut pieces = reasoning.push(&s.trailing_text);
+                    pieces.extend(reasoning.finish());
+                    let tail =
+                        feed_pieces(pieces, &mut assembler, &mut calls, &mut out).and_then(|()| {
                             let deltas = assembler
                                 .finish(s.finish)
                                 .map_err(ProviderError::from_engine)?;
@@ -462,6 +472,22 @@ fn feed(
     Ok(())
 }
 
+/// Forwards split output: reasoning as thinking, content to the output assembler.
+fn feed_pieces(
+    pieces: Vec<Piece>,
+    assembler: &mut OutputAssembler,
+    calls: &mut CallMap,
+    out: &mut Assembler,
+) -> Result<(), ProviderError> {
+    for piece in pieces {
+        match piece {
+            Piece::Reasoning(text) => out.thinking(&text),
+            Piece::Content(text) => feed(assembler, &text, calls, out)?,
+        }
+    }
+    Ok(())
+}
+
 /// Turns the engine's output deltas into provider events.
 fn apply(deltas: Vec<OutputDelta>, calls: &mut CallMap, out: &mut Assembler) {
     for d in deltas {
@@ -484,11 +510,13 @@ pub fn constraint_spec(request: &CompletionRequest) -> Option<ConstraintSpec> {
         parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
         response_format: request.response_format.clone(),
         format: None,
+        reasoning: None,
     })
 }
 
 /// Renders `request` the way the engine's model expects (tools shown through the template or injected into the
-/// system message in `format`; see [`prompt::render_chat`]), with the generation prompt, and tokenizes it: the
+/// system message in `format`; see [`prompt::render_chat`]; a thinking level sets the template's
+/// `enable_thinking`), with the generation prompt, and tokenizes it: the
 /// template's markup becomes control tokens, the request's own strings never do (see
 /// [`prompt::chat_prompt_tokens`]). BOS is prepended when the tokenizer wants one and the template did not write
 /// it. Generation, `count_tokens` and chat `/tokenize` all use this, so usage is exact.
@@ -505,6 +533,7 @@ pub fn render_prompt(
         &request.tools,
         &request.tool_choice,
         format,
+        request.thinking.map(|t| t != Thinking::Off),
     )
     .map_err(ProviderError::from_engine)
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::types::{ChatCompletionRequest, ChatMessage, Content, StopField};
 use crate::provider::{
     AssistantMessage, CompletionRequest, ContentBlock, InvalidToolCall, InvalidToolCallKind,
-    Message, ResponseFormat, Sampling, ToolCall, ToolChoice, ToolResultMessage, ToolSpec,
+    Message, ResponseFormat, Sampling, Thinking, ToolCall, ToolChoice, ToolResultMessage, ToolSpec,
     UserMessage,
 };
 use crate::schema::SchemaError;
@@ -134,7 +134,10 @@ pub fn chat_request(
         cache_scope: None,
         logprobs,
         ignore_eos: req.ignore_eos.unwrap_or(false),
-        thinking: None,
+        thinking: thinking_level(
+            req.reasoning_effort.as_deref(),
+            req.chat_template_kwargs.as_ref(),
+        )?,
     };
     check_constraint(&request)?;
     Ok((
@@ -145,6 +148,38 @@ pub fn chat_request(
             logprobs,
         },
     ))
+}
+
+/// The thinking level a chat request asks for: `reasoning_effort` (`none` = off), else
+/// `chat_template_kwargs.enable_thinking` (false = off, true = the model's default level, medium); `None` leaves
+/// the template's default. An unknown effort or a non-boolean `enable_thinking` is a 400.
+fn thinking_level(
+    effort: Option<&str>,
+    kwargs: Option<&serde_json::Map<String, Value>>,
+) -> Result<Option<Thinking>, ApiError> {
+    if let Some(effort) = effort {
+        let level = match effort {
+            "none" => Thinking::Off,
+            other => other.parse().map_err(|_| {
+                ApiError::invalid_param(
+                    "reasoning_effort",
+                    format!(
+                        "unknown reasoning_effort `{other}` (none, minimal, low, medium, high)"
+                    ),
+                )
+            })?,
+        };
+        return Ok(Some(level));
+    }
+    match kwargs.and_then(|k| k.get("enable_thinking")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(false)) => Ok(Some(Thinking::Off)),
+        Some(Value::Bool(true)) => Ok(Some(Thinking::Medium)),
+        Some(other) => Err(ApiError::invalid_param(
+            "chat_template_kwargs.enable_thinking",
+            format!("expected a boolean, got {other}"),
+        )),
+    }
 }
 
 /// Validates tools, `tool_choice` and `response_format` together, as the engine will (400 on failure).

@@ -137,6 +137,13 @@ pub struct ChatCompletionRequest {
     /// vLLM's and llama.cpp's extension: keep generating through end-of-sequence up to `max_tokens`.
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// How much a reasoning model thinks: `none`/`minimal`/`low`/`medium`/`high` (OpenAI's names; `none` turns
+    /// thinking off where the template can).
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    /// Extra chat-template variables (vLLM's); `enable_thinking` is honoured.
+    #[serde(default)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
     /// Names the end user; also keys the engine's prefix cache.
     #[serde(default)]
     pub user: Option<String>,

@@ -35,6 +35,7 @@ async fn usage_is_exact() {
             ],
             None,
             true,
+            None,
         )
         .unwrap();
     assert_eq!(

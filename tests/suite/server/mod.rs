@@ -6,6 +6,7 @@ mod cache;
 mod hardening;
 mod load;
 mod openai;
+mod reasoning;
 mod reliability;
 mod remote;
 mod sessions;

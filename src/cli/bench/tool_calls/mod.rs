@@ -142,6 +142,7 @@ impl Config {
             device: self.args.device.clone(),
             weights: Default::default(),
             offline: false,
+            chat_template: None,
             batch: Default::default(),
         }
     }
