@@ -1,5 +1,5 @@
 //! Synthetic checkpoints (vLLM's `--load-format dummy`, as GGUF files): a model of a supported architecture's
-//! real shape — tensor names, metadata keys, the Q4_K_M quant mix — filled with seeded random weights, and the
+//! (llama and Mistral, qwen2, qwen3, gemma3, phi3) real shape — tensor names, metadata keys, the Q4_K_M quant mix — filled with seeded random weights, and the
 //! tokenizer (every `tokenizer.*` key, chat template included) of a real model we have. No download: tiny files
 //! (a few MB) for correctness checks that compare engines on the same weights, real-size files for measuring
 //! speed and memory at sizes we cannot fetch.
@@ -34,6 +34,10 @@ pub enum SynthArch {
     Qwen2,
     /// Qwen3 (dense): no biases, QK-norm, 128-wide heads.
     Qwen3,
+    /// Gemma 3: QK-norm, post-norms, GeGLU, sliding-window layers, tied head.
+    Gemma3,
+    /// Phi-3 / Phi-4-mini: fused `attn_qkv` and gate|up `ffn_up`, partial rotation, LongRoPE factors.
+    Phi3,
 }
 
 impl SynthArch {
@@ -42,6 +46,8 @@ impl SynthArch {
             SynthArch::Llama => "llama",
             SynthArch::Qwen2 => "qwen2",
             SynthArch::Qwen3 => "qwen3",
+            SynthArch::Gemma3 => "gemma3",
+            SynthArch::Phi3 => "phi3",
         }
     }
 }
@@ -72,6 +78,14 @@ pub struct SynthShape {
     /// Llama 3.1+'s rope scaling (factor, original context), written as `rope_freqs.weight` as llama.cpp's
     /// converter does.
     pub llama3_rope: Option<(f32, usize)>,
+    /// Rotated dimensions per head when not all (Phi-4-mini's 3/4).
+    pub rope_dims: Option<usize>,
+    /// Sliding window size and (Gemma 3) the layer period: every `n`-th layer global.
+    pub sliding_window: Option<(usize, Option<u32>)>,
+    /// Linear rope scaling factor of the global layers (Gemma 3 4B+: 8).
+    pub rope_scale_linear: Option<f32>,
+    /// Phi-3's LongRoPE: the original context (long and short factors are written).
+    pub longrope: Option<usize>,
 }
 
 impl SynthShape {
@@ -105,6 +119,10 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
         tied,
         head_dim: None,
         llama3_rope: None,
+        rope_dims: None,
+        sliding_window: None,
+        rope_scale_linear: None,
+        longrope: None,
     };
     let llama3 = |shape: SynthShape, factor: f32| SynthShape {
         llama3_rope: Some((factor, 8192)),
@@ -135,8 +153,90 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
                 with_heads(s(36, 4096, 12288, 32, 8, 40960, 1_000_000.0, false), 128),
             ),
         ],
+        SynthArch::Gemma3 => {
+            let gemma =
+                |shape: SynthShape, d: usize, window: usize, scale: Option<f32>| SynthShape {
+                    head_dim: Some(d),
+                    sliding_window: Some((window, Some(6))),
+                    rope_scale_linear: scale,
+                    ..shape
+                };
+            vec![
+                // Two layers with period 2 (one windowed, one global), a window of 8 so a short sequence
+                // crosses it, and 4B's linear scaling on the global layer.
+                (
+                    "tiny",
+                    SynthShape {
+                        sliding_window: Some((8, Some(2))),
+                        ..gemma(
+                            SynthShape {
+                                tied: true,
+                                rope_theta: 1_000_000.0,
+                                ..tiny
+                            },
+                            128,
+                            8,
+                            Some(8.0),
+                        )
+                    },
+                ),
+                (
+                    "1b",
+                    gemma(
+                        s(26, 1152, 6912, 4, 1, 32768, 1_000_000.0, true),
+                        256,
+                        512,
+                        None,
+                    ),
+                ),
+                (
+                    "4b",
+                    gemma(
+                        s(34, 2560, 10240, 8, 4, 131072, 1_000_000.0, true),
+                        256,
+                        1024,
+                        Some(8.0),
+                    ),
+                ),
+            ]
+        }
+        SynthArch::Phi3 => vec![
+            // 64-wide heads with 48 rotated, LongRoPE whose original context (128) is below the file's.
+            (
+                "tiny",
+                SynthShape {
+                    rope_dims: Some(48),
+                    longrope: Some(128),
+                    ..tiny
+                },
+            ),
+            ("mini", s(32, 3072, 8192, 32, 32, 4096, 10_000.0, false)),
+            (
+                "4-mini",
+                SynthShape {
+                    head_dim: Some(128),
+                    rope_dims: Some(96),
+                    longrope: Some(4096),
+                    ..s(32, 3072, 8192, 24, 8, 131072, 10_000.0, true)
+                },
+            ),
+        ],
         SynthArch::Llama => vec![
             ("tiny", tiny),
+            // Mistral's layout is llama's; v0.1 set a 4096 sliding window.
+            (
+                "mistral-tiny",
+                SynthShape {
+                    rope_theta: 1_000_000.0,
+                    context: 32768,
+                    sliding_window: Some((4096, None)),
+                    ..tiny
+                },
+            ),
+            (
+                "mistral-7b",
+                s(32, 4096, 14336, 32, 8, 32768, 1_000_000.0, false),
+            ),
             // Llama 3's rope (base 500k, scaled frequencies) on the tiny shape.
             (
                 "tiny3",
@@ -173,9 +273,11 @@ impl SynthSpec {
             "llama" => SynthArch::Llama,
             "qwen2" | "qwen2.5" => SynthArch::Qwen2,
             "qwen3" => SynthArch::Qwen3,
+            "gemma3" => SynthArch::Gemma3,
+            "phi3" => SynthArch::Phi3,
             other => {
                 return Err(bad(format!(
-                    "no synthetic `{other}` architecture (known: llama, qwen2, qwen3)"
+                    "no synthetic `{other}` architecture (known: llama, qwen2, qwen3, gemma3, phi3)"
                 )))
             }
         };
@@ -351,6 +453,21 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
             )),
         });
     }
+    if let Some(original) = sh.longrope {
+        let half = sh.rope_dims.unwrap_or(head_dim) / 2;
+        let ramp = |top: f32| -> Vec<f32> {
+            (0..half)
+                .map(|i| 1.0 + (top - 1.0) * i as f32 / (half.max(2) - 1) as f32)
+                .collect()
+        };
+        let long = (sh.context as f32 / original as f32).max(1.0);
+        for (name, values) in [
+            ("rope_factors_long.weight", ramp(long)),
+            ("rope_factors_short.weight", ramp(1.2)),
+        ] {
+            out.push(vector(name.into(), half as u64, Fill::Values(values)));
+        }
+    }
     out.push(wide(matrix(
         "token_embd.weight".into(),
         hidden,
@@ -365,23 +482,38 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
             TType::Q4K
         };
         out.push(vector(p("attn_norm.weight"), hidden, Fill::Norm));
-        out.push(matrix(p("attn_q.weight"), hidden, q_out, TType::Q4K));
-        out.push(matrix(p("attn_k.weight"), hidden, kv_out, TType::Q4K));
-        out.push(matrix(p("attn_v.weight"), hidden, kv_out, v_type));
+        if spec.arch == SynthArch::Phi3 {
+            let qkv = q_out + 2 * kv_out;
+            out.push(matrix(p("attn_qkv.weight"), hidden, qkv, v_type));
+        } else {
+            out.push(matrix(p("attn_q.weight"), hidden, q_out, TType::Q4K));
+            out.push(matrix(p("attn_k.weight"), hidden, kv_out, TType::Q4K));
+            out.push(matrix(p("attn_v.weight"), hidden, kv_out, v_type));
+        }
         if spec.arch == SynthArch::Qwen2 {
             out.push(vector(p("attn_q.bias"), q_out, Fill::Bias));
             out.push(vector(p("attn_k.bias"), kv_out, Fill::Bias));
             out.push(vector(p("attn_v.bias"), kv_out, Fill::Bias));
         }
-        if spec.arch == SynthArch::Qwen3 {
+        if matches!(spec.arch, SynthArch::Qwen3 | SynthArch::Gemma3) {
             out.push(vector(p("attn_q_norm.weight"), head_dim as u64, Fill::Norm));
             out.push(vector(p("attn_k_norm.weight"), head_dim as u64, Fill::Norm));
         }
         out.push(matrix(p("attn_output.weight"), q_out, hidden, TType::Q4K));
+        if spec.arch == SynthArch::Gemma3 {
+            out.push(vector(p("post_attention_norm.weight"), hidden, Fill::Norm));
+        }
         out.push(vector(p("ffn_norm.weight"), hidden, Fill::Norm));
-        out.push(matrix(p("ffn_gate.weight"), hidden, ffn, TType::Q4K));
-        out.push(matrix(p("ffn_up.weight"), hidden, ffn, TType::Q4K));
+        if spec.arch == SynthArch::Phi3 {
+            out.push(matrix(p("ffn_up.weight"), hidden, 2 * ffn, TType::Q4K));
+        } else {
+            out.push(matrix(p("ffn_gate.weight"), hidden, ffn, TType::Q4K));
+            out.push(matrix(p("ffn_up.weight"), hidden, ffn, TType::Q4K));
+        }
         out.push(matrix(p("ffn_down.weight"), ffn, hidden, v_type));
+        if spec.arch == SynthArch::Gemma3 {
+            out.push(vector(p("post_ffw_norm.weight"), hidden, Fill::Norm));
+        }
     }
     out.push(vector("output_norm.weight".into(), hidden, Fill::Norm));
     if !sh.tied {
@@ -572,7 +704,8 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
         ("general.architecture".into(), Value::String(arch.into())),
         (
             "general.name".into(),
-            Value::String(format!("synthetic {arch} {} (random weights)", spec.size)),
+            // Not the architecture's name: llama.cpp keys per-model token attributes on names like "phi3".
+            Value::String(format!("synthetic {} (random weights)", spec.size)),
         ),
         (
             "general.file_type".into(),
@@ -589,7 +722,10 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
         (k("attention.head_count"), Value::U32(sh.heads as u32)),
         (k("attention.head_count_kv"), Value::U32(sh.kv_heads as u32)),
         (k("rope.freq_base"), Value::F32(sh.rope_theta)),
-        (k("rope.dimension_count"), Value::U32(sh.head_dim() as u32)),
+        (
+            k("rope.dimension_count"),
+            Value::U32(sh.rope_dims.unwrap_or(sh.head_dim()) as u32),
+        ),
         (k("attention.key_length"), Value::U32(sh.head_dim() as u32)),
         (
             k("attention.value_length"),
@@ -598,6 +734,27 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
         (k("vocab_size"), Value::U32(tokens as u32)),
     ];
+    if let Some((window, pattern)) = sh.sliding_window {
+        metadata.push((k("attention.sliding_window"), Value::U32(window as u32)));
+        if let Some(n) = pattern {
+            metadata.push((k("attention.sliding_window_pattern"), Value::U32(n)));
+            metadata.push((k("rope.freq_base_swa"), Value::F32(10_000.0)));
+        }
+    }
+    if let Some(factor) = sh.rope_scale_linear {
+        metadata.push((k("rope.scaling.type"), Value::String("linear".into())));
+        metadata.push((k("rope.scaling.factor"), Value::F32(factor)));
+    }
+    if let Some(original) = sh.longrope {
+        // llama.cpp's converter: attn_factor = sqrt(1 + ln(scale) / ln(original)).
+        let scale = sh.context as f32 / original as f32;
+        let attn = (1.0 + scale.ln() / (original as f32).ln()).sqrt();
+        metadata.push((
+            k("rope.scaling.original_context_length"),
+            Value::U32(original as u32),
+        ));
+        metadata.push((k("rope.scaling.attn_factor"), Value::F32(attn)));
+    }
     let mut tokenizer: Vec<(&String, &Value)> = tokenizer_from
         .content
         .metadata

@@ -179,7 +179,18 @@ fn hf_environment() -> Result<Environment<'static>> {
     env.add_filter("tojson", tojson);
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", strftime_now);
+    env.add_test("iterable", is_iterable);
     Ok(env)
+}
+
+/// Jinja2's `iterable` test: strings, lists and mappings are; `None`, undefined, numbers and booleans are not
+/// (minijinja's own counts `none` as an empty iterable, so `tools is iterable and tools | length > 0` failed
+/// on Qwen3-Coder's template with no tools).
+fn is_iterable(value: &Value) -> bool {
+    matches!(
+        value.kind(),
+        ValueKind::String | ValueKind::Seq | ValueKind::Map | ValueKind::Iterable
+    )
 }
 
 /// Prints values as Jinja2 (Python's `str`) does for the scalars where minijinja differs: `None`, `True`,

@@ -325,3 +325,54 @@ fn a_compiled_template_renders_from_many_threads() {
         }
     });
 }
+
+/// The families issue 18 adds (Qwen3 and Qwen3-Coder, Llama 3.1/3.2, Phi-3.5, Mistral Nemo, Devstral, Gemma,
+/// DeepSeek-R1 distills): their real templates (from llama.cpp's `models/templates`) render byte-identical to
+/// Jinja2 under transformers' settings (`scripts/template_reference.py` wrote `tests/data/templates/`), for plain,
+/// multi-turn and tool conversations and with thinking off; where Jinja2 raised (`raise_exception`: Gemma's
+/// "System role not supported") ours is an error too.
+#[test]
+fn model_family_templates_render_like_jinja2() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/templates");
+    let renders: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("renders.json")).unwrap()).unwrap();
+    // The reference marks `strftime_now(FORMAT)` (the date differs per run): ours today, for each format used.
+    let today = |fmt: &str| {
+        ChatTemplate::new(&format!("{{{{ strftime_now({fmt:?}) }}}}"), "", "")
+            .unwrap()
+            .render(&[], None, false, None)
+            .unwrap()
+    };
+    let mut families = std::collections::BTreeSet::new();
+    for r in renders.as_array().unwrap() {
+        let name = text(&r["template"]);
+        let label = format!("{name} / {}", text(&r["case"]));
+        let source = std::fs::read_to_string(dir.join(format!("{name}.jinja"))).unwrap();
+        let template = ChatTemplate::new(&source, text(&r["bos"]), text(&r["eos"])).unwrap();
+        let tools = r["tools"].as_array().cloned();
+        let ours = template.render(
+            &messages(&r["messages"]),
+            tools.as_deref(),
+            true,
+            r["enable_thinking"].as_bool(),
+        );
+        match r.get("expected") {
+            Some(expected) => {
+                let mut expected = text(expected).to_owned();
+                while let Some(at) = expected.find("@@strftime_now(") {
+                    let end = at + expected[at..].find(")@@").unwrap();
+                    let fmt = expected[at + "@@strftime_now(".len()..end].to_owned();
+                    expected.replace_range(at..end + 3, &today(&fmt));
+                }
+                let ours = ours.unwrap_or_else(|e| panic!("{label}: {e}"));
+                assert_eq!(ours, expected, "{label}");
+            }
+            None => {
+                let err = ours.expect_err(&label).to_string();
+                assert!(err.contains(text(&r["error"])), "{label}: {err}");
+            }
+        }
+        families.insert(text(&r["family"]).to_owned());
+    }
+    assert!(families.len() >= 9, "{families:?}");
+}

@@ -1,4 +1,4 @@
-//! The CPU forward pass of a llama-family decoder (llama, qwen2) over our own kernels: weights in their file
+//! The CPU forward pass of a llama-family decoder (llama, qwen2/3, gemma3, phi3) over our own kernels: weights in their file
 //! types, activations quantized once per matmul input (fused with the RMS norm), rotary applied in place, the
 //! SwiGLU fused with the quantization of the MLP's hidden state, attention over our own KV layout, and every
 //! parallel step on one thread pool. All intermediate buffers live in a scratch that only grows.
@@ -22,7 +22,7 @@ use super::pool::ThreadPool;
 use super::qmatrix::{matmul_many, QMatrix};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
-use crate::engine::model::{DecoderConfig, RopeStyle};
+use crate::engine::model::{Activation, DecoderConfig, RopeStyle};
 
 /// One sequence's part of a batch: `tokens` go after the `pos` positions it already holds.
 pub struct BatchSeq<'a> {
@@ -51,6 +51,10 @@ struct Layer {
     gate: QMatrix,
     up: QMatrix,
     down: QMatrix,
+    /// Gemma's norms of the attention and MLP outputs before their residual adds.
+    post_norms: Option<[Vec<f32>; 2]>,
+    /// Attends within the sliding window and rotates with the SWA tables.
+    swa: bool,
 }
 
 /// The token embedding table, kept in its file type; rows are dequantized when looked up.
@@ -120,6 +124,7 @@ struct Scratch {
     v: Vec<f32>,
     att: Vec<f32>,
     tmp: Vec<f32>,
+    normed: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
     scores: Vec<f32>,
@@ -139,9 +144,10 @@ pub struct CpuModel {
     layers: Vec<Layer>,
     norm: Vec<f32>,
     output: QMatrix,
-    /// `[position][head_dim / 2]` rotary tables.
+    /// `[position][rope_dims / 2]` rotary tables of the global layers, and of the sliding-window layers.
     cos: Vec<f32>,
     sin: Vec<f32>,
+    swa_tables: Option<(Vec<f32>, Vec<f32>)>,
     isa: Isa,
     pool: ThreadPool,
     scratch: Mutex<Scratch>,
@@ -203,6 +209,59 @@ impl<R: std::io::Read + std::io::Seek> Loader<'_, R> {
         let q = self.raw(name)?;
         self.matrix_from(q, None)
     }
+
+    fn has(&self, name: &str) -> bool {
+        self.gguf.content.tensor_infos.contains_key(name)
+    }
+
+    /// The fused matrix `name` split by rows into `N` matrices of `parts` rows.
+    fn split<const N: usize>(&mut self, name: &str, parts: [usize; N]) -> Result<[QMatrix; N]> {
+        let qs = crate::engine::model::split_rows(
+            self.gguf,
+            &mut self.reader,
+            name,
+            &parts,
+            &Device::Cpu,
+        )?;
+        let ms = qs
+            .into_iter()
+            .map(|q| self.matrix_from(q, None))
+            .collect::<Result<Vec<_>>>()?;
+        ms.try_into().map_err(|_| {
+            EngineError::Internal(format!("{name} split into the wrong number of parts"))
+        })
+    }
+
+    /// q, k, v: three matrices, or Phi-3's fused `attn_qkv` (rows q | k | v).
+    fn qkv(&mut self, layer: usize, qw: usize, kvw: usize) -> Result<[QMatrix; 3]> {
+        let p = |s: &str| format!("blk.{layer}.{s}");
+        if self.has(&p("attn_qkv.weight")) {
+            return self.split(&p("attn_qkv.weight"), [qw, kvw, kvw]);
+        }
+        Ok([
+            self.matrix(&p("attn_q.weight"))?,
+            self.matrix(&p("attn_k.weight"))?,
+            self.matrix(&p("attn_v.weight"))?,
+        ])
+    }
+
+    /// gate, up: two matrices, or Phi-3's fused `ffn_up` (rows gate | up).
+    fn gate_up(&mut self, layer: usize) -> Result<[QMatrix; 2]> {
+        let p = |s: &str| format!("blk.{layer}.{s}");
+        if self.has(&p("ffn_gate.weight")) {
+            return Ok([
+                self.matrix(&p("ffn_gate.weight"))?,
+                self.matrix(&p("ffn_up.weight"))?,
+            ]);
+        }
+        let rows = self
+            .gguf
+            .content
+            .tensor_infos
+            .get(&p("ffn_up.weight"))
+            .map_or(0, |t| t.shape.dims().first().copied().unwrap_or(0));
+        self.split(&p("ffn_up.weight"), [rows / 2, rows / 2])
+    }
 }
 
 impl CpuModel {
@@ -259,11 +318,24 @@ impl CpuModel {
             } else {
                 None
             };
+            let [q, k, v] = ld.qkv(
+                i,
+                config.n_head * config.head_dim,
+                config.n_kv_head * config.head_dim,
+            )?;
+            let [gate, up] = ld.gate_up(i)?;
+            let post_norms = match config.post_norms {
+                true => Some([
+                    ld.vector(&p("post_attention_norm.weight"))?,
+                    ld.vector(&p("post_ffw_norm.weight"))?,
+                ]),
+                false => None,
+            };
             layers.push(Layer {
                 attn_norm: ld.vector(&p("attn_norm.weight"))?,
-                q: ld.matrix(&p("attn_q.weight"))?,
-                k: ld.matrix(&p("attn_k.weight"))?,
-                v: ld.matrix(&p("attn_v.weight"))?,
+                q,
+                k,
+                v,
                 o: ld.matrix(&p("attn_output.weight"))?,
                 bias,
                 qk_norm: if config.qk_norm {
@@ -275,9 +347,11 @@ impl CpuModel {
                     None
                 },
                 ffn_norm: ld.vector(&p("ffn_norm.weight"))?,
-                gate: ld.matrix(&p("ffn_gate.weight"))?,
-                up: ld.matrix(&p("ffn_up.weight"))?,
+                gate,
+                up,
                 down: ld.matrix(&p("ffn_down.weight"))?,
+                post_norms,
+                swa: config.is_swa(i),
             });
         }
         let (q_out, kv_out) = (
@@ -306,8 +380,10 @@ impl CpuModel {
             }
         }
         let (cos, sin) = config.rope_tables();
+        let swa_tables = config.rope_tables_swa();
         let weight_bytes = ld.weight_bytes;
         Ok(Self {
+            swa_tables,
             config,
             vocab_size,
             weight_bytes,
@@ -416,6 +492,9 @@ impl CpuModel {
         grow(&mut s.v, t_all * kvw);
         grow(&mut s.att, t_all * qw);
         grow(&mut s.tmp, t_all * h);
+        if cfg.post_norms {
+            grow(&mut s.normed, t_all * h);
+        }
         grow(&mut s.gate, t_all * ff);
         grow(&mut s.up, t_all * ff);
         let max_len = batch
@@ -433,7 +512,11 @@ impl CpuModel {
                         self.vocab_size
                     )));
                 }
-                self.embed.row(tok, &mut s.x[r * h..(r + 1) * h])?;
+                let row = &mut s.x[r * h..(r + 1) * h];
+                self.embed.row(tok, row)?;
+                if let Some(scale) = cfg.embed_scale {
+                    row.iter_mut().for_each(|v| *v *= scale);
+                }
                 r += 1;
             }
         }
@@ -472,7 +555,7 @@ impl CpuModel {
                 &s.acts,
                 &mut [(&layer.o, &mut s.tmp[..t_all * h])],
             );
-            ops::add(self.isa, &mut s.x[..t_all * h], &s.tmp[..t_all * h]);
+            self.residual(s, layer.post_norms.as_ref().map(|[a, _]| a), t_all);
             // MLP block.
             let kinds = [layer.gate.act_kind(), layer.up.act_kind()];
             self.norm_into(&mut s.acts, &s.x, t_all, &layer.ffn_norm, eps, &kinds);
@@ -485,11 +568,15 @@ impl CpuModel {
                 ],
             );
             let (gate, up, isa) = (SyncPtr(s.gate.as_mut_ptr()), &s.up, self.isa);
+            let gelu = cfg.activation == Activation::GeluTanh;
             s.acts.reset(t_all, ff, &[layer.down.act_kind()]);
             s.acts.fill(&self.pool, &|r, row| {
                 // SAFETY: `fill` hands each row index to exactly one thread; `gate` holds `t_all * ff` values.
                 let g = unsafe { gate.slice(r * ff, ff) };
-                ops::silu_mul(isa, g, &up[r * ff..(r + 1) * ff]);
+                match gelu {
+                    true => ops::gelu_mul(isa, g, &up[r * ff..(r + 1) * ff]),
+                    false => ops::silu_mul(isa, g, &up[r * ff..(r + 1) * ff]),
+                }
                 row.copy_from_slice(g);
             });
             matmul_many(
@@ -497,7 +584,7 @@ impl CpuModel {
                 &s.acts,
                 &mut [(&layer.down, &mut s.tmp[..t_all * h])],
             );
-            ops::add(self.isa, &mut s.x[..t_all * h], &s.tmp[..t_all * h]);
+            self.residual(s, layer.post_norms.as_ref().map(|[_, b]| b), t_all);
         }
         // The last row of every sequence that wants logits: final norm and the output head.
         s.last.clear();
@@ -519,6 +606,9 @@ impl CpuModel {
         });
         let mut logits = vec![0f32; last.len() * self.vocab_size];
         matmul_many(&self.pool, &s.acts, &mut [(&self.output, &mut logits)]);
+        if let Some(cap) = cfg.final_logit_softcap {
+            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+        }
         if batch.len() == 1 {
             return Ok(vec![logits]);
         }
@@ -530,6 +620,22 @@ impl CpuModel {
                 false => Vec::new(),
             })
             .collect())
+    }
+
+    /// `x += tmp`, with `tmp`'s rows RMS-normed by `post_norm` first when there is one (Gemma).
+    fn residual(&self, s: &mut Scratch, post_norm: Option<&Vec<f32>>, t_all: usize) {
+        let h = self.config.hidden;
+        let Some(w) = post_norm else {
+            return ops::add(self.isa, &mut s.x[..t_all * h], &s.tmp[..t_all * h]);
+        };
+        let (eps, isa) = (self.config.rms_eps as f32, self.isa);
+        let (normed, tmp) = (SyncPtr(s.normed.as_mut_ptr()), &s.tmp);
+        self.pool.run(t_all, &|r, _| {
+            // SAFETY: each row is one item, run once; `normed` holds `t_all` rows (grown in forward_batch).
+            let out = unsafe { normed.slice(r * h, h) };
+            ops::rms_norm(isa, out, &tmp[r * h..(r + 1) * h], w, eps);
+        });
+        ops::add(self.isa, &mut s.x[..t_all * h], &s.normed[..t_all * h]);
     }
 
     /// RMS-norms `t` rows of `x` with `w` into `acts`, quantized for `kinds` in the same pass.
@@ -555,8 +661,12 @@ impl CpuModel {
         let cfg = &self.config;
         let d = cfg.head_dim;
         let (qw, kvw) = (cfg.n_head * d, cfg.n_kv_head * d);
-        let half = d / 2;
+        let (rot, half) = (cfg.rope_dims, cfg.rope_dims / 2);
         let neox = cfg.rope_style == RopeStyle::Neox;
+        let (cos_t, sin_t) = match (&self.swa_tables, layer.swa) {
+            (Some((c, s)), true) => (c, s),
+            _ => (&self.cos, &self.sin),
+        };
         let (q, k, v) = (
             SyncPtr(s.q.as_mut_ptr()),
             SyncPtr(s.k.as_mut_ptr()),
@@ -590,11 +700,11 @@ impl CpuModel {
                 }
                 let pos = rows[r].1;
                 let (cos, sin) = (
-                    &self.cos[pos * half..(pos + 1) * half],
-                    &self.sin[pos * half..(pos + 1) * half],
+                    &cos_t[pos * half..(pos + 1) * half],
+                    &sin_t[pos * half..(pos + 1) * half],
                 );
                 for head in qr.chunks_exact_mut(d).chain(kr.chunks_exact_mut(d)) {
-                    ops::rope(head, cos, sin, neox);
+                    ops::rope(&mut head[..rot], cos, sin, neox);
                 }
             }
         });
@@ -616,7 +726,11 @@ impl CpuModel {
         let (n_head, n_kv) = (cfg.n_head, cfg.n_kv_head);
         let n_rep = n_head / n_kv;
         let qw = n_head * d;
-        let scale = 1.0 / (d as f32).sqrt();
+        let scale = cfg.attn_scale;
+        let window = match self.layers[layer].swa {
+            true => cfg.sliding_window.as_ref(),
+            false => None,
+        };
         let items = s.rows.len() * n_kv;
         let (att, scores) = (SyncPtr(s.att.as_mut_ptr()), SyncPtr(s.scores.as_mut_ptr()));
         let (q, rows, isa) = (&s.q, &s.rows, self.isa);
@@ -627,26 +741,31 @@ impl CpuModel {
                 let (r, kvh) = (item / n_kv, item % n_kv);
                 let (si, pos) = rows[r];
                 let len = pos + 1;
+                // Keys before `start` are outside the sliding window (none without one).
+                let start = window.map_or(0, |w| w.start(pos));
                 let blocks = &batch[si].blocks[..len.div_ceil(BLOCK_TOKENS)];
+                let first = start / BLOCK_TOKENS;
                 let run = |bi: usize| {
                     let n = (len - bi * BLOCK_TOKENS).min(BLOCK_TOKENS);
                     (n, kv.run(blocks[bi], layer, kvh, n))
                 };
                 for hh in kvh * n_rep..(kvh + 1) * n_rep {
                     let qh = &q[r * qw + hh * d..r * qw + (hh + 1) * d];
-                    for bi in 0..blocks.len() {
+                    for bi in first..blocks.len() {
                         let (n, (keys, _)) = run(bi);
                         let at = bi * BLOCK_TOKENS;
                         ops::scores(isa, qh, keys, scale, &mut sc[at..at + n]);
                     }
-                    ops::softmax(&mut sc[..len]);
+                    ops::softmax(&mut sc[start..len]);
                     // SAFETY: (row r, head hh) is written by this item only.
                     let out = unsafe { att.slice(r * qw + hh * d, d) };
                     out.fill(0.0);
-                    for bi in 0..blocks.len() {
+                    for bi in first..blocks.len() {
                         let (n, (_, values)) = run(bi);
                         let at = bi * BLOCK_TOKENS;
-                        ops::accumulate(isa, out, &sc[at..at + n], values);
+                        // The first block may begin before the window.
+                        let skip = start.saturating_sub(at);
+                        ops::accumulate(isa, out, &sc[at + skip..at + n], &values[skip * d..]);
                     }
                 }
             }

@@ -1,4 +1,4 @@
-//! The f32 vector operations of the forward pass (dot, axpy, RMS norm, SwiGLU, softmax, rotary), written once
+//! The f32 vector operations of the forward pass (dot, axpy, RMS norm, SwiGLU, GeGLU, softmax, rotary), written once
 //! as plain loops over 8-wide chunks and compiled twice: as is, and inside an AVX2/FMA `target_feature`
 //! function so the same loops become 256-bit code on processors that have it (picked at run time).
 
@@ -44,6 +44,11 @@ multiversion! {
 multiversion! {
     /// g = silu(g) · u.
     pub fn silu_mul(g: &mut [f32], u: &[f32]) => silu_mul_generic, silu_mul_avx2
+}
+
+multiversion! {
+    /// g = gelu(g) · u, GELU's tanh approximation (Gemma's GeGLU).
+    pub fn gelu_mul(g: &mut [f32], u: &[f32]) => gelu_mul_generic, gelu_mul_avx2
 }
 
 multiversion! {
@@ -132,6 +137,15 @@ fn rms_norm_generic(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
 fn silu_mul_generic(g: &mut [f32], u: &[f32]) {
     for (g, u) in g.iter_mut().zip(u) {
         *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+#[inline(always)]
+fn gelu_mul_generic(g: &mut [f32], u: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (g, u) in g.iter_mut().zip(u) {
+        let x = *g;
+        *g = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh()) * u;
     }
 }
 

@@ -1,12 +1,13 @@
-//! The building blocks every supported architecture shares: weight loading (with optional requantisation),
-//! RMS norm, rotary tables, grouped-query attention over a per-sequence KV cache, and the SwiGLU MLP.
+//! The building blocks every supported architecture shares: weight loading (with optional requantisation and
+//! fused matrices split), RMS norm, rotary tables (partial rotation too), grouped-query attention over a
+//! per-sequence KV cache, the gated MLP (SwiGLU or GeGLU), and Gemma's post-norms.
 
 use std::io::{Read, Seek};
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 
-use super::{requantise, to_q8_0, DecoderConfig, RopeStyle, WeightFormat};
+use super::{requantise, to_q8_0, Activation, DecoderConfig, RopeStyle, WeightFormat};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
 use crate::engine::kv::LayerKv;
@@ -46,6 +47,25 @@ impl<R: Read + Seek> LoadCtx<'_, R> {
         }
         self.weight_bytes += q.storage_size_in_bytes();
         Ok(Linear::Candle(QMatMul::from_qtensor(q)?))
+    }
+
+    /// The fused matrix `name` split by rows into `parts` (see [`super::split_rows`]), each requantised per the
+    /// weight format.
+    pub fn matmul_split(&mut self, name: &str, parts: &[usize]) -> Result<Vec<Linear>> {
+        super::split_rows(self.gguf, self.reader, name, parts, self.device)?
+            .into_iter()
+            .map(|mut q| {
+                if requantise(self.format, q.dtype(), self.device) {
+                    q = to_q8_0(q, self.device)?;
+                }
+                self.weight_bytes += q.storage_size_in_bytes();
+                Ok(Linear::Candle(QMatMul::from_qtensor(q)?))
+            })
+            .collect()
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.gguf.content.tensor_infos.contains_key(name)
     }
 
     /// A small tensor (norm weight, bias) as f32.
@@ -97,9 +117,24 @@ pub(super) struct Rotary {
 }
 
 impl Rotary {
+    /// The global layers' tables.
     pub fn new(cfg: &DecoderConfig, device: &Device) -> Result<Self> {
-        let (half, n) = (cfg.head_dim / 2, cfg.context_length);
-        let (cos, sin) = cfg.rope_tables();
+        Self::from_tables(cfg, cfg.rope_tables(), device)
+    }
+
+    /// The sliding-window layers' tables, when the model has such layers.
+    pub fn swa(cfg: &DecoderConfig, device: &Device) -> Result<Option<Self>> {
+        cfg.rope_tables_swa()
+            .map(|tables| Self::from_tables(cfg, tables, device))
+            .transpose()
+    }
+
+    fn from_tables(
+        cfg: &DecoderConfig,
+        (cos, sin): (Vec<f32>, Vec<f32>),
+        device: &Device,
+    ) -> Result<Self> {
+        let (half, n) = (cfg.rope_dims / 2, cfg.context_length);
         Ok(Self {
             cos: Tensor::from_vec(cos, (n, half), device)?,
             sin: Tensor::from_vec(sin, (n, half), device)?,
@@ -125,13 +160,22 @@ pub(super) struct RopeAt {
 }
 
 impl RopeAt {
-    /// Rotates `x: [b, heads, t, head_dim]`.
+    /// Rotates the first `2 · cos.width` dimensions of every head of `x: [b, heads, t, head_dim]`; the rest pass.
     fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.contiguous()?;
-        Ok(match self.style {
-            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &self.cos, &self.sin)?,
-            RopeStyle::Neox => candle_nn::rotary_emb::rope(&x, &self.cos, &self.sin)?,
-        })
+        let d = x.dim(3)?;
+        let rot = 2 * self.cos.dim(1)?;
+        let rotate = |x: &Tensor| -> Result<Tensor> {
+            let x = x.contiguous()?;
+            Ok(match self.style {
+                RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, &self.cos, &self.sin)?,
+                RopeStyle::Neox => candle_nn::rotary_emb::rope(&x, &self.cos, &self.sin)?,
+            })
+        };
+        if rot == d {
+            return rotate(x);
+        }
+        let head = rotate(&x.narrow(3, 0, rot)?)?;
+        Ok(Tensor::cat(&[&head, &x.narrow(3, rot, d - rot)?], 3)?)
     }
 }
 
@@ -146,19 +190,27 @@ struct Attention {
     n_head: usize,
     n_kv_head: usize,
     head_dim: usize,
+    scale: f64,
 }
 
 struct Mlp {
     gate: Linear,
     up: Linear,
     down: Linear,
+    activation: Activation,
 }
 
 pub(super) struct DecoderLayer {
     attn_norm: RmsNorm,
     attn: Attention,
+    /// Gemma's norm of the attention output before the residual add.
+    post_attn_norm: Option<RmsNorm>,
     ffn_norm: RmsNorm,
     mlp: Mlp,
+    /// Gemma's norm of the MLP output before the residual add.
+    post_ffn_norm: Option<RmsNorm>,
+    /// Whether this layer attends within the sliding window (and rotates with the SWA tables).
+    pub swa: bool,
 }
 
 impl DecoderLayer {
@@ -177,12 +229,47 @@ impl DecoderLayer {
         } else {
             None
         };
+        let (qw, kvw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
+        let [q, k, v] = if ctx.has(&p("attn_qkv.weight")) {
+            fused::<3>(ctx.matmul_split(&p("attn_qkv.weight"), &[qw, kvw, kvw])?)?
+        } else {
+            [
+                ctx.matmul(&p("attn_q.weight"))?,
+                ctx.matmul(&p("attn_k.weight"))?,
+                ctx.matmul(&p("attn_v.weight"))?,
+            ]
+        };
+        let [gate, up] = if ctx.has(&p("ffn_gate.weight")) {
+            [
+                ctx.matmul(&p("ffn_gate.weight"))?,
+                ctx.matmul(&p("ffn_up.weight"))?,
+            ]
+        } else {
+            // Phi-3: `ffn_up` holds the gate's rows, then the up projection's.
+            let rows = ctx
+                .gguf
+                .content
+                .tensor_infos
+                .get(&p("ffn_up.weight"))
+                .map_or(0, |t| t.shape.dims().first().copied().unwrap_or(0));
+            let ff = rows / 2;
+            fused::<2>(ctx.matmul_split(&p("ffn_up.weight"), &[ff, ff])?)?
+        };
         Ok(Self {
             attn_norm: ctx.norm(&p("attn_norm.weight"), cfg.rms_eps)?,
+            post_attn_norm: match cfg.post_norms {
+                true => Some(ctx.norm(&p("post_attention_norm.weight"), cfg.rms_eps)?),
+                false => None,
+            },
+            post_ffn_norm: match cfg.post_norms {
+                true => Some(ctx.norm(&p("post_ffw_norm.weight"), cfg.rms_eps)?),
+                false => None,
+            },
+            swa: cfg.is_swa(i),
             attn: Attention {
-                q: ctx.matmul(&p("attn_q.weight"))?,
-                k: ctx.matmul(&p("attn_k.weight"))?,
-                v: ctx.matmul(&p("attn_v.weight"))?,
+                q,
+                k,
+                v,
                 o: ctx.matmul(&p("attn_output.weight"))?,
                 bias,
                 qk_norm: if cfg.qk_norm {
@@ -196,12 +283,14 @@ impl DecoderLayer {
                 n_head: cfg.n_head,
                 n_kv_head: cfg.n_kv_head,
                 head_dim: cfg.head_dim,
+                scale: cfg.attn_scale as f64,
             },
             ffn_norm: ctx.norm(&p("ffn_norm.weight"), cfg.rms_eps)?,
             mlp: Mlp {
-                gate: ctx.matmul(&p("ffn_gate.weight"))?,
-                up: ctx.matmul(&p("ffn_up.weight"))?,
+                gate,
+                up,
                 down: ctx.matmul(&p("ffn_down.weight"))?,
+                activation: cfg.activation,
             },
         })
     }
@@ -216,10 +305,16 @@ impl DecoderLayer {
         pos: usize,
     ) -> Result<Tensor> {
         let h = self.attn_norm.forward(x)?;
-        let h = self.attn.forward(&h, rope, mask, kv, pos)?;
+        let mut h = self.attn.forward(&h, rope, mask, kv, pos)?;
+        if let Some(n) = &self.post_attn_norm {
+            h = n.forward(&h)?;
+        }
         let x = (x + h)?;
         let h = self.ffn_norm.forward(&x)?;
-        let h = self.mlp.forward(&h)?;
+        let mut h = self.mlp.forward(&h)?;
+        if let Some(n) = &self.post_ffn_norm {
+            h = n.forward(&h)?;
+        }
         Ok((x + h)?)
     }
 }
@@ -263,8 +358,7 @@ impl Attention {
         // fold them into the row dimension: [1, n_kv, n_rep * t, d].
         let n_rep = self.n_head / self.n_kv_head;
         let q = q.reshape((b, self.n_kv_head, n_rep * t, d))?;
-        let scale = 1.0 / (d as f64).sqrt();
-        let att = (q.matmul(&k.t()?)? * scale)?;
+        let att = (q.matmul(&k.t()?)? * self.scale)?;
         let att = match mask {
             Some(mask) => att
                 .reshape((b, self.n_kv_head, n_rep, t, kv_len))?
@@ -284,8 +378,20 @@ impl Attention {
 
 impl Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = candle_nn::ops::silu(&self.gate.forward(x)?)?;
+        let gate = self.gate.forward(x)?;
+        let gate = match self.activation {
+            Activation::Silu => candle_nn::ops::silu(&gate)?,
+            // candle's `gelu` is the tanh approximation.
+            Activation::GeluTanh => gate.gelu()?,
+        };
         let up = self.up.forward(x)?;
         self.down.forward(&(gate * up)?)
     }
+}
+
+/// The parts of a split fused matrix as an array.
+fn fused<const N: usize>(parts: Vec<Linear>) -> Result<[Linear; N]> {
+    parts.try_into().map_err(|_| {
+        EngineError::Internal("a fused matrix split into the wrong number of parts".into())
+    })
 }

@@ -1,12 +1,16 @@
 //! Model forward passes for decoder-only transformers loaded from GGUF.
 //!
-//! One file per architecture (`llama.rs`, `qwen2.rs`) reads that architecture's hyper-parameters; the layers they
-//! share (RMS norm, attention with grouped KV heads and rotary embeddings, SwiGLU MLP) live in `layers.rs`, so
-//! the rotary code exists once. The model holds no sequence state: every forward pass takes the sequence's own
+//! One file per architecture (`llama.rs`, `qwen2.rs` with qwen3, `gemma3.rs`, `phi3.rs`) reads that
+//! architecture's hyper-parameters into one [`DecoderConfig`]; the layers they share (RMS norm, attention with
+//! grouped KV heads, rotary embeddings and optional sliding windows, gated MLP) live in `layers.rs`, so the
+//! rotary code exists once. Fused weights (Phi-3's `attn_qkv`, `ffn_up`) are split into their parts at load
+//! ([`split_rows`]), so both forward passes see one layout. The model holds no sequence state: every forward pass takes the sequence's own
 //! [`SeqKv`], which is what lets the engine keep several sequences (prefix reuse, batching) side by side.
 
+pub mod gemma3;
 mod layers;
 pub mod llama;
+pub mod phi3;
 pub mod qwen2;
 
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -24,16 +28,20 @@ pub enum Architecture {
     Llama,
     Qwen2,
     Qwen3,
+    Gemma3,
+    Phi3,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static [&'static str] = &["llama", "qwen2", "qwen3"];
+    pub const SUPPORTED: &'static [&'static str] = &["llama", "qwen2", "qwen3", "gemma3", "phi3"];
 
     pub fn from_name(name: &str) -> Result<Self> {
         match name {
             "llama" => Ok(Self::Llama),
             "qwen2" => Ok(Self::Qwen2),
             "qwen3" => Ok(Self::Qwen3),
+            "gemma3" => Ok(Self::Gemma3),
+            "phi3" => Ok(Self::Phi3),
             other => Err(EngineError::UnsupportedArchitecture {
                 arch: other.into(),
                 supported: Self::SUPPORTED.iter().map(|s| s.to_string()).collect(),
@@ -46,6 +54,8 @@ impl Architecture {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
+            Self::Gemma3 => "gemma3",
+            Self::Phi3 => "phi3",
         }
     }
 }
@@ -77,8 +87,59 @@ pub struct DecoderConfig {
     /// embeddings: Qwen3's QK-norm.
     pub qk_norm: bool,
     /// Llama 3.1+'s rope scaling as llama.cpp stores it: one divisor per rotary frequency (`rope_freqs.weight`,
-    /// `head_dim / 2` values). `None`: plain RoPE.
+    /// `rope_dims / 2` values; Phi-3's long or short factors). `None`: plain RoPE.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// How many dimensions of each head are rotated (`rope.dimension_count`; Phi-4-mini rotates 3/4 of them).
+    pub rope_dims: usize,
+    /// Linear rope scaling of the global layers: positions are multiplied by this (`1 / rope.scaling.factor`).
+    pub rope_freq_scale: f32,
+    /// Multiplies cos and sin (Phi-3's LongRoPE `rope.scaling.attn_factor`).
+    pub rope_attn_factor: f32,
+    /// The scale of `q·k` (`1/sqrt(head_dim)` unless the architecture says otherwise).
+    pub attn_scale: f32,
+    /// Token embeddings are multiplied by this (Gemma: `sqrt(hidden)`).
+    pub embed_scale: Option<f32>,
+    /// RMS norms after the attention and after the MLP, before each residual add (Gemma's
+    /// `post_attention_norm` / `post_ffw_norm`).
+    pub post_norms: bool,
+    /// The MLP's gate activation.
+    pub activation: Activation,
+    /// Sliding-window attention on some layers.
+    pub sliding_window: Option<SlidingWindow>,
+    /// `cap · tanh(logit / cap)` on the output logits (Gemma's final soft-capping).
+    pub final_logit_softcap: Option<f32>,
+}
+
+/// The activation applied to the MLP's gate before it multiplies the up projection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU (llama, qwen, phi3).
+    Silu,
+    /// GeGLU with the tanh approximation of GELU (gemma).
+    GeluTanh,
+}
+
+/// Sliding-window attention: a query at position `p` sees keys at `p - size < j <= p` on the layers flagged
+/// here (llama.cpp's standard SWA); those layers rotate with their own base and no scaling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlidingWindow {
+    pub size: usize,
+    /// Per layer: whether it is a sliding-window layer.
+    pub layers: Vec<bool>,
+    /// The rope base of the sliding-window layers, which then rotate unscaled (Gemma 3); `None`: they rotate as
+    /// the global layers do (Mistral).
+    pub rope_theta: Option<f32>,
+}
+
+impl SlidingWindow {
+    pub fn on_layer(&self, layer: usize) -> bool {
+        self.layers.get(layer).copied().unwrap_or(false)
+    }
+
+    /// The first key position a query at `pos` sees.
+    pub fn start(&self, pos: usize) -> usize {
+        (pos + 1).saturating_sub(self.size)
+    }
 }
 
 impl DecoderConfig {
@@ -119,6 +180,25 @@ impl DecoderConfig {
         } else {
             10_000.0
         };
+        let rope_dims = if gguf.has(&key("rope.dimension_count")) {
+            gguf.get_u32(&key("rope.dimension_count"))? as usize
+        } else {
+            head_dim
+        };
+        if rope_dims == 0 || rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
+            return Err(EngineError::InvalidGguf {
+                path: gguf.path.clone(),
+                message: format!(
+                    "rope.dimension_count {rope_dims} does not fit heads of {head_dim}"
+                ),
+            });
+        }
+        let rope_freq_scale = match opt_f32(gguf, &key("rope.scaling.factor"))?
+            .or(opt_f32(gguf, &key("rope.scale_linear"))?)
+        {
+            Some(f) if f > 0.0 && scaling_is_linear(gguf, &key("rope.scaling.type"))? => 1.0 / f,
+            _ => 1.0,
+        };
         Ok(Self {
             arch,
             n_layer: gguf.get_u32(&key("block_count"))? as usize,
@@ -132,7 +212,16 @@ impl DecoderConfig {
             rope_style,
             qkv_bias,
             qk_norm: false,
-            rope_freq_factors: rope_freq_factors(gguf, head_dim)?,
+            rope_freq_factors: rope_freq_factors(gguf, "rope_freqs.weight", rope_dims)?,
+            rope_dims,
+            rope_freq_scale,
+            rope_attn_factor: opt_f32(gguf, &key("rope.scaling.attn_factor"))?.unwrap_or(1.0),
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            embed_scale: None,
+            post_norms: false,
+            activation: Activation::Silu,
+            sliding_window: None,
+            final_logit_softcap: None,
         })
     }
 
@@ -150,36 +239,106 @@ impl DecoderConfig {
         Ok(())
     }
 
-    /// Rotary tables `[position][head_dim / 2]` for the whole context: cos and sin of `p · θ_i`, with
-    /// `θ_i = base^(−2i/d) / factor_i` (`factor_i` = 1 without Llama 3 rope scaling; both forward passes use
-    /// these).
+    /// Rotary tables `[position][rope_dims / 2]` for the whole context: `a·cos` and `a·sin` of `p · s · θ_i`,
+    /// with `θ_i = base^(−2i/d) / factor_i` (`d` = `rope_dims`, `factor_i` = 1 without rope frequency factors,
+    /// `s` the linear scale, `a` the attention factor; both forward passes use these). The tables of the global
+    /// layers; see [`rope_tables_swa`](Self::rope_tables_swa).
     pub fn rope_tables(&self) -> (Vec<f32>, Vec<f32>) {
-        let half = self.head_dim / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| {
-                let factor = self.rope_freq_factors.as_ref().map_or(1.0, |f| f[i]);
-                1.0 / self.rope_theta.powf((2 * i) as f32 / self.head_dim as f32) / factor
-            })
-            .collect();
-        let n = self.context_length;
-        let mut cos = Vec::with_capacity(n * half);
-        let mut sin = Vec::with_capacity(n * half);
-        for p in 0..n {
-            for f in &inv_freq {
-                let angle = p as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
-        (cos, sin)
+        rope_table(
+            self.rope_theta,
+            self.rope_dims,
+            self.rope_freq_factors.as_deref(),
+            self.rope_freq_scale,
+            self.rope_attn_factor,
+            self.context_length,
+        )
+    }
+
+    /// The tables of the sliding-window layers when they have their own base: no frequency factors, no linear
+    /// scaling (llama.cpp's `rope_freq_base_train_swa`, scale 1). `None` when they use the global tables.
+    pub fn rope_tables_swa(&self) -> Option<(Vec<f32>, Vec<f32>)> {
+        let theta = self.sliding_window.as_ref()?.rope_theta?;
+        Some(rope_table(
+            theta,
+            self.rope_dims,
+            None,
+            1.0,
+            self.rope_attn_factor,
+            self.context_length,
+        ))
+    }
+
+    /// Whether `layer` uses sliding-window attention.
+    pub fn is_swa(&self, layer: usize) -> bool {
+        self.sliding_window
+            .as_ref()
+            .is_some_and(|w| w.on_layer(layer))
     }
 }
 
-/// The rotary frequency divisors of `rope_freqs.weight`, when the file has it (llama.cpp writes it for Llama 3.1+
-/// rope scaling); they must be `head_dim / 2` positive numbers.
-fn rope_freq_factors(gguf: &GgufFile, head_dim: usize) -> Result<Option<Vec<f32>>> {
-    const NAME: &str = "rope_freqs.weight";
-    if !gguf.content.tensor_infos.contains_key(NAME) {
+fn rope_table(
+    base: f32,
+    dims: usize,
+    factors: Option<&[f32]>,
+    scale: f32,
+    attn_factor: f32,
+    positions: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let half = dims / 2;
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| {
+            let factor = factors.map_or(1.0, |f| f[i]);
+            scale / base.powf((2 * i) as f32 / dims as f32) / factor
+        })
+        .collect();
+    let mut cos = Vec::with_capacity(positions * half);
+    let mut sin = Vec::with_capacity(positions * half);
+    for p in 0..positions {
+        for f in &inv_freq {
+            let angle = p as f32 * f;
+            cos.push(angle.cos() * attn_factor);
+            sin.push(angle.sin() * attn_factor);
+        }
+    }
+    (cos, sin)
+}
+
+/// An optional f32 key (an integer is accepted too).
+pub(crate) fn opt_f32(gguf: &GgufFile, key: &str) -> Result<Option<f32>> {
+    if !gguf.has(key) {
+        return Ok(None);
+    }
+    match gguf.get_f32(key) {
+        Ok(v) => Ok(Some(v)),
+        Err(_) => Ok(Some(gguf.get_u32(key)? as f32)),
+    }
+}
+
+/// Whether `rope.scaling.type` is absent or linear (llama.cpp's default); YaRN and others are refused rather
+/// than run wrong.
+fn scaling_is_linear(gguf: &GgufFile, key: &str) -> Result<bool> {
+    if !gguf.has(key) {
+        return Ok(true);
+    }
+    match gguf.get_str(key)? {
+        "linear" => Ok(true),
+        "none" => Ok(false),
+        other => Err(EngineError::InvalidGguf {
+            path: gguf.path.clone(),
+            message: format!("rope scaling `{other}` is not supported (linear, none)"),
+        }),
+    }
+}
+
+/// The rotary frequency divisors of tensor `name` (`rope_freqs.weight`: llama.cpp writes it for Llama 3.1+ rope
+/// scaling; Phi-3's `rope_factors_long/short.weight`) when the file has it; they must be `rope_dims / 2` positive
+/// numbers.
+pub(crate) fn rope_freq_factors(
+    gguf: &GgufFile,
+    name: &str,
+    rope_dims: usize,
+) -> Result<Option<Vec<f32>>> {
+    if !gguf.content.tensor_infos.contains_key(name) {
         return Ok(None);
     }
     let invalid = |message: String| EngineError::InvalidGguf {
@@ -189,16 +348,16 @@ fn rope_freq_factors(gguf: &GgufFile, head_dim: usize) -> Result<Option<Vec<f32>
     let mut reader = gguf.reader()?;
     let factors: Vec<f32> = gguf
         .content
-        .tensor(&mut reader, NAME, &candle_core::Device::Cpu)
+        .tensor(&mut reader, name, &candle_core::Device::Cpu)
         .and_then(|t| t.dequantize(&candle_core::Device::Cpu))
         .and_then(|t| t.flatten_all())
         .and_then(|t| t.to_vec1())
-        .map_err(|e| invalid(format!("{NAME}: {e}")))?;
-    if factors.len() != head_dim / 2 || factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+        .map_err(|e| invalid(format!("{name}: {e}")))?;
+    if factors.len() != rope_dims / 2 || factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
         return Err(invalid(format!(
-            "{NAME} has {} values (expected {} positive numbers)",
+            "{name} has {} values (expected {} positive numbers)",
             factors.len(),
-            head_dim / 2
+            rope_dims / 2
         )));
     }
     Ok(Some(factors))
@@ -265,6 +424,11 @@ struct CandleModel {
     norm: RmsNorm,
     output: layers::Linear,
     rotary: Rotary,
+    /// The sliding-window layers' tables (their own base), when there are such layers.
+    rotary_swa: Option<Rotary>,
+    embed_scale: Option<f64>,
+    softcap: Option<f64>,
+    window: Option<usize>,
 }
 
 /// Longest chunk of prompt tokens fed in one forward pass; bounds the attention matrix's memory.
@@ -288,6 +452,8 @@ impl Model {
             Architecture::Llama => llama::config(gguf)?,
             Architecture::Qwen2 => qwen2::config(gguf)?,
             Architecture::Qwen3 => qwen2::qwen3_config(gguf)?,
+            Architecture::Gemma3 => gemma3::config(gguf)?,
+            Architecture::Phi3 => phi3::config(gguf)?,
         };
         if device.is_cpu() && format != WeightFormat::Native {
             let m = CpuModel::load(gguf, config.clone(), format == WeightFormat::Q8_0, threads)?;
@@ -322,6 +488,10 @@ impl Model {
             .map(|i| DecoderLayer::load(&mut ctx, &config, i))
             .collect::<Result<Vec<_>>>()?;
         let rotary = Rotary::new(&config, device)?;
+        let rotary_swa = Rotary::swa(&config, device)?;
+        let embed_scale = config.embed_scale.map(f64::from);
+        let softcap = config.final_logit_softcap.map(f64::from);
+        let window = config.sliding_window.as_ref().map(|w| w.size);
         let weight_bytes = ctx.weight_bytes;
         Ok(Self {
             config,
@@ -333,6 +503,10 @@ impl Model {
                 norm,
                 output,
                 rotary,
+                rotary_swa,
+                embed_scale,
+                softcap,
+                window,
             }),
             weight_bytes,
         })
@@ -399,11 +573,23 @@ impl CandleModel {
         let pos = kv.len();
         let ids = Tensor::new(tokens, device)?;
         let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
+        if let Some(scale) = self.embed_scale {
+            x = (x * scale)?;
+        }
         let rope = self.rotary.at(pos, t)?;
+        let rope_swa = match &self.rotary_swa {
+            Some(r) => Some(r.at(pos, t)?),
+            None => None,
+        };
         let mask = if t > 1 {
-            Some(causal_mask(t, pos, device)?)
+            Some(causal_mask(t, pos, None, device)?)
         } else {
             None
+        };
+        // The window masks keys on its layers even for one token.
+        let window_mask = match self.window {
+            Some(w) if pos + t > w => Some(causal_mask(t, pos, Some(w), device)?),
+            _ => mask.clone(),
         };
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_kv = kv.layer_mut(i).ok_or_else(|| {
@@ -411,23 +597,81 @@ impl CandleModel {
                     "a CPU-engine KV cache was given to candle's forward pass".into(),
                 )
             })?;
-            x = layer.forward(&x, &rope, mask.as_ref(), layer_kv, pos)?;
+            let (rope, mask) = match layer.swa {
+                true => (rope_swa.as_ref().unwrap_or(&rope), window_mask.as_ref()),
+                false => (&rope, mask.as_ref()),
+            };
+            x = layer.forward(&x, rope, mask, layer_kv, pos)?;
         }
         kv.extend(tokens);
         let x = x.narrow(1, t - 1, 1)?;
         let x = self.norm.forward(&x)?;
-        let logits = self.output.forward(&x)?;
+        let mut logits = self.output.forward(&x)?;
+        if let Some(cap) = self.softcap {
+            logits = ((logits / cap)?.tanh()? * cap)?;
+        }
         Ok(logits.flatten_all()?.to_dtype(DType::F32)?)
     }
 }
 
-/// Additive mask `[t, pos + t]`: 0 where query `i` (absolute `pos + i`) may see key `j`, −∞ after it.
-fn causal_mask(t: usize, pos: usize, device: &Device) -> Result<Tensor> {
+/// Additive mask `[t, pos + t]`: 0 where query `i` (absolute `pos + i`) may see key `j` — not after it, and
+/// with a `window`, not `window` or more positions before it — −∞ elsewhere.
+fn causal_mask(t: usize, pos: usize, window: Option<usize>, device: &Device) -> Result<Tensor> {
     let kv_len = pos + t;
     let data: Vec<f32> = (0..t)
-        .flat_map(|i| (0..kv_len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
+        .flat_map(|i| {
+            (0..kv_len).map(move |j| {
+                let q = pos + i;
+                let hidden = j > q || window.is_some_and(|w| q - j >= w);
+                if hidden {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
         .collect();
     Ok(Tensor::from_vec(data, (t, kv_len), device)?)
+}
+
+/// Reads the fused matrix `name` and splits it by rows into matrices of `parts` rows each (in order), placed on
+/// `device`. Quantized blocks run along a row, so a split moves whole rows: nothing is requantised.
+pub(crate) fn split_rows<R: std::io::Read + std::io::Seek>(
+    gguf: &GgufFile,
+    reader: &mut R,
+    name: &str,
+    parts: &[usize],
+    device: &Device,
+) -> Result<Vec<QTensor>> {
+    let invalid = |message: String| EngineError::InvalidGguf {
+        path: gguf.path.clone(),
+        message: format!("tensor `{name}`: {message}"),
+    };
+    let q = gguf
+        .content
+        .tensor(reader, name, &Device::Cpu)
+        .map_err(|e| invalid(e.to_string()))?;
+    let (rows, cols) = q.shape().dims2()?;
+    if rows != parts.iter().sum::<usize>() {
+        return Err(invalid(format!(
+            "{rows} rows cannot be split into {parts:?}"
+        )));
+    }
+    let data = q.data()?;
+    let row_bytes = data.len() / rows.max(1);
+    let mut at = 0;
+    let mut out = Vec::with_capacity(parts.len());
+    for &n in parts {
+        let bytes = &data[at * row_bytes..(at + n) * row_bytes];
+        out.push(candle_core::quantized::ggml_file::qtensor_from_ggml(
+            q.dtype(),
+            bytes,
+            vec![n, cols],
+            device,
+        )?);
+        at += n;
+    }
+    Ok(out)
 }
 
 /// Whether `format` asks for `dtype` to be requantised to Q8_0 on candle's path.
