@@ -13,6 +13,7 @@ pub mod error;
 pub mod fetch;
 pub mod generate;
 pub mod gguf;
+pub mod gguf_write;
 mod hub;
 pub mod kv;
 pub mod manifest;

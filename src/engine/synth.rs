@@ -13,8 +13,7 @@
 //! F32. A matrix whose rows are not a multiple of 256 (K-quants' block) falls back as llama.cpp's does: Q4_K to
 //! Q5_0, Q6_K to Q8_0.
 
-use std::fs::File;
-use std::io::{BufWriter, Seek, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Value;
@@ -24,6 +23,7 @@ use rand::{Rng, RngCore, SeedableRng};
 
 use super::error::{EngineError, Result};
 use super::gguf::GgufFile;
+use super::gguf_write::{self, TensorEntry};
 
 /// The architectures a synthetic checkpoint can have (the ones the engine loads).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -329,8 +329,6 @@ pub struct Synthesized {
     pub vocab: usize,
 }
 
-const ALIGNMENT: u64 = 32;
-
 /// GGUF type ids of the tensor types written here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TType {
@@ -549,69 +547,8 @@ fn llama3_rope_factors(base: f32, head_dim: usize, factor: f32, original: usize)
         .collect()
 }
 
-fn io_err(path: &Path) -> impl Fn(std::io::Error) -> EngineError + '_ {
-    move |e| EngineError::io(format!("cannot write {}", path.display()), e)
-}
-
-fn write_str<W: Write>(w: &mut W, s: &str) -> std::io::Result<()> {
-    w.write_all(&(s.len() as u64).to_le_bytes())?;
-    w.write_all(s.as_bytes())
-}
-
-/// GGUF's value type id of a metadata value.
-fn value_type(v: &Value) -> u32 {
-    match v {
-        Value::U8(_) => 0,
-        Value::I8(_) => 1,
-        Value::U16(_) => 2,
-        Value::I16(_) => 3,
-        Value::U32(_) => 4,
-        Value::I32(_) => 5,
-        Value::F32(_) => 6,
-        Value::Bool(_) => 7,
-        Value::String(_) => 8,
-        Value::Array(_) => 9,
-        Value::U64(_) => 10,
-        Value::I64(_) => 11,
-        Value::F64(_) => 12,
-    }
-}
-
-fn write_value<W: Write>(w: &mut W, v: &Value) -> std::io::Result<()> {
-    match v {
-        Value::U8(x) => w.write_all(&[*x]),
-        Value::I8(x) => w.write_all(&x.to_le_bytes()),
-        Value::U16(x) => w.write_all(&x.to_le_bytes()),
-        Value::I16(x) => w.write_all(&x.to_le_bytes()),
-        Value::U32(x) => w.write_all(&x.to_le_bytes()),
-        Value::I32(x) => w.write_all(&x.to_le_bytes()),
-        Value::F32(x) => w.write_all(&x.to_le_bytes()),
-        Value::Bool(x) => w.write_all(&[u8::from(*x)]),
-        Value::String(s) => write_str(w, s),
-        Value::U64(x) => w.write_all(&x.to_le_bytes()),
-        Value::I64(x) => w.write_all(&x.to_le_bytes()),
-        Value::F64(x) => w.write_all(&x.to_le_bytes()),
-        Value::Array(items) => {
-            // An empty array's element type is not knowable from the value; u32 is what llama.cpp reads fine.
-            let elem = items.first().map_or(4, value_type);
-            w.write_all(&elem.to_le_bytes())?;
-            w.write_all(&(items.len() as u64).to_le_bytes())?;
-            items.iter().try_for_each(|i| write_value(w, i))
-        }
-    }
-}
-
-fn pad<W: Write + Seek>(w: &mut W) -> std::io::Result<()> {
-    let pos = w.stream_position()?;
-    let rem = pos % ALIGNMENT;
-    if rem != 0 {
-        w.write_all(&vec![0u8; (ALIGNMENT - rem) as usize])?;
-    }
-    Ok(())
-}
-
 /// Writes `elements` values of `ttype` as random but valid data.
-fn write_data<W: Write>(
+fn write_data<W: Write + ?Sized>(
     w: &mut W,
     ttype: TType,
     fill: &Fill,
@@ -714,7 +651,10 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
                 SynthQuant::Q8_0 => 7,
             }),
         ),
-        ("general.alignment".into(), Value::U32(ALIGNMENT as u32)),
+        (
+            "general.alignment".into(),
+            Value::U32(gguf_write::ALIGNMENT as u32),
+        ),
         (k("context_length"), Value::U32(sh.context as u32)),
         (k("embedding_length"), Value::U32(sh.hidden as u32)),
         (k("block_count"), Value::U32(sh.layers as u32)),
@@ -765,50 +705,20 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
     metadata.extend(tokenizer.into_iter().map(|(k, v)| (k.clone(), v.clone())));
 
     let tensors = plan(spec, tokens);
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-    }
-    // Written beside the target and renamed: a half-written file never has the final name.
-    let partial = out.with_extension("gguf.partial");
-    let file = File::create(&partial).map_err(io_err(&partial))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    let header = (|| -> std::io::Result<()> {
-        w.write_all(b"GGUF")?;
-        w.write_all(&3u32.to_le_bytes())?;
-        w.write_all(&(tensors.len() as u64).to_le_bytes())?;
-        w.write_all(&(metadata.len() as u64).to_le_bytes())?;
-        for (key, value) in &metadata {
-            write_str(&mut w, key)?;
-            w.write_all(&value_type(value).to_le_bytes())?;
-            write_value(&mut w, value)?;
-        }
-        let mut offset = 0u64;
-        for t in &tensors {
-            write_str(&mut w, &t.name)?;
-            w.write_all(&(t.dims.len() as u32).to_le_bytes())?;
-            for d in &t.dims {
-                w.write_all(&d.to_le_bytes())?;
-            }
-            w.write_all(&t.ttype.id().to_le_bytes())?;
-            w.write_all(&offset.to_le_bytes())?;
-            offset += t.ttype.bytes(t.elements()).div_ceil(ALIGNMENT) * ALIGNMENT;
-        }
-        pad(&mut w)
-    })();
-    header.map_err(io_err(&partial))?;
+    let entries: Vec<TensorEntry> = tensors
+        .iter()
+        .map(|t| TensorEntry {
+            name: t.name.clone(),
+            dims: t.dims.clone(),
+            type_id: t.ttype.id(),
+            bytes: t.ttype.bytes(t.elements()),
+        })
+        .collect();
     let mut rng = StdRng::seed_from_u64(spec.seed);
-    for t in &tensors {
-        write_data(&mut w, t.ttype, &t.fill, t.elements(), &mut rng)
-            .and_then(|()| pad(&mut w))
-            .map_err(io_err(&partial))?;
-    }
-    let file = w
-        .into_inner()
-        .map_err(|e| io_err(&partial)(e.into_error()))?;
-    file.sync_all().map_err(io_err(&partial))?;
-    let bytes = file.metadata().map_err(io_err(&partial))?.len();
-    drop(file);
-    std::fs::rename(&partial, out).map_err(io_err(out))?;
+    let bytes = gguf_write::write(out, &metadata, &entries, |i, w| {
+        let t = &tensors[i];
+        write_data(w, t.ttype, &t.fill, t.elements(), &mut rng)
+    })?;
     Ok(Synthesized {
         path: out.to_path_buf(),
         bytes,
