@@ -20,7 +20,7 @@ import tempfile
 import numpy as np
 from llama_cpp import Llama
 
-SPECS = ["llama:tiny", "llama:tiny3", "llama:mistral-tiny", "qwen2:tiny", "qwen3:tiny", "gemma3:tiny", "phi3:tiny"]
+SPECS = ["llama:tiny", "llama:tiny3", "llama:mistral-tiny", "qwen2:tiny", "qwen3:tiny", "qwen3moe:tiny", "gemma3:tiny", "phi3:tiny"]
 TOKENS = [300 + (i * 53) % 2000 for i in range(24)]
 
 

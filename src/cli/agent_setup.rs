@@ -108,7 +108,7 @@ pub struct AgentArgs {
     /// `--remote` (default there: the server's first model).
     #[arg(long, env = "AGENTD_MODEL")]
     pub model: Option<String>,
-    /// A GGUF file to load instead of a named model.
+    /// A GGUF file or a Hugging Face model folder to load instead of a named model.
     #[arg(long, value_name = "FILE.gguf", conflicts_with_all = ["model", "remote"])]
     pub model_path: Option<PathBuf>,
     /// auto | cpu | cuda | cuda:N | metal (local engine). Default: auto.

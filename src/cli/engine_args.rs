@@ -15,8 +15,10 @@ pub struct EngineArgs {
     /// A known model name (see `agentd model list`).
     #[arg(long, default_value = agentd::engine::manifest::DEFAULT_MODEL, env = "AGENTD_MODEL")]
     pub model: String,
-    /// A GGUF file to load instead of a named model (any supported architecture).
-    #[arg(long, value_name = "FILE.gguf", conflicts_with = "model")]
+    /// A GGUF file, or a Hugging Face model folder (config.json, *.safetensors, tokenizer.json; converted once
+    /// into the cache), to load instead of a named model. `--model org/name` also finds a folder in the local
+    /// hf-hub cache.
+    #[arg(long, value_name = "FILE.gguf|DIR", conflicts_with = "model")]
     pub model_path: Option<PathBuf>,
     /// auto | cpu | cuda | cuda:N | metal
     #[arg(long, default_value = "auto", env = "AGENTD_DEVICE")]

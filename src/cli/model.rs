@@ -74,7 +74,9 @@ pub fn tokenizer_source(
     offline: bool,
 ) -> anyhow::Result<agentd::engine::gguf::GgufFile> {
     let name = from.unwrap_or(match arch {
-        synth::SynthArch::Qwen2 | synth::SynthArch::Qwen3 => "qwen2.5-coder-0.5b-instruct",
+        synth::SynthArch::Qwen2 | synth::SynthArch::Qwen3 | synth::SynthArch::Qwen3Moe => {
+            "qwen2.5-coder-0.5b-instruct"
+        }
         // Gemma's and Phi's own tokenizers are SentencePiece models we do not have; any vocabulary will do
         // for comparing engines on the same weights.
         synth::SynthArch::Llama | synth::SynthArch::Gemma3 | synth::SynthArch::Phi3 => {

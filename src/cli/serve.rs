@@ -18,8 +18,8 @@ use anyhow::Context;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// A known model name (`agentd model list`) or a GGUF path (default: the config's, else the embedded
-    /// default model).
+    /// A known model name (`agentd model list`), a GGUF path, a Hugging Face model folder, or `org/name` in the
+    /// local hf-hub cache (default: the config's, else the embedded default model).
     #[arg(long, env = "AGENTD_MODEL")]
     pub model: Option<String>,
     /// auto | cpu | cuda | cuda:N | metal (default: the config's, else auto).

@@ -19,6 +19,9 @@ pub enum EngineError {
     /// The file is not a usable GGUF (wrong magic, truncated, unreadable tensor). Re-download it.
     #[error("invalid GGUF file {path}: {message}")]
     InvalidGguf { path: PathBuf, message: String },
+    /// A Hugging Face model folder that cannot be converted (missing or malformed files, unsupported parts).
+    #[error("model folder {path}: {message}")]
+    InvalidModelFolder { path: PathBuf, message: String },
     /// A metadata key the architecture needs is absent from the GGUF.
     #[error("GGUF metadata key `{key}` is missing or has the wrong type")]
     MissingMetadata { key: String },

@@ -130,13 +130,29 @@ pub fn env_flag(name: &str) -> bool {
 /// Resolve a selector to a verified local file, fetching into the cache when needed.
 pub fn resolve(selector: &ModelSelector, opts: &FetchOptions) -> Result<ResolvedModel> {
     match selector {
-        ModelSelector::Path(path) => resolve_path(path),
+        ModelSelector::Path(path) => resolve_path(path, opts),
         ModelSelector::Name(name) => fetch_manifest(&manifest::find(name)?, opts),
     }
 }
 
-fn resolve_path(path: &Path) -> Result<ResolvedModel> {
+/// A GGUF file; a Hugging Face model folder (converted once into the cache, see [`super::hf_folder`]); or an
+/// `org/name` that is no path here but a repository in the local hf-hub cache.
+fn resolve_path(path: &Path, opts: &FetchOptions) -> Result<ResolvedModel> {
     let context = || format!("model file {}", path.display());
+    let folder = match path.exists() {
+        true => path.to_path_buf(),
+        false => path
+            .to_str()
+            .and_then(super::hf_folder::hub_snapshot)
+            .unwrap_or_else(|| path.to_path_buf()),
+    };
+    if super::hf_folder::is_folder(&folder) {
+        return Ok(ResolvedModel {
+            path: super::hf_folder::convert(&folder, &opts.home)?,
+            manifest: None,
+            origin: ModelOrigin::Path,
+        });
+    }
     let meta = fs::metadata(path).map_err(|e| EngineError::io(context(), e))?;
     if !meta.is_file() {
         return Err(EngineError::io(

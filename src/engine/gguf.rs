@@ -43,8 +43,12 @@ impl GgufFile {
             .map_err(|e| EngineError::io(format!("cannot seek {}", path.display()), e))?;
         let content =
             Content::read(&mut reader).map_err(|e| invalid(path, format!("header: {e}")))?;
-        // A truncated download parses its header fine; check that every tensor's bytes are present.
-        let mut needed = content.tensor_data_offset;
+        // A truncated download parses its header fine; check that every tensor's bytes are present. (A file
+        // without tensors, such as llama.cpp's vocabulary-only files, need not pad up to the data offset.)
+        let mut needed = match content.tensor_infos.is_empty() {
+            true => 0,
+            false => content.tensor_data_offset,
+        };
         for info in content.tensor_infos.values() {
             let elems = info.shape.elem_count();
             let block = info.ggml_dtype.block_size();

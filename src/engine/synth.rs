@@ -38,6 +38,8 @@ pub enum SynthArch {
     Gemma3,
     /// Phi-3 / Phi-4-mini: fused `attn_qkv` and gate|up `ffn_up`, partial rotation, LongRoPE factors.
     Phi3,
+    /// Qwen3-MoE: Qwen3's attention, a routed mixture of experts in place of the MLP.
+    Qwen3Moe,
 }
 
 impl SynthArch {
@@ -48,6 +50,7 @@ impl SynthArch {
             SynthArch::Qwen3 => "qwen3",
             SynthArch::Gemma3 => "gemma3",
             SynthArch::Phi3 => "phi3",
+            SynthArch::Qwen3Moe => "qwen3moe",
         }
     }
 }
@@ -86,6 +89,8 @@ pub struct SynthShape {
     pub rope_scale_linear: Option<f32>,
     /// Phi-3's LongRoPE: the original context (long and short factors are written).
     pub longrope: Option<usize>,
+    /// Mixture of experts: (experts, experts used per token, each expert's hidden width).
+    pub moe: Option<(usize, usize, usize)>,
 }
 
 impl SynthShape {
@@ -123,6 +128,7 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
         sliding_window: None,
         rope_scale_linear: None,
         longrope: None,
+        moe: None,
     };
     let llama3 = |shape: SynthShape, factor: f32| SynthShape {
         llama3_rope: Some((factor, 8192)),
@@ -200,6 +206,24 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
                 ),
             ]
         }
+        SynthArch::Qwen3Moe => vec![
+            // 8 experts, 2 per token, 256 wide.
+            (
+                "tiny",
+                SynthShape {
+                    moe: Some((8, 2, 256)),
+                    ..with_heads(tiny, 128)
+                },
+            ),
+            // Qwen3-30B-A3B.
+            (
+                "30b-a3b",
+                SynthShape {
+                    moe: Some((128, 8, 768)),
+                    ..with_heads(s(48, 2048, 6144, 32, 4, 40960, 1_000_000.0, false), 128)
+                },
+            ),
+        ],
         SynthArch::Phi3 => vec![
             // 64-wide heads with 48 rotated, LongRoPE whose original context (128) is below the file's.
             (
@@ -275,9 +299,10 @@ impl SynthSpec {
             "qwen3" => SynthArch::Qwen3,
             "gemma3" => SynthArch::Gemma3,
             "phi3" => SynthArch::Phi3,
+            "qwen3moe" => SynthArch::Qwen3Moe,
             other => {
                 return Err(bad(format!(
-                    "no synthetic `{other}` architecture (known: llama, qwen2, qwen3, gemma3, phi3)"
+                    "no synthetic `{other}` architecture (known: llama, qwen2, qwen3, qwen3moe, gemma3, phi3)"
                 )))
             }
         };
@@ -493,7 +518,10 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
             out.push(vector(p("attn_k.bias"), kv_out, Fill::Bias));
             out.push(vector(p("attn_v.bias"), kv_out, Fill::Bias));
         }
-        if matches!(spec.arch, SynthArch::Qwen3 | SynthArch::Gemma3) {
+        if matches!(
+            spec.arch,
+            SynthArch::Qwen3 | SynthArch::Gemma3 | SynthArch::Qwen3Moe
+        ) {
             out.push(vector(p("attn_q_norm.weight"), head_dim as u64, Fill::Norm));
             out.push(vector(p("attn_k_norm.weight"), head_dim as u64, Fill::Norm));
         }
@@ -502,6 +530,25 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
             out.push(vector(p("post_attention_norm.weight"), hidden, Fill::Norm));
         }
         out.push(vector(p("ffn_norm.weight"), hidden, Fill::Norm));
+        if let Some((experts, _, ff)) = sh.moe {
+            // The router stays f32 (as llama.cpp keeps it); the experts are one 3-D tensor per projection.
+            let mut router = matrix(p("ffn_gate_inp.weight"), hidden, experts as u64, TType::Q4K);
+            router.ttype = TType::F32;
+            router.fill = Fill::Wide;
+            out.push(router);
+            let ff = ff as u64;
+            for (name, row, rows, ty) in [
+                ("ffn_gate_exps.weight", hidden, ff, TType::Q4K),
+                ("ffn_up_exps.weight", hidden, ff, TType::Q4K),
+                ("ffn_down_exps.weight", ff, hidden, v_type),
+            ] {
+                let mut t = matrix(p(name), row, rows, ty);
+                t.dims.push(experts as u64);
+                out.push(t);
+            }
+            // No dense MLP on this layer.
+            continue;
+        }
         if spec.arch == SynthArch::Phi3 {
             out.push(matrix(p("ffn_up.weight"), hidden, 2 * ffn, TType::Q4K));
         } else {
@@ -674,6 +721,11 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
         (k("vocab_size"), Value::U32(tokens as u32)),
     ];
+    if let Some((experts, used, ff)) = sh.moe {
+        metadata.push((k("expert_count"), Value::U32(experts as u32)));
+        metadata.push((k("expert_used_count"), Value::U32(used as u32)));
+        metadata.push((k("expert_feed_forward_length"), Value::U32(ff as u32)));
+    }
     if let Some((window, pattern)) = sh.sliding_window {
         metadata.push((k("attention.sliding_window"), Value::U32(window as u32)));
         if let Some(n) = pattern {

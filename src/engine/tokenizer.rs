@@ -1,6 +1,7 @@
 //! The tokenizer of a GGUF model, built from its `tokenizer.ggml.*` metadata alone: a byte-level BPE
-//! (`tokenizer.ggml.model = gpt2`) with the pre-tokenizer that `tokenizer.ggml.pre` names, control and
-//! user-defined tokens as added tokens, and the model's BOS / end-of-generation ids.
+//! (`tokenizer.ggml.model = gpt2`) with the pre-tokenizer that `tokenizer.ggml.pre` names, or a SentencePiece
+//! vocabulary (`llama`: Llama 2, Mistral, Phi-3, Gemma; see `spm.rs`), control and user-defined tokens as added
+//! tokens, and the model's BOS / end-of-generation ids.
 //!
 //! It owns encoding (matching llama.cpp id for id, with and without special-token parsing), decoding, the raw
 //! bytes of every token for UTF-8-safe streaming, and the Hugging Face `tokenizers::Tokenizer` that
@@ -22,6 +23,7 @@ use tokenizers::{
 
 use super::error::{EngineError, Result};
 use super::gguf::GgufFile;
+use super::spm::SpmVocab;
 
 /// The `tokenizer.ggml.pre` values [`pretokenizer_for`] implements (llama.cpp's names and aliases).
 pub const SUPPORTED_PRETOKENIZERS: &[&str] = &[
@@ -35,10 +37,10 @@ pub const SUPPORTED_PRETOKENIZERS: &[&str] = &[
 ];
 
 /// llama.cpp's `QWEN2` regex (Qwen2's `tokenizer.json`, with the case-insensitive group spelled out).
-const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub(crate) const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// llama.cpp's `LLAMA3` regex: as Qwen2's but numbers are split in runs of up to three digits.
-const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub(crate) const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Control-type tokens that end generation whatever the metadata says (llama.cpp's EOG detection by text).
 const EOG_TOKEN_TEXTS: &[&str] = &[
@@ -172,6 +174,15 @@ struct Inner {
     eos: Option<u32>,
     eos_ids: Vec<u32>,
     add_bos: bool,
+    /// SentencePiece vocabularies (`tokenizer.ggml.model = llama`): encoded by [`super::spm`], not by `hf`.
+    spm: Option<Spm>,
+}
+
+struct Spm {
+    vocab: SpmVocab,
+    /// `tokenizer.ggml.add_space_prefix` (default true): a text fragment at the start, or right after a
+    /// special token, gets a leading space, as llama.cpp does.
+    add_space_prefix: bool,
 }
 
 /// Pieces of the input while added tokens are being cut out of it.
@@ -185,13 +196,29 @@ impl Tokenizer {
     /// Builds the tokenizer from `tokenizer.ggml.{model,pre,tokens,token_type,merges}` and the special-token ids.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
         let model = gguf.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(EngineError::Tokenizer(format!(
-                "tokenizer.ggml.model `{model}` is not supported (only `gpt2`, byte-level BPE)"
-            )));
-        }
-        let pre = gguf.get_str("tokenizer.ggml.pre")?;
-        let spec = pretokenizer_for(pre)?;
+        let sentencepiece = match model {
+            "gpt2" => false,
+            "llama" => true,
+            other => {
+                return Err(EngineError::Tokenizer(format!(
+                    "tokenizer.ggml.model `{other}` is not supported (`gpt2`: byte-level BPE; `llama`: \
+                     SentencePiece)"
+                )))
+            }
+        };
+        // SentencePiece vocabularies split no words before merging: `pre` does not apply to them.
+        let pre = match (sentencepiece, gguf.has("tokenizer.ggml.pre")) {
+            (false, _) | (true, true) => gguf.get_str("tokenizer.ggml.pre")?,
+            (true, false) => "default",
+        };
+        let spec = match sentencepiece {
+            true => PreTokenizerSpec {
+                pre_tokenizer: ByteLevel::new(false, false, false).into(),
+                ignore_merges: false,
+                add_bos_default: true,
+            },
+            false => pretokenizer_for(pre)?,
+        };
 
         let tokens = token_texts(gguf.get_str_array("tokenizer.ggml.tokens")?);
         let n = tokens.len();
@@ -208,14 +235,24 @@ impl Tokenizer {
             vec![TokenType::Normal; n]
         };
 
-        let hf = build_hf(
-            &tokens,
-            &types,
-            gguf.get_str_array("tokenizer.ggml.merges")?,
-            &spec,
-        )?;
+        let (hf, spm) = if sentencepiece {
+            let scores = sentencepiece_scores(gguf, n)?;
+            let vocab = SpmVocab::new(&tokens, scores, |id| types[id] == TokenType::Byte);
+            let add_space_prefix = match gguf.has("tokenizer.ggml.add_space_prefix") {
+                true => gguf.get_bool("tokenizer.ggml.add_space_prefix")?,
+                false => true,
+            };
+            let spm = Spm {
+                vocab,
+                add_space_prefix,
+            };
+            (build_hf_sentencepiece(&tokens, &types)?, Some(spm))
+        } else {
+            let merges = gguf.get_str_array("tokenizer.ggml.merges")?;
+            (build_hf(&tokens, &types, merges, &spec)?, None)
+        };
 
-        let (bytes, starts) = flatten_token_bytes(&tokens, &types);
+        let (bytes, starts) = flatten_token_bytes(&tokens, &types, sentencepiece);
 
         let mut added: Vec<AddedText> = tokens
             .iter()
@@ -273,6 +310,7 @@ impl Tokenizer {
                 eos,
                 eos_ids,
                 add_bos,
+                spm,
             }),
         })
     }
@@ -311,10 +349,29 @@ impl Tokenizer {
         literal: &[Range<usize>],
     ) -> Result<Vec<u32>> {
         let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+        // SentencePiece: the text at the start or right after a special token gets a leading space.
+        let mut after_special = true;
         for fragment in self.split_added_tokens(text, parse_special, literal) {
-            match fragment {
-                Fragment::Token(id) => ids.push(id),
-                Fragment::Text(_, piece) => self.encode_ordinary(piece, &mut ids)?,
+            match (fragment, &self.inner.spm) {
+                (Fragment::Token(id), _) => {
+                    ids.push(id);
+                    after_special = true;
+                }
+                (Fragment::Text(_, ""), Some(_)) => {}
+                (Fragment::Text(_, piece), Some(spm)) => {
+                    let mut escaped = String::with_capacity(piece.len() + 3);
+                    if spm.add_space_prefix && after_special {
+                        escaped.push(super::spm::SPACE);
+                    }
+                    escaped.extend(
+                        piece
+                            .chars()
+                            .map(|c| if c == ' ' { super::spm::SPACE } else { c }),
+                    );
+                    spm.vocab.encode(&escaped, &mut ids);
+                    after_special = false;
+                }
+                (Fragment::Text(_, piece), None) => self.encode_ordinary(piece, &mut ids)?,
             }
         }
         Ok(ids)
@@ -553,14 +610,86 @@ fn build_hf(
     Ok(hf)
 }
 
-/// Every token's bytes in one buffer plus start offsets (`tokens.len() + 1` of them).
-fn flatten_token_bytes(tokens: &[String], types: &[TokenType]) -> (Vec<u8>, Vec<usize>) {
+/// The Hugging Face tokenizer of a SentencePiece vocabulary, for llguidance's token trie only (encoding is
+/// [`SpmVocab`]'s): the vocabulary with Llama's decoders (`▁` → space, byte fallback), control tokens as special
+/// added tokens, user-defined ones as plain added tokens. A text listed twice keeps its first id.
+fn build_hf_sentencepiece(tokens: &[String], types: &[TokenType]) -> Result<tokenizers::Tokenizer> {
+    use tokenizers::decoders::byte_fallback::ByteFallback;
+    use tokenizers::decoders::fuse::Fuse;
+    use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+    use tokenizers::normalizers::replace::Replace;
+    let mut vocab = Vocab::with_capacity(tokens.len());
+    for (id, text) in tokens.iter().enumerate() {
+        vocab.entry(text.clone()).or_insert(id as u32);
+    }
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, Vec::new())
+        .byte_fallback(true)
+        .build()
+        .map_err(|e| {
+            EngineError::Tokenizer(format!("building the SentencePiece vocabulary: {e}"))
+        })?;
+    let mut hf = tokenizers::Tokenizer::new(bpe);
+    let replace = Replace::new(super::spm::SPACE.to_string(), " ")
+        .map_err(|e| EngineError::Tokenizer(format!("SentencePiece decoder: {e}")))?;
+    hf.with_decoder(Some(DecoderSequence::new(vec![
+        replace.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ])));
+    let added = |wanted: TokenType, special: bool| -> Vec<AddedToken> {
+        tokens
+            .iter()
+            .zip(types)
+            .filter(|(_, t)| **t == wanted)
+            .map(|(text, _)| AddedToken::from(text.clone(), special).normalized(false))
+            .collect()
+    };
+    hf.add_special_tokens(&added(TokenType::Control, true));
+    hf.add_tokens(&added(TokenType::UserDefined, false));
+    Ok(hf)
+}
+
+/// `tokenizer.ggml.scores`, one per token (SentencePiece merges by them).
+fn sentencepiece_scores(gguf: &GgufFile, n: usize) -> Result<Vec<f32>> {
+    let raw = gguf.get_array("tokenizer.ggml.scores")?;
+    let scores: Vec<f32> = raw
+        .iter()
+        .map(|v| match v {
+            candle_core::quantized::gguf_file::Value::F32(x) => Ok(*x),
+            candle_core::quantized::gguf_file::Value::F64(x) => Ok(*x as f32),
+            other => Err(EngineError::Tokenizer(format!(
+                "tokenizer.ggml.scores holds {other:?}, not numbers"
+            ))),
+        })
+        .collect::<Result<_>>()?;
+    if scores.len() < n {
+        return Err(EngineError::Tokenizer(format!(
+            "tokenizer.ggml.scores has {} entries for {n} tokens",
+            scores.len()
+        )));
+    }
+    Ok(scores)
+}
+
+/// Every token's bytes in one buffer plus start offsets (`tokens.len() + 1` of them): byte-level decoded, or
+/// for SentencePiece `▁` as a space and byte tokens as their byte; control and user-defined tokens as written.
+fn flatten_token_bytes(
+    tokens: &[String],
+    types: &[TokenType],
+    sentencepiece: bool,
+) -> (Vec<u8>, Vec<usize>) {
     let alphabet = byte_level_alphabet();
     let mut bytes = Vec::with_capacity(tokens.iter().map(String::len).sum());
     let mut starts = Vec::with_capacity(tokens.len() + 1);
     starts.push(0);
     for (text, t) in tokens.iter().zip(types) {
         let literal = matches!(t, TokenType::Control | TokenType::UserDefined);
+        if sentencepiece && !literal {
+            bytes.extend(super::spm::token_bytes(text, *t == TokenType::Byte));
+            starts.push(bytes.len());
+            continue;
+        }
         let decoded = if literal {
             None
         } else {

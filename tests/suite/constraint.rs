@@ -655,3 +655,30 @@ fn llama3_json_refuses_auto_tools_with_a_json_reply() {
         r#"{"answer": 42}"#
     ));
 }
+
+/// A SentencePiece vocabulary (Phi-3's, from llama.cpp's test files): the token trie gets `▁` as a space and byte
+/// tokens as bytes, so tool-call grammars constrain these models as they do byte-level ones.
+#[test]
+fn sentencepiece_vocabularies_constrain_calls() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/vocab/ggml-vocab-phi-3.gguf");
+    let m = load(path, 0);
+    let f = ToolCallFormat::HERMES;
+    // The text as a model writes it mid-output: without the space SentencePiece puts before a prompt's start.
+    let accepts = |spec: &ConstraintSpec, text: &str| {
+        let mut ids = m.tokenizer.encode(&format!("a{text}"), false).unwrap();
+        assert_eq!(m.tokenizer.token_id("▁a"), Some(ids.remove(0)));
+        let mut c = m.factory.compile(spec, f).unwrap().expect("a grammar");
+        c.accepts_tokens(&ids).unwrap()
+    };
+    let auto = spec(ToolChoice::Auto);
+    assert!(accepts(&auto, "Sure, the weather: é ✓"));
+    assert!(accepts(&auto, &hermes(WEATHER)));
+    let required = spec(ToolChoice::Required);
+    assert!(accepts(&required, &hermes(ADD)));
+    assert!(!accepts(
+        &required,
+        &hermes(r#"{"name": "add", "arguments": {"a": 1}}"#)
+    ));
+    assert!(!accepts(&required, "No."));
+}

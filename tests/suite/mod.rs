@@ -11,6 +11,7 @@ mod cpu_engine;
 mod doors;
 mod fetch;
 mod generate;
+mod hf_folder;
 mod layers;
 mod provider;
 mod schemas;

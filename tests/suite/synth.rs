@@ -295,6 +295,21 @@ fn synthetic_phi3_matches_llama_cpp() {
     assert!(cfg.rope_attn_factor > 1.2);
 }
 
+/// Qwen3-MoE: Qwen3's attention and, on every layer, 8 SwiGLU experts of which the router's top 2 run per token
+/// with renormalised weights.
+#[test]
+fn synthetic_qwen3moe_matches_llama_cpp() {
+    matches_llama_cpp("qwen3moe-tiny.json", common::qwen_path());
+    let (_dir, file) = super::cpu_engine::synthetic("qwen3moe:tiny", 0, common::qwen_path());
+    let gguf = agentd::engine::gguf::GgufFile::open(&file).unwrap();
+    let cfg = agentd::engine::model::qwen2::qwen3moe_config(&gguf).unwrap();
+    let moe = cfg.moe.unwrap();
+    assert_eq!((moe.experts, moe.used, moe.ff), (8, 2, 256));
+    let routed = moe.route(&[0.0, 3.0, 1.0, 2.5, -1.0, 0.0, 0.0, 0.0]);
+    assert_eq!(routed.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 3]);
+    assert!((routed[0].1 + routed[1].1 - 1.0).abs() < 1e-6 && routed[0].1 > routed[1].1);
+}
+
 /// Qwen3: no biases, QK-norm, heads of 128 over a 256-wide model.
 #[test]
 fn synthetic_qwen3_matches_llama_cpp() {
@@ -330,4 +345,89 @@ fn llama3_rope_scaling_is_read_and_applied() {
     let model = Model::load(&gguf, &candle_core::Device::Cpu, WeightFormat::Auto).unwrap();
     assert!(model.config.rope_freq_factors.is_none());
     matches_llama_cpp("llama-tiny3.json", common::smollm2_path());
+}
+
+/// Every architecture serves a constrained call end to end: a synthetic checkpoint (a SentencePiece one too: Phi-3
+/// with Phi-3's real vocabulary and chat template, from llama.cpp's vocabulary file; Mistral with Llama 2's)
+/// loads as an engine, its chat prompt renders with the template's control tokens, and a required tool call
+/// comes out valid through the grammar, streamed and assembled from the vocabulary's pieces.
+#[tokio::test]
+async fn every_architecture_serves_a_constrained_call() {
+    let vocab = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/data/vocab/ggml-vocab-{name}.gguf"))
+    };
+    for (spec, tokenizer) in [
+        ("phi3:tiny", vocab("phi-3")),
+        ("llama:mistral-tiny", vocab("llama-spm")),
+        ("gemma3:tiny", common::smollm2_path()),
+        ("qwen3:tiny", common::qwen_path()),
+        ("qwen3moe:tiny", common::qwen_path()),
+        ("llama:tiny3", common::smollm2_path()),
+    ] {
+        constrained_call(spec, tokenizer).await;
+    }
+}
+
+async fn constrained_call(spec: &str, tokenizer: std::path::PathBuf) {
+    use agentd::provider::{
+        collect, CompletionRequest, LocalProvider, Message, Provider, ToolChoice,
+    };
+    let (_dir, file) = super::cpu_engine::synthetic(spec, 0, tokenizer);
+    let engine = tokio::task::spawn_blocking(move || {
+        agentd::engine::Engine::load(agentd::engine::EngineOptions {
+            model: agentd::engine::fetch::ModelSelector::Path(file),
+            device: agentd::engine::device::DeviceSpec::Cpu,
+            ..Default::default()
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(engine.info().architecture, spec.split(':').next().unwrap());
+    if spec.starts_with("phi3") {
+        let tok = engine.tokenizer();
+        let prompt = engine
+            .chat_prompt(
+                &[serde_json::json!({"role": "user", "content": "Add 2 and 3."})],
+                &[],
+                &ToolChoice::Auto,
+                None,
+            )
+            .unwrap();
+        let user = tok.token_id("<|user|>").unwrap();
+        let assistant = tok.token_id("<|assistant|>").unwrap();
+        assert!(
+            prompt.contains(&user) && prompt.contains(&assistant),
+            "{prompt:?}"
+        );
+    }
+    let provider = LocalProvider::new(engine);
+    let request = CompletionRequest {
+        messages: vec![Message::user("Add 2 and 3.")],
+        // Finite arguments: random weights would happily write digits until the token limit.
+        tools: vec![agentd::schema::ToolSpec::new(
+            "add",
+            "Add or subtract",
+            serde_json::json!({"type": "object", "properties": {
+                "op": {"enum": ["plus", "minus"]}, "exact": {"type": "boolean"}},
+                "required": ["op", "exact"], "additionalProperties": false}),
+        )
+        .unwrap()],
+        tool_choice: ToolChoice::Required,
+        parallel_tool_calls: Some(false),
+        max_tokens: Some(200),
+        sampling: agentd::provider::Sampling::greedy(),
+        ..CompletionRequest::default()
+    };
+    let done = collect(provider.stream(request, tokio_util::sync::CancellationToken::new())).await;
+    assert!(done.error.is_none(), "{spec}: {:?}", done.error);
+    let calls = done.message.tool_calls();
+    assert_eq!(calls.len(), 1, "{spec}: {:?}", done.message);
+    assert_eq!(calls[0].name, "add");
+    assert!(
+        calls[0].arguments["op"].is_string() && calls[0].arguments["exact"].is_boolean(),
+        "{spec}: {:?}",
+        calls[0]
+    );
 }

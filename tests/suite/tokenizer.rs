@@ -233,3 +233,100 @@ fn tokenizer_is_send_sync_and_clone() {
     fn assert_traits<T: Send + Sync + Clone>() {}
     assert_traits::<Tokenizer>();
 }
+
+/// llama.cpp's own tokenizer test vectors (`models/ggml-vocab-*.gguf.inp` / `.out` from its repository, copied to
+/// `tests/data/vocab/` with its licence): every string, encoded without BOS and without special-token parsing
+/// as `test-tokenizer-0` does, must give exactly llama.cpp's ids.
+fn llama_cpp_vectors(tok: &Tokenizer, name: &str) -> usize {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vocab");
+    let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap();
+    let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap();
+    let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
+    let expected: Vec<Vec<u32>> = out
+        .lines()
+        .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
+        .collect();
+    // The file ends with a separator and a newline: one more (empty) piece than there are answers.
+    assert!(
+        texts.len() >= expected.len(),
+        "{name}: {} vs {}",
+        texts.len(),
+        expected.len()
+    );
+    let mut wrong = Vec::new();
+    for (text, want) in texts.iter().zip(&expected) {
+        let got = tok.encode(text, false).unwrap();
+        if &got != want {
+            wrong.push(format!("{text:?}: ours {got:?}, llama.cpp {want:?}"));
+        }
+        assert_eq!(
+            tok.decode(&got, false).unwrap().trim_start(),
+            text.trim_start(),
+            "{name}: {text:?}"
+        );
+    }
+    assert!(wrong.is_empty(), "{name}:\n{}", wrong.join("\n"));
+    expected.len()
+}
+
+fn vocab_only(name: &str) -> Tokenizer {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/vocab")
+        .join(format!("ggml-vocab-{name}.gguf"));
+    Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap()
+}
+
+/// SentencePiece (`tokenizer.ggml.model = llama`): Llama 2's vocabulary (Mistral v0.1 shares the algorithm)
+/// and Phi-3's (the same pieces plus its chat control tokens).
+#[test]
+fn sentencepiece_matches_llama_cpp_vectors() {
+    for name in ["llama-spm", "phi-3"] {
+        let tok = vocab_only(name);
+        let n = llama_cpp_vectors(&tok, name);
+        assert!(n >= 40, "{name}: {n} vectors");
+        assert!(tok.add_bos());
+        assert_eq!(tok.bos_id(), Some(1));
+    }
+    let phi3 = vocab_only("phi-3");
+    // Control tokens are parsed as special and end turns.
+    let end = phi3.token_id("<|end|>").unwrap();
+    assert_eq!(
+        phi3.encode("<|user|>\nHi<|end|>", true).unwrap()[2..],
+        [13, 18567, end]
+    );
+    assert!(phi3.eos_ids().contains(&end));
+    // Bytes the vocabulary has no piece for come back through byte tokens, and decode to the same text.
+    let ids = phi3.encode("𝄞 \u{1F980}", false).unwrap();
+    assert_eq!(phi3.decode(&ids, false).unwrap(), " 𝄞 \u{1F980}");
+}
+
+/// A gzipped vocabulary-only GGUF of `tests/data/vocab`.
+fn gzipped_vocab(name: &str) -> Tokenizer {
+    use std::io::Read as _;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vocab");
+    let file = std::fs::File::open(dir.join(format!("ggml-vocab-{name}.gguf.gz"))).unwrap();
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut raw)
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("vocab.gguf");
+    std::fs::write(&path, raw).unwrap();
+    Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap()
+}
+
+/// Byte-level BPE with `pre = llama-bpe` (Llama 3's vocabulary) and `gpt-2`: llama.cpp's vectors.
+#[test]
+fn llama3_and_gpt2_bpe_match_llama_cpp_vectors() {
+    for (name, pre) in [("llama-bpe", "llama-bpe"), ("gpt-2", "gpt-2")] {
+        let tok = gzipped_vocab(name);
+        assert_eq!(tok.pre(), pre);
+        assert!(llama_cpp_vectors(&tok, name) >= 40);
+    }
+}
+
+/// Byte-level BPE: Qwen2's vectors on Qwen2.5's vocabulary (the same pieces and merges).
+#[test]
+fn qwen2_matches_llama_cpp_vectors() {
+    assert!(llama_cpp_vectors(qwen(), "qwen2") >= 40);
+}

@@ -1,4 +1,4 @@
-//! The CPU forward pass of a llama-family decoder (llama, qwen2/3, gemma3, phi3) over our own kernels: weights in their file
+//! The CPU forward pass of a llama-family decoder (llama, qwen2/3, qwen3moe, gemma3, phi3) over our own kernels: weights in their file
 //! types, activations quantized once per matmul input (fused with the RMS norm), rotary applied in place, the
 //! SwiGLU fused with the quantization of the MLP's hidden state, attention over our own KV layout, and every
 //! parallel step on one thread pool. All intermediate buffers live in a scratch that only grows.
@@ -22,7 +22,7 @@ use super::pool::ThreadPool;
 use super::qmatrix::{matmul_many, QMatrix};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
-use crate::engine::model::{Activation, DecoderConfig, RopeStyle};
+use crate::engine::model::{Activation, DecoderConfig, Moe, RopeStyle};
 
 /// One sequence's part of a batch: `tokens` go after the `pos` positions it already holds.
 pub struct BatchSeq<'a> {
@@ -48,13 +48,42 @@ struct Layer {
     /// Qwen3's per-head RMSNorm weights of q and k.
     qk_norm: Option<[Vec<f32>; 2]>,
     ffn_norm: Vec<f32>,
-    gate: QMatrix,
-    up: QMatrix,
-    down: QMatrix,
+    ffn: Ffn,
     /// Gemma's norms of the attention and MLP outputs before their residual adds.
     post_norms: Option<[Vec<f32>; 2]>,
     /// Attends within the sliding window and rotates with the SWA tables.
     swa: bool,
+}
+
+/// A layer's feed-forward part.
+enum Ffn {
+    /// The gated MLP.
+    Dense {
+        gate: QMatrix,
+        up: QMatrix,
+        down: QMatrix,
+    },
+    /// A routed mixture of SwiGLU experts (Qwen3-MoE).
+    Moe(MoeFfn),
+}
+
+struct MoeFfn {
+    /// `[experts][hidden]` router weights, f32.
+    router: Vec<f32>,
+    gate: Vec<QMatrix>,
+    up: Vec<QMatrix>,
+    down: Vec<QMatrix>,
+    moe: Moe,
+}
+
+impl Ffn {
+    /// The width of the hidden state between up and down.
+    fn width(&self) -> usize {
+        match self {
+            Ffn::Dense { gate, .. } => gate.rows,
+            Ffn::Moe(m) => m.moe.ff,
+        }
+    }
 }
 
 /// The token embedding table, kept in its file type; rows are dequantized when looked up.
@@ -125,6 +154,7 @@ struct Scratch {
     att: Vec<f32>,
     tmp: Vec<f32>,
     normed: Vec<f32>,
+    moe_out: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
     scores: Vec<f32>,
@@ -245,6 +275,42 @@ impl<R: std::io::Read + std::io::Seek> Loader<'_, R> {
         ])
     }
 
+    /// A 3-D expert tensor as one matrix per expert.
+    fn experts(&mut self, name: &str) -> Result<Vec<QMatrix>> {
+        let qs =
+            crate::engine::model::split_experts(self.gguf, &mut self.reader, name, &Device::Cpu)?;
+        qs.into_iter().map(|q| self.matrix_from(q, None)).collect()
+    }
+
+    /// The layer's feed-forward weights: dense, or its experts and router.
+    fn ffn(&mut self, layer: usize, moe: Option<Moe>) -> Result<Ffn> {
+        let p = |s: &str| format!("blk.{layer}.{s}");
+        let Some(moe) = moe else {
+            let [gate, up] = self.gate_up(layer)?;
+            let down = self.matrix(&p("ffn_down.weight"))?;
+            return Ok(Ffn::Dense { gate, up, down });
+        };
+        let m = MoeFfn {
+            router: self.vector(&p("ffn_gate_inp.weight"))?,
+            gate: self.experts(&p("ffn_gate_exps.weight"))?,
+            up: self.experts(&p("ffn_up_exps.weight"))?,
+            down: self.experts(&p("ffn_down_exps.weight"))?,
+            moe,
+        };
+        let counts = [m.gate.len(), m.up.len(), m.down.len()];
+        if m.router.len() % moe.experts != 0 || counts.iter().any(|&n| n != moe.experts) {
+            return Err(EngineError::InvalidGguf {
+                path: self.gguf.path.clone(),
+                message: format!(
+                    "layer {layer}: expert tensors hold {counts:?} experts, the router {} values; expected {}",
+                    m.router.len(),
+                    moe.experts
+                ),
+            });
+        }
+        Ok(Ffn::Moe(m))
+    }
+
     /// gate, up: two matrices, or Phi-3's fused `ffn_up` (rows gate | up).
     fn gate_up(&mut self, layer: usize) -> Result<[QMatrix; 2]> {
         let p = |s: &str| format!("blk.{layer}.{s}");
@@ -323,7 +389,7 @@ impl CpuModel {
                 config.n_head * config.head_dim,
                 config.n_kv_head * config.head_dim,
             )?;
-            let [gate, up] = ld.gate_up(i)?;
+            let ffn = ld.ffn(i, config.moe)?;
             let post_norms = match config.post_norms {
                 true => Some([
                     ld.vector(&p("post_attention_norm.weight"))?,
@@ -347,9 +413,7 @@ impl CpuModel {
                     None
                 },
                 ffn_norm: ld.vector(&p("ffn_norm.weight"))?,
-                gate,
-                up,
-                down: ld.matrix(&p("ffn_down.weight"))?,
+                ffn,
                 post_norms,
                 swa: config.is_swa(i),
             });
@@ -358,17 +422,28 @@ impl CpuModel {
             config.n_head * config.head_dim,
             config.n_kv_head * config.head_dim,
         );
-        let ff = layers.first().map_or(0, |l| l.gate.rows);
+        let ff = layers.first().map_or(0, |l| l.ffn.width());
         for (i, l) in layers.iter().enumerate() {
-            let shapes = [
+            let mut shapes = vec![
                 (&l.q, q_out, hidden),
                 (&l.k, kv_out, hidden),
                 (&l.v, kv_out, hidden),
                 (&l.o, hidden, q_out),
-                (&l.gate, ff, hidden),
-                (&l.up, ff, hidden),
-                (&l.down, hidden, ff),
             ];
+            match &l.ffn {
+                Ffn::Dense { gate, up, down } => {
+                    shapes.extend([(gate, ff, hidden), (up, ff, hidden), (down, hidden, ff)])
+                }
+                Ffn::Moe(m) => {
+                    for e in 0..m.moe.experts {
+                        shapes.extend([
+                            (&m.gate[e], ff, hidden),
+                            (&m.up[e], ff, hidden),
+                            (&m.down[e], hidden, ff),
+                        ]);
+                    }
+                }
+            }
             if let Some((m, r, c)) = shapes.iter().find(|(m, r, c)| m.rows != *r || m.cols != *c) {
                 return Err(EngineError::InvalidGguf {
                     path: gguf.path.clone(),
@@ -485,7 +560,7 @@ impl CpuModel {
         let t_all = s.rows.len();
         let (h, d) = (cfg.hidden, cfg.head_dim);
         let (qw, kvw) = (cfg.n_head * d, cfg.n_kv_head * d);
-        let ff = self.layers.first().map_or(0, |l| l.gate.rows);
+        let ff = self.layers.first().map_or(0, |l| l.ffn.width());
         grow(&mut s.x, t_all * h);
         grow(&mut s.q, t_all * qw);
         grow(&mut s.k, t_all * kvw);
@@ -557,19 +632,27 @@ impl CpuModel {
             );
             self.residual(s, layer.post_norms.as_ref().map(|[a, _]| a), t_all);
             // MLP block.
-            let kinds = [layer.gate.act_kind(), layer.up.act_kind()];
+            let (gate_m, up_m, down_m) = match &layer.ffn {
+                Ffn::Dense { gate, up, down } => (gate, up, down),
+                Ffn::Moe(m) => {
+                    self.moe_block(s, m, &layer.ffn_norm, t_all);
+                    self.residual(s, layer.post_norms.as_ref().map(|[_, b]| b), t_all);
+                    continue;
+                }
+            };
+            let kinds = [gate_m.act_kind(), up_m.act_kind()];
             self.norm_into(&mut s.acts, &s.x, t_all, &layer.ffn_norm, eps, &kinds);
             matmul_many(
                 &self.pool,
                 &s.acts,
                 &mut [
-                    (&layer.gate, &mut s.gate[..t_all * ff]),
-                    (&layer.up, &mut s.up[..t_all * ff]),
+                    (gate_m, &mut s.gate[..t_all * ff]),
+                    (up_m, &mut s.up[..t_all * ff]),
                 ],
             );
             let (gate, up, isa) = (SyncPtr(s.gate.as_mut_ptr()), &s.up, self.isa);
             let gelu = cfg.activation == Activation::GeluTanh;
-            s.acts.reset(t_all, ff, &[layer.down.act_kind()]);
+            s.acts.reset(t_all, ff, &[down_m.act_kind()]);
             s.acts.fill(&self.pool, &|r, row| {
                 // SAFETY: `fill` hands each row index to exactly one thread; `gate` holds `t_all * ff` values.
                 let g = unsafe { gate.slice(r * ff, ff) };
@@ -582,7 +665,7 @@ impl CpuModel {
             matmul_many(
                 &self.pool,
                 &s.acts,
-                &mut [(&layer.down, &mut s.tmp[..t_all * h])],
+                &mut [(down_m, &mut s.tmp[..t_all * h])],
             );
             self.residual(s, layer.post_norms.as_ref().map(|[_, b]| b), t_all);
         }
@@ -620,6 +703,75 @@ impl CpuModel {
                 false => Vec::new(),
             })
             .collect())
+    }
+
+    /// The mixture of experts of every row into `s.tmp`: rows RMS-normed, routed (see [`Moe::route`]), then per
+    /// expert the rows it got, as one batch through its SwiGLU MLP, added in with their weights.
+    fn moe_block(&self, s: &mut Scratch, m: &MoeFfn, norm: &[f32], t_all: usize) {
+        let (h, ff, isa) = (self.config.hidden, m.moe.ff, self.isa);
+        let eps = self.config.rms_eps as f32;
+        grow(&mut s.normed, t_all * h);
+        grow(&mut s.moe_out, t_all * h);
+        {
+            let (normed, x) = (SyncPtr(s.normed.as_mut_ptr()), &s.x);
+            self.pool.run(t_all, &|r, _| {
+                // SAFETY: each row is one item, run once; `normed` holds `t_all` rows (grown above).
+                let out = unsafe { normed.slice(r * h, h) };
+                ops::rms_norm(isa, out, &x[r * h..(r + 1) * h], norm, eps);
+            });
+        }
+        let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); m.moe.experts];
+        for r in 0..t_all {
+            let row = &s.normed[r * h..(r + 1) * h];
+            let logits: Vec<f32> = m
+                .router
+                .chunks_exact(h)
+                .map(|w| ops::dot(isa, w, row))
+                .collect();
+            for (e, w) in m.moe.route(&logits) {
+                routed[e].push((r, w));
+            }
+        }
+        s.tmp[..t_all * h].fill(0.0);
+        for (e, rows) in routed.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+            let n = rows.len();
+            let normed = &s.normed;
+            s.acts
+                .reset(n, h, &[m.gate[e].act_kind(), m.up[e].act_kind()]);
+            s.acts.fill(&self.pool, &|i, row| {
+                let r = rows[i].0;
+                row.copy_from_slice(&normed[r * h..(r + 1) * h]);
+            });
+            matmul_many(
+                &self.pool,
+                &s.acts,
+                &mut [
+                    (&m.gate[e], &mut s.gate[..n * ff]),
+                    (&m.up[e], &mut s.up[..n * ff]),
+                ],
+            );
+            let (gate, up) = (SyncPtr(s.gate.as_mut_ptr()), &s.up);
+            s.acts.reset(n, ff, &[m.down[e].act_kind()]);
+            s.acts.fill(&self.pool, &|i, row| {
+                // SAFETY: `fill` hands each row index to exactly one thread; `gate` holds `n * ff` values.
+                let g = unsafe { gate.slice(i * ff, ff) };
+                ops::silu_mul(isa, g, &up[i * ff..(i + 1) * ff]);
+                row.copy_from_slice(g);
+            });
+            matmul_many(
+                &self.pool,
+                &s.acts,
+                &mut [(&m.down[e], &mut s.moe_out[..n * h])],
+            );
+            for (i, &(r, w)) in rows.iter().enumerate() {
+                ops::axpy(
+                    isa,
+                    &mut s.tmp[r * h..(r + 1) * h],
+                    w,
+                    &s.moe_out[i * h..(i + 1) * h],
+                );
+            }
+        }
     }
 
     /// `x += tmp`, with `tmp`'s rows RMS-normed by `post_norm` first when there is one (Gemma).

@@ -64,6 +64,20 @@ impl<R: Read + Seek> LoadCtx<'_, R> {
             .collect()
     }
 
+    /// A 3-D expert tensor as one matrix per expert, each requantised per the weight format.
+    pub fn experts(&mut self, name: &str) -> Result<Vec<Linear>> {
+        super::split_experts(self.gguf, self.reader, name, self.device)?
+            .into_iter()
+            .map(|mut q| {
+                if requantise(self.format, q.dtype(), self.device) {
+                    q = to_q8_0(q, self.device)?;
+                }
+                self.weight_bytes += q.storage_size_in_bytes();
+                Ok(Linear::Candle(QMatMul::from_qtensor(q)?))
+            })
+            .collect()
+    }
+
     pub fn has(&self, name: &str) -> bool {
         self.gguf.content.tensor_infos.contains_key(name)
     }
@@ -200,13 +214,29 @@ struct Mlp {
     activation: Activation,
 }
 
+/// A routed mixture of SwiGLU experts (Qwen3-MoE), run token by token (the reference path).
+struct MoeMlp {
+    /// `[experts, hidden]`, f32.
+    router: Tensor,
+    gate: Vec<Linear>,
+    up: Vec<Linear>,
+    down: Vec<Linear>,
+    moe: super::Moe,
+}
+
+/// The feed-forward part of a layer.
+enum Ffn {
+    Dense(Mlp),
+    Moe(MoeMlp),
+}
+
 pub(super) struct DecoderLayer {
     attn_norm: RmsNorm,
     attn: Attention,
     /// Gemma's norm of the attention output before the residual add.
     post_attn_norm: Option<RmsNorm>,
     ffn_norm: RmsNorm,
-    mlp: Mlp,
+    mlp: Ffn,
     /// Gemma's norm of the MLP output before the residual add.
     post_ffn_norm: Option<RmsNorm>,
     /// Whether this layer attends within the sliding window (and rotates with the SWA tables).
@@ -239,21 +269,15 @@ impl DecoderLayer {
                 ctx.matmul(&p("attn_v.weight"))?,
             ]
         };
-        let [gate, up] = if ctx.has(&p("ffn_gate.weight")) {
-            [
-                ctx.matmul(&p("ffn_gate.weight"))?,
-                ctx.matmul(&p("ffn_up.weight"))?,
-            ]
-        } else {
-            // Phi-3: `ffn_up` holds the gate's rows, then the up projection's.
-            let rows = ctx
-                .gguf
-                .content
-                .tensor_infos
-                .get(&p("ffn_up.weight"))
-                .map_or(0, |t| t.shape.dims().first().copied().unwrap_or(0));
-            let ff = rows / 2;
-            fused::<2>(ctx.matmul_split(&p("ffn_up.weight"), &[ff, ff])?)?
+        let mlp = match cfg.moe {
+            Some(moe) => Ffn::Moe(MoeMlp {
+                router: ctx.vector(&p("ffn_gate_inp.weight"))?,
+                gate: ctx.experts(&p("ffn_gate_exps.weight"))?,
+                up: ctx.experts(&p("ffn_up_exps.weight"))?,
+                down: ctx.experts(&p("ffn_down_exps.weight"))?,
+                moe,
+            }),
+            None => Ffn::Dense(Self::dense_mlp(ctx, cfg, i)?),
         };
         Ok(Self {
             attn_norm: ctx.norm(&p("attn_norm.weight"), cfg.rms_eps)?,
@@ -286,12 +310,38 @@ impl DecoderLayer {
                 scale: cfg.attn_scale as f64,
             },
             ffn_norm: ctx.norm(&p("ffn_norm.weight"), cfg.rms_eps)?,
-            mlp: Mlp {
-                gate,
-                up,
-                down: ctx.matmul(&p("ffn_down.weight"))?,
-                activation: cfg.activation,
-            },
+            mlp,
+        })
+    }
+
+    /// The dense gated MLP (gate and up, or Phi-3's fused gate|up).
+    fn dense_mlp<R: Read + Seek>(
+        ctx: &mut LoadCtx<'_, R>,
+        cfg: &DecoderConfig,
+        i: usize,
+    ) -> Result<Mlp> {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let [gate, up] = if ctx.has(&p("ffn_gate.weight")) {
+            [
+                ctx.matmul(&p("ffn_gate.weight"))?,
+                ctx.matmul(&p("ffn_up.weight"))?,
+            ]
+        } else {
+            // Phi-3: `ffn_up` holds the gate's rows, then the up projection's.
+            let rows = ctx
+                .gguf
+                .content
+                .tensor_infos
+                .get(&p("ffn_up.weight"))
+                .map_or(0, |t| t.shape.dims().first().copied().unwrap_or(0));
+            let ff = rows / 2;
+            fused::<2>(ctx.matmul_split(&p("ffn_up.weight"), &[ff, ff])?)?
+        };
+        Ok(Mlp {
+            gate,
+            up,
+            down: ctx.matmul(&p("ffn_down.weight"))?,
+            activation: cfg.activation,
         })
     }
 
@@ -311,7 +361,10 @@ impl DecoderLayer {
         }
         let x = (x + h)?;
         let h = self.ffn_norm.forward(&x)?;
-        let mut h = self.mlp.forward(&h)?;
+        let mut h = match &self.mlp {
+            Ffn::Dense(m) => m.forward(&h)?,
+            Ffn::Moe(m) => m.forward(&h)?,
+        };
         if let Some(n) = &self.post_ffn_norm {
             h = n.forward(&h)?;
         }
@@ -373,6 +426,34 @@ impl Attention {
             .transpose(1, 2)?
             .reshape((b, t, self.n_head * d))?;
         self.o.forward(&y)
+    }
+}
+
+impl MoeMlp {
+    /// Each token through its experts, weighted (see [`super::Moe::route`]).
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, h) = x.dims3()?;
+        let rows = x.reshape((b * t, h))?;
+        let logits = rows
+            .matmul(&self.router.t()?)?
+            .to_dtype(candle_core::DType::F32)?;
+        let logits: Vec<Vec<f32>> = logits.to_vec2()?;
+        let mut out = Vec::with_capacity(b * t);
+        for (i, l) in logits.iter().enumerate() {
+            let xr = rows.narrow(0, i, 1)?;
+            let mut acc: Option<Tensor> = None;
+            for (e, w) in self.moe.route(l) {
+                let g = candle_nn::ops::silu(&self.gate[e].forward(&xr)?)?;
+                let u = self.up[e].forward(&xr)?;
+                let y = (self.down[e].forward(&(g * u)?)? * w as f64)?;
+                acc = Some(match acc {
+                    Some(a) => (a + y)?,
+                    None => y,
+                });
+            }
+            out.push(acc.ok_or_else(|| EngineError::Internal("a token went to no expert".into()))?);
+        }
+        Ok(Tensor::cat(&out, 0)?.reshape((b, t, h))?)
     }
 }
 

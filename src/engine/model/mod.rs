@@ -30,10 +30,12 @@ pub enum Architecture {
     Qwen3,
     Gemma3,
     Phi3,
+    Qwen3Moe,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static [&'static str] = &["llama", "qwen2", "qwen3", "gemma3", "phi3"];
+    pub const SUPPORTED: &'static [&'static str] =
+        &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"];
 
     pub fn from_name(name: &str) -> Result<Self> {
         match name {
@@ -42,6 +44,7 @@ impl Architecture {
             "qwen3" => Ok(Self::Qwen3),
             "gemma3" => Ok(Self::Gemma3),
             "phi3" => Ok(Self::Phi3),
+            "qwen3moe" => Ok(Self::Qwen3Moe),
             other => Err(EngineError::UnsupportedArchitecture {
                 arch: other.into(),
                 supported: Self::SUPPORTED.iter().map(|s| s.to_string()).collect(),
@@ -56,6 +59,7 @@ impl Architecture {
             Self::Qwen3 => "qwen3",
             Self::Gemma3 => "gemma3",
             Self::Phi3 => "phi3",
+            Self::Qwen3Moe => "qwen3moe",
         }
     }
 }
@@ -108,6 +112,37 @@ pub struct DecoderConfig {
     pub sliding_window: Option<SlidingWindow>,
     /// `cap · tanh(logit / cap)` on the output logits (Gemma's final soft-capping).
     pub final_logit_softcap: Option<f32>,
+    /// A routed mixture of experts in place of the dense MLP (Qwen3-MoE).
+    pub moe: Option<Moe>,
+}
+
+/// A mixture of experts as llama.cpp runs Qwen3-MoE's: a softmax over the router's logits, the `used` most
+/// likely experts, their probabilities renormalised to sum to one, each expert a SwiGLU MLP of width `ff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moe {
+    pub experts: usize,
+    pub used: usize,
+    pub ff: usize,
+}
+
+impl Moe {
+    /// The experts a token goes to and their weights, from the router's logits.
+    pub fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exp: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+        let total: f32 = exp.iter().sum();
+        let probs: Vec<f32> = exp.iter().map(|e| e / total).collect();
+        let mut order: Vec<usize> = (0..probs.len()).collect();
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+        order.truncate(self.used);
+        // llama.cpp clamps the sum before dividing.
+        let sum = order
+            .iter()
+            .map(|&e| probs[e])
+            .sum::<f32>()
+            .max(6.103_515_6e-5);
+        order.into_iter().map(|e| (e, probs[e] / sum)).collect()
+    }
 }
 
 /// The activation applied to the MLP's gate before it multiplies the up projection.
@@ -222,6 +257,7 @@ impl DecoderConfig {
             activation: Activation::Silu,
             sliding_window: None,
             final_logit_softcap: None,
+            moe: None,
         })
     }
 
@@ -454,6 +490,7 @@ impl Model {
             Architecture::Qwen3 => qwen2::qwen3_config(gguf)?,
             Architecture::Gemma3 => gemma3::config(gguf)?,
             Architecture::Phi3 => phi3::config(gguf)?,
+            Architecture::Qwen3Moe => qwen2::qwen3moe_config(gguf)?,
         };
         if device.is_cpu() && format != WeightFormat::Native {
             let m = CpuModel::load(gguf, config.clone(), format == WeightFormat::Q8_0, threads)?;
@@ -672,6 +709,36 @@ pub(crate) fn split_rows<R: std::io::Read + std::io::Seek>(
         at += n;
     }
     Ok(out)
+}
+
+/// Reads a 3-D expert tensor `name` (`[experts, rows, cols]`) as one matrix per expert, placed on `device`.
+pub(crate) fn split_experts<R: std::io::Read + std::io::Seek>(
+    gguf: &GgufFile,
+    reader: &mut R,
+    name: &str,
+    device: &Device,
+) -> Result<Vec<QTensor>> {
+    let invalid = |message: String| EngineError::InvalidGguf {
+        path: gguf.path.clone(),
+        message: format!("tensor `{name}`: {message}"),
+    };
+    let q = gguf
+        .content
+        .tensor(reader, name, &Device::Cpu)
+        .map_err(|e| invalid(e.to_string()))?;
+    let (experts, rows, cols) = q.shape().dims3().map_err(|e| invalid(e.to_string()))?;
+    let data = q.data()?;
+    let per = data.len() / experts.max(1);
+    (0..experts)
+        .map(|e| {
+            Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
+                q.dtype(),
+                &data[e * per..(e + 1) * per],
+                vec![rows, cols],
+                device,
+            )?)
+        })
+        .collect()
 }
 
 /// Whether `format` asks for `dtype` to be requantised to Q8_0 on candle's path.
