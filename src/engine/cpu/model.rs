@@ -298,7 +298,7 @@ impl<R: std::io::Read + std::io::Seek> Loader<'_, R> {
             moe,
         };
         let counts = [m.gate.len(), m.up.len(), m.down.len()];
-        if m.router.len() % moe.experts != 0 || counts.iter().any(|&n| n != moe.experts) {
+        if !m.router.len().is_multiple_of(moe.experts) || counts.iter().any(|&n| n != moe.experts) {
             return Err(EngineError::InvalidGguf {
                 path: self.gguf.path.clone(),
                 message: format!(
