@@ -6,7 +6,8 @@ its result, thinking off). The Rust test (tests/suite/template.rs) renders the s
 environment and requires byte-identical text, or an error where Jinja2 raised one.
 
 The templates are the ones llama.cpp keeps in models/templates/ (fetched there from the models' repositories);
-they are copied to tests/data/templates/. Regenerate with a llama.cpp checkout (the refbench venv has jinja2):
+they are copied to tests/data/templates/. Gemma 3's (not among llama.cpp's) was taken from its
+tokenizer_config.json and is kept in tests/data/templates/ as is. Regenerate with a llama.cpp checkout (the refbench venv has jinja2):
 
     /path/to/refbench-venv/bin/python scripts/template_reference.py --templates /path/to/llama.cpp/models/templates
 """
@@ -30,6 +31,7 @@ TEMPLATES = [
     ("mistralai-Mistral-Nemo-Instruct-2407", "mistral", "<s>", "</s>"),
     ("unsloth-mistral-Devstral-Small-2507", "devstral", "<s>", "</s>"),
     ("google-gemma-2-2b-it", "gemma", "<bos>", "<eos>"),
+    ("google-gemma-3-it", "gemma3", "<bos>", "<eos>"),
     ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 ]
 
@@ -88,7 +90,10 @@ def main():
     env = environment()
     renders = []
     for stem, family, bos, eos in TEMPLATES:
-        shutil.copyfile(os.path.join(args.templates, stem + ".jinja"), os.path.join(args.out, stem + ".jinja"))
+        # Templates llama.cpp does not keep (Gemma 3's, from its tokenizer_config.json) are already in --out.
+        src = os.path.join(args.templates, stem + ".jinja")
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(args.out, stem + ".jinja"))
         source = open(os.path.join(args.out, stem + ".jinja"), encoding="utf-8").read()
         template = env.from_string(source)
         for case, spec in CASES.items():

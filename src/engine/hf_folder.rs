@@ -11,8 +11,8 @@
 //! converted file is keyed on the folder's files (names, sizes, modification times), so an edited folder is
 //! converted again.
 //!
-//! Supported: byte-level BPE tokenizers (Llama 3, Qwen, SmolLM, GPT-2 style). SentencePiece `tokenizer.json`
-//! folders (Llama 2, Mistral v0.1–v0.3, Gemma, Phi-3) are refused with a clear error: use their GGUF.
+//! Tokenizers: byte-level BPE (Llama 3, Qwen, SmolLM, GPT-2 style) and SentencePiece-style BPE with byte
+//! fallback (Llama 2, Mistral, Gemma, Phi-3), see [`tokenizer_metadata`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -164,6 +164,10 @@ pub fn convert(folder: &Path, home: &Path) -> Result<PathBuf> {
     tracing::info!(folder = %folder.display(), out = %out.display(), tensors = entries.len(), "converting a Hugging Face folder to GGUF");
     gguf_write::write(&out, &metadata, &entries, |i, w| {
         let p = &plan[i];
+        if let Some(values) = &p.values {
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            return w.write_all(&bytes);
+        }
         let view = tensors
             .get(&p.source)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -200,6 +204,86 @@ struct Planned {
     source: String,
     entry: TensorEntry,
     transform: Transform,
+    /// Values computed from `config.json` (rope factors) instead of a safetensors tensor.
+    values: Option<Vec<f32>>,
+}
+
+impl Planned {
+    /// An f32 vector computed here.
+    fn values(name: &str, values: Vec<f32>) -> Self {
+        Self {
+            source: String::new(),
+            entry: TensorEntry {
+                name: name.into(),
+                dims: vec![values.len() as u64],
+                type_id: 0,
+                bytes: values.len() as u64 * 4,
+            },
+            transform: Transform::Copy,
+            values: Some(values),
+        }
+    }
+}
+
+/// (head width, rotated dimensions) from `config.json`.
+fn head_dims(c: &Json) -> (usize, usize) {
+    let heads = get_usize(c, "num_attention_heads").unwrap_or(1).max(1);
+    let hidden = get_usize(c, "hidden_size").unwrap_or(0);
+    let head_dim = get_usize(c, "head_dim").unwrap_or(hidden / heads);
+    let rope_dims = match c["partial_rotary_factor"].as_f64() {
+        Some(f) => (head_dim as f64 * f) as usize,
+        None => head_dim,
+    };
+    (head_dim, rope_dims)
+}
+
+/// Rope frequency factors that llama.cpp stores as tensors: Llama 3.1's (`rope_freqs`), Phi-3's LongRoPE
+/// (`rope_factors_long` / `_short`).
+fn rope_factor_tensors(folder: &Path, c: &Json) -> Result<Vec<Planned>> {
+    let scaling = &c["rope_scaling"];
+    let (_, rope_dims) = head_dims(c);
+    let kind = scaling["rope_type"].as_str().or(scaling["type"].as_str());
+    let floats = |key: &str| -> Result<Vec<f32>> {
+        let list = scaling[key]
+            .as_array()
+            .ok_or_else(|| bad(folder, format!("rope_scaling has no `{key}` list")))?;
+        let v: Vec<f32> = list
+            .iter()
+            .filter_map(|x| x.as_f64().map(|x| x as f32))
+            .collect();
+        match v.len() == rope_dims / 2 {
+            true => Ok(v),
+            false => Err(bad(
+                folder,
+                format!(
+                    "rope_scaling.{key} has {} values, expected {}",
+                    v.len(),
+                    rope_dims / 2
+                ),
+            )),
+        }
+    };
+    Ok(match kind {
+        Some("llama3") => {
+            let f = |k: &str, d: f64| scaling[k].as_f64().unwrap_or(d) as f32;
+            vec![Planned::values(
+                "rope_freqs.weight",
+                super::synth::llama3_rope_factors_with(
+                    c["rope_theta"].as_f64().unwrap_or(10_000.0) as f32,
+                    rope_dims,
+                    f("factor", 8.0),
+                    get_usize(scaling, "original_max_position_embeddings").unwrap_or(8192),
+                    f("low_freq_factor", 1.0),
+                    f("high_freq_factor", 4.0),
+                ),
+            )]
+        }
+        Some("longrope") | Some("su") => vec![
+            Planned::values("rope_factors_long.weight", floats("long_factor")?),
+            Planned::values("rope_factors_short.weight", floats("short_factor")?),
+        ],
+        _ => Vec::new(),
+    })
 }
 
 fn get_usize(c: &Json, key: &str) -> Option<usize> {
@@ -246,11 +330,7 @@ impl Arch {
         let k = |key: &str| format!("{arch}.{key}");
         let heads = need("num_attention_heads")?;
         let hidden = need("hidden_size")?;
-        let head_dim = get_usize(c, "head_dim").unwrap_or(hidden / heads.max(1));
-        let rope_dims = match c["partial_rotary_factor"].as_f64() {
-            Some(f) => (head_dim as f64 * f) as usize,
-            None => head_dim,
-        };
+        let (head_dim, rope_dims) = head_dims(c);
         let context = need("max_position_embeddings")?;
         let mut m: Vec<(String, Value)> = vec![
             ("general.architecture".into(), Value::String(arch.into())),
@@ -388,8 +468,12 @@ impl Arch {
                         bytes,
                     },
                     transform,
+                    values: None,
                 },
             );
+        }
+        for p in rope_factor_tensors(folder, c)? {
+            by_name.insert(p.entry.name.clone(), p);
         }
         if !by_name.contains_key("token_embd.weight") {
             return Err(bad(folder, "no model.embed_tokens.weight"));
@@ -495,8 +579,11 @@ impl Transform {
     }
 }
 
-/// `tokenizer.ggml.*` from `tokenizer.json` and `tokenizer_config.json`: byte-level BPE only.
-fn tokenizer_metadata(folder: &Path) -> Result<Vec<(String, Value)>> {
+/// `tokenizer.ggml.*` from `tokenizer.json` and `tokenizer_config.json` (and the chat template): byte-level BPE
+/// as `gpt2` with its `pre`; SentencePiece-style BPE (byte fallback, `▁`; Llama 2, Mistral, Gemma, Phi-3) as
+/// `llama` with scores from the merge order (a merge's rank, negated, is its token's score, so the
+/// highest-scoring pair merges as the lowest-ranked merge would) and `add_space_prefix` from a `▁` prepend.
+pub fn tokenizer_metadata(folder: &Path) -> Result<Vec<(String, Value)>> {
     let tj =
         read_json(folder, "tokenizer.json")?.ok_or_else(|| bad(folder, "no tokenizer.json"))?;
     let model = &tj["model"];
@@ -509,14 +596,8 @@ fn tokenizer_metadata(folder: &Path) -> Result<Vec<(String, Value)>> {
             ),
         ));
     }
-    if model["byte_fallback"].as_bool() == Some(true)
-        || tj["decoder"].to_string().contains("ByteFallback")
-    {
-        return Err(bad(
-            folder,
-            "SentencePiece-style tokenizer.json (byte fallback) is not supported in folders yet: use the model's GGUF",
-        ));
-    }
+    let sentencepiece = model["byte_fallback"].as_bool() == Some(true)
+        || tj["decoder"].to_string().contains("ByteFallback");
     let vocab = model["vocab"]
         .as_object()
         .ok_or_else(|| bad(folder, "tokenizer.json has no model.vocab"))?;
@@ -554,23 +635,65 @@ fn tokenizer_metadata(folder: &Path) -> Result<Vec<(String, Value)>> {
         })
         .map(Value::String)
         .collect();
-    let pre = pre_tokenizer_name(&tj["pre_tokenizer"]).ok_or_else(|| {
-        bad(
-            folder,
-            format!("unrecognised pre-tokenizer {}", tj["pre_tokenizer"]),
-        )
-    })?;
+    let tc = read_json(folder, "tokenizer_config.json")?.unwrap_or(Json::Null);
+    let token_text = |v: &Json| v.as_str().or(v["content"].as_str()).map(str::to_owned);
+    if sentencepiece {
+        // Byte pieces and the unknown token get llama.cpp's token types.
+        let unk = token_text(&tc["unk_token"]).or(model["unk_token"].as_str().map(str::to_owned));
+        for (text, kind) in tokens.values_mut() {
+            if *kind == 1 && super::spm::parse_byte_token(text).is_some() {
+                *kind = 6;
+            } else if unk.as_deref() == Some(text.as_str()) {
+                *kind = 2;
+            }
+        }
+    }
     let id_of = |text: &str| {
         tokens
             .iter()
             .find(|(_, (t, _))| t == text)
             .map(|(&id, _)| id as u32)
     };
-    let tc = read_json(folder, "tokenizer_config.json")?.unwrap_or(Json::Null);
-    let token_text = |v: &Json| v.as_str().or(v["content"].as_str()).map(str::to_owned);
-    let mut m: Vec<(String, Value)> = vec![
-        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre".into(), Value::String(pre.into())),
+    let mut m: Vec<(String, Value)> = Vec::new();
+    if sentencepiece {
+        let mut score: std::collections::HashMap<String, f32> = std::collections::HashMap::new();
+        for (rank, merge) in merges.iter().enumerate() {
+            if let Value::String(merge) = merge {
+                score
+                    .entry(merge.replacen(' ', "", 1))
+                    .or_insert(-(rank as f32));
+            }
+        }
+        let scores = tokens
+            .values()
+            .map(|(t, _)| Value::F32(score.get(t).copied().unwrap_or(0.0)))
+            .collect();
+        let prepend = tj["normalizer"].to_string().contains("\"Prepend\"")
+            || tj["pre_tokenizer"]["prepend_scheme"]
+                .as_str()
+                .is_some_and(|s| s != "never");
+        m.extend([
+            ("tokenizer.ggml.model".into(), Value::String("llama".into())),
+            ("tokenizer.ggml.scores".into(), Value::Array(scores)),
+            (
+                "tokenizer.ggml.add_space_prefix".into(),
+                Value::Bool(prepend),
+            ),
+        ]);
+    } else {
+        let pre = pre_tokenizer_name(&tj["pre_tokenizer"]).ok_or_else(|| {
+            bad(
+                folder,
+                format!("unrecognised pre-tokenizer {}", tj["pre_tokenizer"]),
+            )
+        })?;
+        m.extend([
+            ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+            ("tokenizer.ggml.pre".into(), Value::String(pre.into())),
+            ("tokenizer.ggml.merges".into(), Value::Array(merges)),
+        ]);
+    }
+    m.extend([
         (
             "tokenizer.ggml.tokens".into(),
             Value::Array(
@@ -584,8 +707,7 @@ fn tokenizer_metadata(folder: &Path) -> Result<Vec<(String, Value)>> {
             "tokenizer.ggml.token_type".into(),
             Value::Array(tokens.values().map(|(_, k)| Value::I32(*k)).collect()),
         ),
-        ("tokenizer.ggml.merges".into(), Value::Array(merges)),
-    ];
+    ]);
     for (key, field) in [("bos", "bos_token"), ("eos", "eos_token")] {
         if let Some(id) = token_text(&tc[field]).and_then(|t| id_of(&t)) {
             m.push((format!("tokenizer.ggml.{key}_token_id"), Value::U32(id)));

@@ -575,7 +575,18 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
 /// Llama 3.1's frequency divisors (its `rope_scaling`: low 1, high 4), as llama.cpp's converter computes them:
 /// high frequencies kept, low ones divided by `factor`, a smooth blend between.
 fn llama3_rope_factors(base: f32, head_dim: usize, factor: f32, original: usize) -> Vec<f32> {
-    let (low, high) = (1.0f32, 4.0f32);
+    llama3_rope_factors_with(base, head_dim, factor, original, 1.0, 4.0)
+}
+
+/// [`llama3_rope_factors`] with the config's `low_freq_factor` and `high_freq_factor`.
+pub(crate) fn llama3_rope_factors_with(
+    base: f32,
+    head_dim: usize,
+    factor: f32,
+    original: usize,
+    low: f32,
+    high: f32,
+) -> Vec<f32> {
     let original = original as f32;
     let (low_wavelen, high_wavelen) = (original / low, original / high);
     (0..head_dim / 2)

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::common;
 
 /// Hugging Face's name of a llama.cpp tensor.
-fn hf_name(gguf: &str) -> String {
+fn hf_name(gguf: &str, arch: &str) -> String {
     match gguf {
         "token_embd.weight" => return "model.embed_tokens.weight".into(),
         "output_norm.weight" => return "model.norm.weight".into(),
@@ -27,9 +27,17 @@ fn hf_name(gguf: &str) -> String {
     let rest = gguf.strip_prefix("blk.").unwrap();
     let (layer, part) = rest.split_once('.').unwrap();
     let (stem, suffix) = part.rsplit_once('.').unwrap();
+    let gemma = arch == "gemma3";
     let hf = match stem {
         "attn_norm" => "input_layernorm",
+        "ffn_norm" if gemma => "pre_feedforward_layernorm",
         "ffn_norm" => "post_attention_layernorm",
+        "post_attention_norm" => "post_attention_layernorm",
+        "post_ffw_norm" => "post_feedforward_layernorm",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
+        "attn_qkv" => "self_attn.qkv_proj",
+        "ffn_up" if arch == "phi3" => "mlp.gate_up_proj",
         "attn_q" => "self_attn.q_proj",
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
@@ -65,6 +73,7 @@ fn export(gguf_path: &Path, arch: &str, folder: &Path) {
     let mut weight_map = serde_json::Map::new();
     let mut names: Vec<&String> = gguf.content.tensor_infos.keys().collect();
     names.sort();
+    let mut factors = serde_json::Map::new();
     for (i, name) in names.into_iter().enumerate() {
         let t = gguf
             .content
@@ -72,9 +81,19 @@ fn export(gguf_path: &Path, arch: &str, folder: &Path) {
             .unwrap()
             .dequantize(&Device::Cpu)
             .unwrap();
+        if let Some(kind) = name
+            .strip_prefix("rope_factors_")
+            .and_then(|n| n.strip_suffix(".weight"))
+        {
+            // LongRoPE's factors live in config.json.
+            factors.insert(format!("{kind}_factor"), json!(t.to_vec1::<f32>().unwrap()));
+            continue;
+        }
         let t = match (arch, name.as_str()) {
             ("llama", n) if n.ends_with("attn_q.weight") => unpermute(&t, heads),
             ("llama", n) if n.ends_with("attn_k.weight") => unpermute(&t, kv_heads),
+            // Gemma's norms are stored as w for `x · (1 + w)`.
+            ("gemma3", n) if n.ends_with("norm.weight") => (t - 1.0).unwrap(),
             _ => t,
         };
         let dtype = match (t.rank(), i % 2) {
@@ -84,8 +103,8 @@ fn export(gguf_path: &Path, arch: &str, folder: &Path) {
         };
         let shard = i % 2;
         let file = format!("model-0000{}-of-00002.safetensors", shard + 1);
-        weight_map.insert(hf_name(name), json!(file));
-        shards[shard].insert(hf_name(name), t.to_dtype(dtype).unwrap());
+        weight_map.insert(hf_name(name, arch), json!(file));
+        shards[shard].insert(hf_name(name, arch), t.to_dtype(dtype).unwrap());
     }
     for (i, shard) in shards.iter().enumerate() {
         candle_core::safetensors::save(
@@ -99,13 +118,16 @@ fn export(gguf_path: &Path, arch: &str, folder: &Path) {
         json!({"metadata": {}, "weight_map": weight_map}).to_string(),
     )
     .unwrap();
-    let architecture = match arch {
-        "llama" => "LlamaForCausalLM",
-        _ => "Qwen2ForCausalLM",
+    let (architecture, model_type) = match arch {
+        "llama" => ("LlamaForCausalLM", "llama"),
+        "gemma3" => ("Gemma3ForCausalLM", "gemma3_text"),
+        "phi3" => ("Phi3ForCausalLM", "phi3"),
+        _ => ("Qwen2ForCausalLM", "qwen2"),
     };
-    let config = json!({
+    let mut config = json!({
         "architectures": [architecture],
-        "model_type": arch,
+        "model_type": model_type,
+        "head_dim": md("attention.key_length"),
         "hidden_size": md("embedding_length"),
         "intermediate_size": md("feed_forward_length"),
         "num_hidden_layers": md("block_count"),
@@ -117,6 +139,25 @@ fn export(gguf_path: &Path, arch: &str, folder: &Path) {
         "tie_word_embeddings": tied,
         "torch_dtype": "bfloat16",
     });
+    let f32_key = |k: &str| gguf.get_f32(&format!("{arch}.{k}")).unwrap();
+    match arch {
+        "gemma3" => {
+            config["sliding_window"] = json!(md("attention.sliding_window"));
+            config["sliding_window_pattern"] = json!(md("attention.sliding_window_pattern"));
+            config["rope_local_base_freq"] = json!(f32_key("rope.freq_base_swa"));
+            config["rope_scaling"] =
+                json!({"rope_type": "linear", "factor": f32_key("rope.scaling.factor")});
+        }
+        "phi3" => {
+            config["partial_rotary_factor"] =
+                json!(md("rope.dimension_count") as f64 / md("attention.key_length") as f64);
+            config["original_max_position_embeddings"] =
+                json!(md("rope.scaling.original_context_length"));
+            factors.insert("type".into(), json!("longrope"));
+            config["rope_scaling"] = serde_json::Value::Object(factors);
+        }
+        _ => {}
+    }
     std::fs::write(folder.join("config.json"), config.to_string()).unwrap();
     let tok = Tokenizer::from_gguf(&gguf).unwrap();
     tok.hf().save(folder.join("tokenizer.json"), false).unwrap();
@@ -231,6 +272,18 @@ fn folder_matches_its_gguf(spec: &str, arch: &str, tokenizer_from: PathBuf) {
 #[test]
 fn llama_folder_matches_its_gguf() {
     folder_matches_its_gguf("llama:tiny", "llama", common::smollm2_path());
+}
+
+/// Gemma 3 (norms stored as `w` for `1 + w`, the window and its period, its own rope base, linear scaling).
+#[test]
+fn gemma3_folder_matches_its_gguf() {
+    folder_matches_its_gguf("gemma3:tiny", "gemma3", common::smollm2_path());
+}
+
+/// Phi-3 (fused qkv and gate|up, partial rotation, LongRoPE factors from config.json).
+#[test]
+fn phi3_folder_matches_its_gguf() {
+    folder_matches_its_gguf("phi3:tiny", "phi3", common::smollm2_path());
 }
 
 /// Qwen2 (Qwen's tokenizer and control tokens; q/k/v biases).

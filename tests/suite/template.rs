@@ -374,5 +374,5 @@ fn model_family_templates_render_like_jinja2() {
         }
         families.insert(text(&r["family"]).to_owned());
     }
-    assert!(families.len() >= 9, "{families:?}");
+    assert!(families.len() >= 10, "{families:?}");
 }

@@ -238,9 +238,19 @@ fn tokenizer_is_send_sync_and_clone() {
 /// `tests/data/vocab/` with its licence): every string, encoded without BOS and without special-token parsing
 /// as `test-tokenizer-0` does, must give exactly llama.cpp's ids.
 fn llama_cpp_vectors(tok: &Tokenizer, name: &str) -> usize {
+    vectors(
+        tok,
+        &format!("ggml-vocab-{name}.gguf.inp"),
+        &format!("ggml-vocab-{name}.gguf.out"),
+    )
+}
+
+/// The strings of `inp` (in `tests/data/vocab`) must encode to the ids of `out`, one line each.
+fn vectors(tok: &Tokenizer, inp: &str, out: &str) -> usize {
+    let name = out;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vocab");
-    let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap();
-    let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap();
+    let inp = std::fs::read_to_string(dir.join(inp)).unwrap();
+    let out = std::fs::read_to_string(dir.join(out)).unwrap();
     let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
     let expected: Vec<Vec<u32>> = out
         .lines()
@@ -329,4 +339,43 @@ fn llama3_and_gpt2_bpe_match_llama_cpp_vectors() {
 #[test]
 fn qwen2_matches_llama_cpp_vectors() {
     assert!(llama_cpp_vectors(qwen(), "qwen2") >= 40);
+}
+
+/// A SentencePiece-style `tokenizer.json` (Mistral 7B v0.1's, in the Hugging Face format) converts, as a model
+/// folder's would, to a `llama` vocabulary with scores from the merge order: on llama.cpp's test strings it gives
+/// exactly the ids of the real `tokenizer.model` run by the sentencepiece library
+/// (`mistral-7b-v0.1.sentencepiece.out`).
+#[test]
+fn sentencepiece_tokenizer_json_converts_like_sentencepiece() {
+    use std::io::Read as _;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vocab");
+    let work = tempfile::tempdir().unwrap();
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(
+        std::fs::File::open(dir.join("mistral-7b-v0.1.tokenizer.json.gz")).unwrap(),
+    )
+    .read_to_end(&mut json)
+    .unwrap();
+    std::fs::write(work.path().join("tokenizer.json"), json).unwrap();
+    std::fs::copy(
+        dir.join("mistral-7b-v0.1.tokenizer_config.json"),
+        work.path().join("tokenizer_config.json"),
+    )
+    .unwrap();
+    let metadata = agentd::engine::hf_folder::tokenizer_metadata(work.path()).unwrap();
+    let path = work.path().join("vocab.gguf");
+    agentd::engine::gguf_write::write(&path, &metadata, &[], |_, _| Ok(())).unwrap();
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    assert_eq!(
+        (tok.bos_id(), tok.eos_token_id(), tok.add_bos()),
+        (Some(1), Some(2), true)
+    );
+    assert_eq!(tok.encode("Hello world", false).unwrap(), [22557, 1526]);
+    assert!(
+        vectors(
+            &tok,
+            "ggml-vocab-llama-spm.gguf.inp",
+            "mistral-7b-v0.1.sentencepiece.out"
+        ) >= 40
+    );
 }
