@@ -23,6 +23,8 @@ use sha2::Digest as _;
 
 use super::error::{EngineError, Result};
 use super::gguf_write::{self, TensorEntry};
+/// A folder's architecture: the engine's own (Qwen3-MoE folders, whose experts are separate tensors, are refused).
+use super::model::Architecture as Arch;
 
 /// Bumped when the conversion's output changes, so cached conversions are redone.
 const CONVERTER_VERSION: u32 = 1;
@@ -177,16 +179,6 @@ pub fn convert(folder: &Path, home: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// The architectures a folder can have, from `config.json`'s `architectures` / `model_type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Arch {
-    Llama,
-    Qwen2,
-    Qwen3,
-    Gemma3,
-    Phi3,
-}
-
 /// What happens to a tensor's bytes on the way.
 #[derive(Debug, Clone, Copy)]
 enum Transform {
@@ -290,6 +282,7 @@ fn get_usize(c: &Json, key: &str) -> Option<usize> {
     c[key].as_u64().map(|v| v as usize)
 }
 
+/// What a folder's `config.json` says, per architecture (methods local to this module).
 impl Arch {
     fn of(folder: &Path, c: &Json) -> Result<Self> {
         let name = c["architectures"][0].as_str().unwrap_or_default();
@@ -310,16 +303,6 @@ impl Arch {
                 ))
             }
         })
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Self::Llama => "llama",
-            Self::Qwen2 => "qwen2",
-            Self::Qwen3 => "qwen3",
-            Self::Gemma3 => "gemma3",
-            Self::Phi3 => "phi3",
-        }
     }
 
     fn metadata(self, folder: &Path, c: &Json, stem: &str) -> Result<Vec<(String, Value)>> {
@@ -407,7 +390,7 @@ impl Arch {
                     }
                 }
             }
-            Self::Qwen2 | Self::Qwen3 => {}
+            Self::Qwen2 | Self::Qwen3 | Self::Qwen3Moe => {}
         }
         Ok(m)
     }

@@ -597,16 +597,7 @@ fn build_hf(
     let mut hf = tokenizers::Tokenizer::new(bpe);
     hf.with_pre_tokenizer(Some(spec.pre_tokenizer.clone()));
     hf.with_decoder(Some(ByteLevelDecoder::default()));
-    let added = |wanted: TokenType, special: bool| -> Vec<AddedToken> {
-        tokens
-            .iter()
-            .zip(types)
-            .filter(|(_, t)| **t == wanted)
-            .map(|(text, _)| AddedToken::from(text.clone(), special).normalized(false))
-            .collect()
-    };
-    hf.add_special_tokens(&added(TokenType::Control, true));
-    hf.add_tokens(&added(TokenType::UserDefined, false));
+    add_added_tokens(&mut hf, tokens, types);
     Ok(hf)
 }
 
@@ -637,6 +628,13 @@ fn build_hf_sentencepiece(tokens: &[String], types: &[TokenType]) -> Result<toke
         ByteFallback::new().into(),
         Fuse::new().into(),
     ])));
+    add_added_tokens(&mut hf, tokens, types);
+    Ok(hf)
+}
+
+/// Registers control tokens as special added tokens and user-defined ones as plain added tokens (their ids are
+/// kept: they are in the vocabulary).
+fn add_added_tokens(hf: &mut tokenizers::Tokenizer, tokens: &[String], types: &[TokenType]) {
     let added = |wanted: TokenType, special: bool| -> Vec<AddedToken> {
         tokens
             .iter()
@@ -647,7 +645,6 @@ fn build_hf_sentencepiece(tokens: &[String], types: &[TokenType]) -> Result<toke
     };
     hf.add_special_tokens(&added(TokenType::Control, true));
     hf.add_tokens(&added(TokenType::UserDefined, false));
-    Ok(hf)
 }
 
 /// `tokenizer.ggml.scores`, one per token (SentencePiece merges by them).

@@ -52,22 +52,19 @@ impl<R: Read + Seek> LoadCtx<'_, R> {
     /// The fused matrix `name` split by rows into `parts` (see [`super::split_rows`]), each requantised per the
     /// weight format.
     pub fn matmul_split(&mut self, name: &str, parts: &[usize]) -> Result<Vec<Linear>> {
-        super::split_rows(self.gguf, self.reader, name, parts, self.device)?
-            .into_iter()
-            .map(|mut q| {
-                if requantise(self.format, q.dtype(), self.device) {
-                    q = to_q8_0(q, self.device)?;
-                }
-                self.weight_bytes += q.storage_size_in_bytes();
-                Ok(Linear::Candle(QMatMul::from_qtensor(q)?))
-            })
-            .collect()
+        let qs = super::split_rows(self.gguf, self.reader, name, parts, self.device)?;
+        self.linears(qs)
     }
 
     /// A 3-D expert tensor as one matrix per expert, each requantised per the weight format.
     pub fn experts(&mut self, name: &str) -> Result<Vec<Linear>> {
-        super::split_experts(self.gguf, self.reader, name, self.device)?
-            .into_iter()
+        let qs = super::split_experts(self.gguf, self.reader, name, self.device)?;
+        self.linears(qs)
+    }
+
+    /// Matrices for candle's kernels, requantised per the weight format and counted.
+    fn linears(&mut self, qs: Vec<QTensor>) -> Result<Vec<Linear>> {
+        qs.into_iter()
             .map(|mut q| {
                 if requantise(self.format, q.dtype(), self.device) {
                     q = to_q8_0(q, self.device)?;

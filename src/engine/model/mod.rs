@@ -680,35 +680,15 @@ pub(crate) fn split_rows<R: std::io::Read + std::io::Seek>(
     parts: &[usize],
     device: &Device,
 ) -> Result<Vec<QTensor>> {
-    let invalid = |message: String| EngineError::InvalidGguf {
-        path: gguf.path.clone(),
-        message: format!("tensor `{name}`: {message}"),
-    };
-    let q = gguf
-        .content
-        .tensor(reader, name, &Device::Cpu)
-        .map_err(|e| invalid(e.to_string()))?;
-    let (rows, cols) = q.shape().dims2()?;
+    let (q, invalid) = read_on_cpu(gguf, reader, name)?;
+    let (rows, cols) = q.shape().dims2().map_err(|e| invalid(e.to_string()))?;
     if rows != parts.iter().sum::<usize>() {
         return Err(invalid(format!(
             "{rows} rows cannot be split into {parts:?}"
         )));
     }
-    let data = q.data()?;
-    let row_bytes = data.len() / rows.max(1);
-    let mut at = 0;
-    let mut out = Vec::with_capacity(parts.len());
-    for &n in parts {
-        let bytes = &data[at * row_bytes..(at + n) * row_bytes];
-        out.push(candle_core::quantized::ggml_file::qtensor_from_ggml(
-            q.dtype(),
-            bytes,
-            vec![n, cols],
-            device,
-        )?);
-        at += n;
-    }
-    Ok(out)
+    let shapes: Vec<(usize, usize)> = parts.iter().map(|&n| (n, cols)).collect();
+    slice_rows(&q, rows, &shapes, device)
 }
 
 /// Reads a 3-D expert tensor `name` (`[experts, rows, cols]`) as one matrix per expert, placed on `device`.
@@ -718,7 +698,18 @@ pub(crate) fn split_experts<R: std::io::Read + std::io::Seek>(
     name: &str,
     device: &Device,
 ) -> Result<Vec<QTensor>> {
-    let invalid = |message: String| EngineError::InvalidGguf {
+    let (q, invalid) = read_on_cpu(gguf, reader, name)?;
+    let (experts, rows, cols) = q.shape().dims3().map_err(|e| invalid(e.to_string()))?;
+    slice_rows(&q, experts * rows, &vec![(rows, cols); experts], device)
+}
+
+/// A tensor read on the CPU, and the error for it.
+fn read_on_cpu<'a, R: std::io::Read + std::io::Seek>(
+    gguf: &'a GgufFile,
+    reader: &mut R,
+    name: &'a str,
+) -> Result<(QTensor, impl Fn(String) -> EngineError + 'a)> {
+    let invalid = move |message: String| EngineError::InvalidGguf {
         path: gguf.path.clone(),
         message: format!("tensor `{name}`: {message}"),
     };
@@ -726,19 +717,31 @@ pub(crate) fn split_experts<R: std::io::Read + std::io::Seek>(
         .content
         .tensor(reader, name, &Device::Cpu)
         .map_err(|e| invalid(e.to_string()))?;
-    let (experts, rows, cols) = q.shape().dims3().map_err(|e| invalid(e.to_string()))?;
+    Ok((q, invalid))
+}
+
+/// Consecutive row ranges of `q` (`total_rows` rows) as matrices of the given shapes, on `device`.
+fn slice_rows(
+    q: &QTensor,
+    total_rows: usize,
+    shapes: &[(usize, usize)],
+    device: &Device,
+) -> Result<Vec<QTensor>> {
     let data = q.data()?;
-    let per = data.len() / experts.max(1);
-    (0..experts)
-        .map(|e| {
-            Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
-                q.dtype(),
-                &data[e * per..(e + 1) * per],
-                vec![rows, cols],
-                device,
-            )?)
-        })
-        .collect()
+    let row_bytes = data.len() / total_rows.max(1);
+    let mut at = 0;
+    let mut out = Vec::with_capacity(shapes.len());
+    for &(rows, cols) in shapes {
+        let bytes = &data[at * row_bytes..(at + rows) * row_bytes];
+        out.push(candle_core::quantized::ggml_file::qtensor_from_ggml(
+            q.dtype(),
+            bytes,
+            vec![rows, cols],
+            device,
+        )?);
+        at += rows;
+    }
+    Ok(out)
 }
 
 /// Whether `format` asks for `dtype` to be requantised to Q8_0 on candle's path.
