@@ -69,19 +69,19 @@ pub fn synth_spec(spec: &str, quant: &str, seed: u64) -> anyhow::Result<synth::S
 
 /// Opens the GGUF whose tokenizer a synthetic `arch` model copies (`from`, else the default for the architecture).
 pub fn tokenizer_source(
-    arch: synth::SynthArch,
+    arch: agentd::engine::model::Architecture,
     from: Option<&str>,
     offline: bool,
 ) -> anyhow::Result<agentd::engine::gguf::GgufFile> {
     let name = from.unwrap_or(match arch {
-        synth::SynthArch::Qwen2 | synth::SynthArch::Qwen3 | synth::SynthArch::Qwen3Moe => {
-            "qwen2.5-coder-0.5b-instruct"
-        }
+        agentd::engine::model::Architecture::Qwen2
+        | agentd::engine::model::Architecture::Qwen3
+        | agentd::engine::model::Architecture::Qwen3Moe => "qwen2.5-coder-0.5b-instruct",
         // Gemma's and Phi's own tokenizers are SentencePiece models we do not have; any vocabulary will do
         // for comparing engines on the same weights.
-        synth::SynthArch::Llama | synth::SynthArch::Gemma3 | synth::SynthArch::Phi3 => {
-            "smollm2-135m-instruct"
-        }
+        agentd::engine::model::Architecture::Llama
+        | agentd::engine::model::Architecture::Gemma3
+        | agentd::engine::model::Architecture::Phi3 => "smollm2-135m-instruct",
     });
     let opts = FetchOptions {
         progress: true,
@@ -101,7 +101,7 @@ fn synth(args: &SynthArgs) -> anyhow::Result<()> {
     println!(
         "{}: {} {} ({} tensors, {:.2} B parameters, vocabulary {} from {}), {} in {:.1} s",
         made.path.display(),
-        spec.arch.as_str(),
+        spec.arch.name(),
         spec.size,
         made.tensors,
         made.parameters as f64 / 1e9,

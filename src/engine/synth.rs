@@ -24,36 +24,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use super::error::{EngineError, Result};
 use super::gguf::GgufFile;
 use super::gguf_write::{self, TensorEntry};
-
-/// The architectures a synthetic checkpoint can have (the ones the engine loads).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SynthArch {
-    /// Llama 2/3 and SmolLM2's layout: no biases.
-    Llama,
-    /// Qwen2 / Qwen2.5: biases on q, k and v.
-    Qwen2,
-    /// Qwen3 (dense): no biases, QK-norm, 128-wide heads.
-    Qwen3,
-    /// Gemma 3: QK-norm, post-norms, GeGLU, sliding-window layers, tied head.
-    Gemma3,
-    /// Phi-3 / Phi-4-mini: fused `attn_qkv` and gate|up `ffn_up`, partial rotation, LongRoPE factors.
-    Phi3,
-    /// Qwen3-MoE: Qwen3's attention, a routed mixture of experts in place of the MLP.
-    Qwen3Moe,
-}
-
-impl SynthArch {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SynthArch::Llama => "llama",
-            SynthArch::Qwen2 => "qwen2",
-            SynthArch::Qwen3 => "qwen3",
-            SynthArch::Gemma3 => "gemma3",
-            SynthArch::Phi3 => "phi3",
-            SynthArch::Qwen3Moe => "qwen3moe",
-        }
-    }
-}
+use super::model::Architecture;
 
 /// How the matrices are quantized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +73,7 @@ impl SynthShape {
 /// What to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
-    pub arch: SynthArch,
+    pub arch: Architecture,
     /// The size's name (`tiny`, `0.5b`, `7b`, …), for file names and reports.
     pub size: String,
     pub shape: SynthShape,
@@ -112,7 +83,7 @@ pub struct SynthSpec {
 
 /// The sizes [`SynthSpec::parse`] knows, per architecture: `(name, shape)`. Real shapes from the models' configs
 /// (the vocabulary comes from the tokenizer given).
-fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
+fn presets(arch: Architecture) -> Vec<(&'static str, SynthShape)> {
     let s = |layers, hidden, ffn, heads, kv_heads, context, rope_theta, tied| SynthShape {
         layers,
         hidden,
@@ -140,14 +111,14 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
     };
     let tiny = s(2, 256, 512, 4, 2, 2048, 10_000.0, false);
     match arch {
-        SynthArch::Qwen2 => vec![
+        Architecture::Qwen2 => vec![
             ("tiny", tiny),
             // Qwen2.5's GGUFs carry `output.weight` even where the config ties it (as the 0.5B we have does).
             ("0.5b", s(24, 896, 4864, 14, 2, 32768, 1_000_000.0, false)),
             ("1.5b", s(28, 1536, 8960, 12, 2, 32768, 1_000_000.0, false)),
             ("7b", s(28, 3584, 18944, 28, 4, 32768, 1_000_000.0, false)),
         ],
-        SynthArch::Qwen3 => vec![
+        Architecture::Qwen3 => vec![
             // 4 heads of 128 over a 256-wide model: q is wider than the hidden state, as in Qwen3.
             ("tiny", with_heads(tiny, 128)),
             (
@@ -159,7 +130,7 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
                 with_heads(s(36, 4096, 12288, 32, 8, 40960, 1_000_000.0, false), 128),
             ),
         ],
-        SynthArch::Gemma3 => {
+        Architecture::Gemma3 => {
             let gemma =
                 |shape: SynthShape, d: usize, window: usize, scale: Option<f32>| SynthShape {
                     head_dim: Some(d),
@@ -206,7 +177,7 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
                 ),
             ]
         }
-        SynthArch::Qwen3Moe => vec![
+        Architecture::Qwen3Moe => vec![
             // 8 experts, 2 per token, 256 wide.
             (
                 "tiny",
@@ -224,7 +195,7 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
                 },
             ),
         ],
-        SynthArch::Phi3 => vec![
+        Architecture::Phi3 => vec![
             // 64-wide heads with 48 rotated, LongRoPE whose original context (128) is below the file's.
             (
                 "tiny",
@@ -245,7 +216,7 @@ fn presets(arch: SynthArch) -> Vec<(&'static str, SynthShape)> {
                 },
             ),
         ],
-        SynthArch::Llama => vec![
+        Architecture::Llama => vec![
             ("tiny", tiny),
             // Mistral's layout is llama's; v0.1 set a 4096 sliding window.
             (
@@ -294,17 +265,13 @@ impl SynthSpec {
             .split_once(':')
             .ok_or_else(|| bad(format!("`{spec}` is not ARCH:SIZE (e.g. qwen2:0.5b)")))?;
         let arch = match arch.to_ascii_lowercase().as_str() {
-            "llama" => SynthArch::Llama,
-            "qwen2" | "qwen2.5" => SynthArch::Qwen2,
-            "qwen3" => SynthArch::Qwen3,
-            "gemma3" => SynthArch::Gemma3,
-            "phi3" => SynthArch::Phi3,
-            "qwen3moe" => SynthArch::Qwen3Moe,
-            other => {
-                return Err(bad(format!(
-                    "no synthetic `{other}` architecture (known: llama, qwen2, qwen3, qwen3moe, gemma3, phi3)"
-                )))
-            }
+            "qwen2.5" => Architecture::Qwen2,
+            name => Architecture::from_name(name).map_err(|_| {
+                bad(format!(
+                    "no synthetic `{name}` architecture (known: {})",
+                    Architecture::SUPPORTED.join(", ")
+                ))
+            })?,
         };
         let size = size.to_ascii_lowercase();
         let known = presets(arch);
@@ -316,7 +283,7 @@ impl SynthSpec {
                 let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
                 bad(format!(
                     "no size `{size}` for {} (known: {})",
-                    arch.as_str(),
+                    arch.name(),
                     names.join(", ")
                 ))
             })?;
@@ -337,7 +304,7 @@ impl SynthSpec {
         };
         format!(
             "{}-{}-{quant}-s{}-v{vocab}.gguf",
-            self.arch.as_str(),
+            self.arch.name(),
             self.size,
             self.seed
         )
@@ -505,7 +472,7 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
             TType::Q4K
         };
         out.push(vector(p("attn_norm.weight"), hidden, Fill::Norm));
-        if spec.arch == SynthArch::Phi3 {
+        if spec.arch == Architecture::Phi3 {
             let qkv = q_out + 2 * kv_out;
             out.push(matrix(p("attn_qkv.weight"), hidden, qkv, v_type));
         } else {
@@ -513,20 +480,20 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
             out.push(matrix(p("attn_k.weight"), hidden, kv_out, TType::Q4K));
             out.push(matrix(p("attn_v.weight"), hidden, kv_out, v_type));
         }
-        if spec.arch == SynthArch::Qwen2 {
+        if spec.arch == Architecture::Qwen2 {
             out.push(vector(p("attn_q.bias"), q_out, Fill::Bias));
             out.push(vector(p("attn_k.bias"), kv_out, Fill::Bias));
             out.push(vector(p("attn_v.bias"), kv_out, Fill::Bias));
         }
         if matches!(
             spec.arch,
-            SynthArch::Qwen3 | SynthArch::Gemma3 | SynthArch::Qwen3Moe
+            Architecture::Qwen3 | Architecture::Gemma3 | Architecture::Qwen3Moe
         ) {
             out.push(vector(p("attn_q_norm.weight"), head_dim as u64, Fill::Norm));
             out.push(vector(p("attn_k_norm.weight"), head_dim as u64, Fill::Norm));
         }
         out.push(matrix(p("attn_output.weight"), q_out, hidden, TType::Q4K));
-        if spec.arch == SynthArch::Gemma3 {
+        if spec.arch == Architecture::Gemma3 {
             out.push(vector(p("post_attention_norm.weight"), hidden, Fill::Norm));
         }
         out.push(vector(p("ffn_norm.weight"), hidden, Fill::Norm));
@@ -549,14 +516,14 @@ fn plan(spec: &SynthSpec, vocab: usize) -> Vec<TensorPlan> {
             // No dense MLP on this layer.
             continue;
         }
-        if spec.arch == SynthArch::Phi3 {
+        if spec.arch == Architecture::Phi3 {
             out.push(matrix(p("ffn_up.weight"), hidden, 2 * ffn, TType::Q4K));
         } else {
             out.push(matrix(p("ffn_gate.weight"), hidden, ffn, TType::Q4K));
             out.push(matrix(p("ffn_up.weight"), hidden, ffn, TType::Q4K));
         }
         out.push(matrix(p("ffn_down.weight"), ffn, hidden, v_type));
-        if spec.arch == SynthArch::Gemma3 {
+        if spec.arch == Architecture::Gemma3 {
             out.push(vector(p("post_ffw_norm.weight"), hidden, Fill::Norm));
         }
     }
@@ -693,7 +660,7 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
             sh.heads, sh.kv_heads, sh.hidden
         )));
     }
-    let arch = spec.arch.as_str();
+    let arch = spec.arch.name();
     let k = |key: &str| format!("{arch}.{key}");
     let mut metadata: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
@@ -800,7 +767,7 @@ mod tests {
         let s = SynthSpec::parse("qwen2:0.5b").unwrap();
         assert_eq!(
             (s.arch, s.shape.layers, s.shape.hidden),
-            (SynthArch::Qwen2, 24, 896)
+            (Architecture::Qwen2, 24, 896)
         );
         assert_eq!(s.file_name(151936), "qwen2-0.5b-q4_k_m-s0-v151936.gguf");
         assert!(SynthSpec::parse("llama:8b").is_ok());
