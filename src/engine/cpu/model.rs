@@ -253,12 +253,17 @@ impl<R: std::io::Read + std::io::Seek> Loader<'_, R> {
             &parts,
             &Device::Cpu,
         )?;
+        self.matrices(qs)
+    }
+
+    /// Split matrices as an array of `N`.
+    fn matrices<const N: usize>(&mut self, qs: Vec<QTensor>) -> Result<[QMatrix; N]> {
         let ms = qs
             .into_iter()
             .map(|q| self.matrix_from(q, None))
             .collect::<Result<Vec<_>>>()?;
         ms.try_into().map_err(|_| {
-            EngineError::Internal(format!("{name} split into the wrong number of parts"))
+            EngineError::Internal("a fused matrix split into the wrong number of parts".into())
         })
     }
 
@@ -320,13 +325,13 @@ impl<R: std::io::Read + std::io::Seek> Loader<'_, R> {
                 self.matrix(&p("ffn_up.weight"))?,
             ]);
         }
-        let rows = self
-            .gguf
-            .content
-            .tensor_infos
-            .get(&p("ffn_up.weight"))
-            .map_or(0, |t| t.shape.dims().first().copied().unwrap_or(0));
-        self.split(&p("ffn_up.weight"), [rows / 2, rows / 2])
+        let qs = crate::engine::model::split_gate_up(
+            self.gguf,
+            &mut self.reader,
+            &p("ffn_up.weight"),
+            &Device::Cpu,
+        )?;
+        self.matrices(qs)
     }
 }
 

@@ -63,7 +63,7 @@ impl<R: Read + Seek> LoadCtx<'_, R> {
     }
 
     /// Matrices for candle's kernels, requantised per the weight format and counted.
-    fn linears(&mut self, qs: Vec<QTensor>) -> Result<Vec<Linear>> {
+    pub fn linears(&mut self, qs: Vec<QTensor>) -> Result<Vec<Linear>> {
         qs.into_iter()
             .map(|mut q| {
                 if requantise(self.format, q.dtype(), self.device) {
@@ -325,14 +325,8 @@ impl DecoderLayer {
             ]
         } else {
             // Phi-3: `ffn_up` holds the gate's rows, then the up projection's.
-            let rows = ctx
-                .gguf
-                .content
-                .tensor_infos
-                .get(&p("ffn_up.weight"))
-                .map_or(0, |t| t.shape.dims().first().copied().unwrap_or(0));
-            let ff = rows / 2;
-            fused::<2>(ctx.matmul_split(&p("ffn_up.weight"), &[ff, ff])?)?
+            let qs = super::split_gate_up(ctx.gguf, ctx.reader, &p("ffn_up.weight"), ctx.device)?;
+            fused::<2>(ctx.linears(qs)?)?
         };
         Ok(Mlp {
             gate,

@@ -691,6 +691,23 @@ pub(crate) fn split_rows<R: std::io::Read + std::io::Seek>(
     slice_rows(&q, rows, &shapes, device)
 }
 
+/// Reads Phi-3's fused `ffn_up` (the gate's rows, then the up projection's) as its two halves.
+pub(crate) fn split_gate_up<R: std::io::Read + std::io::Seek>(
+    gguf: &GgufFile,
+    reader: &mut R,
+    name: &str,
+    device: &Device,
+) -> Result<Vec<QTensor>> {
+    let (q, invalid) = read_on_cpu(gguf, reader, name)?;
+    let (rows, cols) = q.shape().dims2().map_err(|e| invalid(e.to_string()))?;
+    if !rows.is_multiple_of(2) {
+        return Err(invalid(format!(
+            "{rows} rows do not split into gate and up"
+        )));
+    }
+    slice_rows(&q, rows, &[(rows / 2, cols); 2], device)
+}
+
 /// Reads a 3-D expert tensor `name` (`[experts, rows, cols]`) as one matrix per expert, placed on `device`.
 pub(crate) fn split_experts<R: std::io::Read + std::io::Seek>(
     gguf: &GgufFile,
