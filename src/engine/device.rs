@@ -57,7 +57,64 @@ pub fn describe(device: &Device) -> String {
 }
 
 /// Starts an accelerator.
-type StartDevice = fn() -> candle_core::Result<Device>;
+type StartDevice = fn() -> std::result::Result<Device, String>;
+
+/// Starts CUDA device `n`. The CUDA libraries are opened at run time (the `cuda` build links none of them),
+/// and cudarc panics when one is missing: each is looked for first, and a missing one is an error naming
+/// it. A panic inside the start is still caught and reported as an error.
+fn start_cuda(n: usize) -> std::result::Result<Device, String> {
+    if let Some(missing) = missing_cuda_libraries() {
+        return Err(missing);
+    }
+    match std::panic::catch_unwind(|| Device::new_cuda(n)) {
+        Ok(Ok(device)) => Ok(device),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(panic) => Err(format!(
+            "CUDA failed to start: {}",
+            panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic")
+        )),
+    }
+}
+
+/// The CUDA libraries candle opens that this machine lacks, if any (the driver's libcuda, cuBLAS, cuBLASLt,
+/// cuRAND, NVRTC; found through the loader's path, `LD_LIBRARY_PATH` included).
+#[cfg(feature = "cuda")]
+fn missing_cuda_libraries() -> Option<String> {
+    use candle_core::cuda_backend::cudarc;
+    // SAFETY: each only tries to open a shared library by name; no CUDA function is called.
+    let present = unsafe {
+        [
+            (
+                "libcuda (the NVIDIA driver)",
+                cudarc::driver::sys::is_culib_present(),
+            ),
+            ("libcublas", cudarc::cublas::sys::is_culib_present()),
+            ("libcublasLt", cudarc::cublaslt::sys::is_culib_present()),
+            ("libcurand", cudarc::curand::sys::is_culib_present()),
+            ("libnvrtc", cudarc::nvrtc::sys::is_culib_present()),
+        ]
+    };
+    let missing: Vec<&str> = present
+        .iter()
+        .filter(|(_, found)| !found)
+        .map(|(name, _)| *name)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "{} not found (install the NVIDIA driver and CUDA 13 libraries, or add their folder to LD_LIBRARY_PATH)",
+            missing.join(", ")
+        )
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn missing_cuda_libraries() -> Option<String> {
+    None
+}
 
 /// Picks the device. An accelerator that this build lacks, or that fails to initialise, falls back to the CPU
 /// with a note saying why and how to get it (rebuild with `--features cuda|metal`).
@@ -78,7 +135,7 @@ pub fn select(spec: DeviceSpec) -> SelectedDevice {
                      (rebuild with `cargo build --release --features cuda`)"
                 ));
             }
-            match Device::new_cuda(n) {
+            match start_cuda(n) {
                 Ok(device) => SelectedDevice {
                     device,
                     fallback_note: None,
@@ -113,10 +170,10 @@ pub fn select(spec: DeviceSpec) -> SelectedDevice {
                 (
                     "CUDA device 0",
                     candle_core::utils::cuda_is_available(),
-                    || Device::new_cuda(0),
+                    || start_cuda(0),
                 ),
                 ("Metal", candle_core::utils::metal_is_available(), || {
-                    Device::new_metal(0)
+                    Device::new_metal(0).map_err(|e| e.to_string())
                 }),
             ];
             for (name, built, start) in accelerators {

@@ -19,6 +19,8 @@ mod hub;
 pub mod kv;
 pub mod manifest;
 pub mod model;
+pub mod ops;
+pub mod parity;
 mod pip_wheel;
 pub mod prefix_cache;
 pub mod prompt;

@@ -12,7 +12,7 @@ use super::cli_run::{run, BIN};
 use super::common;
 
 /// A temp `AGENTD_HOME` whose model cache is the real one (the tokenizer's model is found offline).
-fn home() -> tempfile::TempDir {
+pub(super) fn home() -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();
     let models = common::smollm2_path()
         .parent()
@@ -23,7 +23,7 @@ fn home() -> tempfile::TempDir {
     home
 }
 
-fn agentd(home: &Path, args: &[&str]) -> Command {
+pub(super) fn agentd(home: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args)
         .env("AGENTD_HOME", home)
@@ -161,13 +161,23 @@ fn matches_llama_cpp(reference: &str, tokenizer_from: std::path::PathBuf) {
         "the synthesizer changed: regenerate the reference with scripts/synth_reference.py"
     );
     let gguf = GgufFile::open(&file).unwrap();
-    // Both forward passes: the CPU engine's and candle's (the one CUDA and Metal run).
-    for format in [WeightFormat::Auto, WeightFormat::Native] {
-        let model = Model::load_with_threads(&gguf, &candle_core::Device::Cpu, format, 2).unwrap();
+    // Every forward pass: the CPU engine's; candle's with candle's ops (Metal's); candle's with our fused ops
+    // (CUDA's; here their CPU twins).
+    use agentd::engine::ops::Kernels;
+    for (format, kernels) in [
+        (WeightFormat::Auto, None),
+        (WeightFormat::Native, Some(Kernels::Candle)),
+        (WeightFormat::Native, Some(Kernels::Fused)),
+    ] {
+        let mut model =
+            Model::load_with_threads(&gguf, &candle_core::Device::Cpu, format, 2).unwrap();
+        if let Some(k) = kernels {
+            model.set_kernels(k).unwrap();
+        }
         compare_with(
             &model,
             &reference,
-            &format!("{} {format}", reference["spec"]),
+            &format!("{} {format} {kernels:?}", reference["spec"]),
         );
     }
 }

@@ -1,6 +1,7 @@
 //! The building blocks every supported architecture shares: weight loading (with optional requantisation and
 //! fused matrices split), RMS norm, rotary tables (partial rotation too), grouped-query attention over a
-//! per-sequence KV cache, the gated MLP (SwiGLU or GeGLU), and Gemma's post-norms.
+//! per-sequence KV cache, the gated MLP (SwiGLU or GeGLU), and Gemma's post-norms. Norms, rotary embedding and
+//! attention run either candle's ops or the fused ones of `engine::ops` (our CUDA kernels), per [`Kernels`].
 
 use std::io::{Read, Seek};
 
@@ -11,6 +12,7 @@ use super::{requantise, to_q8_0, Activation, DecoderConfig, RopeStyle, WeightFor
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
 use crate::engine::kv::LayerKv;
+use crate::engine::ops::{self, Kernels};
 
 /// Everything needed while reading tensors out of a GGUF.
 pub(super) struct LoadCtx<'a, R: Read + Seek> {
@@ -111,12 +113,27 @@ pub(super) struct RmsNorm {
 }
 
 impl RmsNorm {
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(candle_nn::ops::rms_norm(
-            &x.contiguous()?,
-            &self.weight,
-            self.eps,
-        )?)
+    pub fn forward(&self, x: &Tensor, kernels: Kernels) -> Result<Tensor> {
+        match kernels {
+            Kernels::Fused => ops::rms_norm(x, &self.weight, self.eps),
+            Kernels::Candle => Ok(candle_nn::ops::rms_norm(
+                &x.contiguous()?,
+                &self.weight,
+                self.eps,
+            )?),
+        }
+    }
+
+    /// The residual add and this norm: `(x + r, norm(x + r))`, in one kernel when fused.
+    fn add_forward(&self, x: &Tensor, r: &Tensor, kernels: Kernels) -> Result<(Tensor, Tensor)> {
+        match kernels {
+            Kernels::Fused => ops::add_rms_norm(x, r, &self.weight, self.eps),
+            Kernels::Candle => {
+                let sum = (x + r)?;
+                let normed = self.forward(&sum, kernels)?;
+                Ok((sum, normed))
+            }
+        }
     }
 }
 
@@ -158,6 +175,9 @@ impl Rotary {
         Ok(RopeAt {
             cos: self.cos.narrow(0, pos, t)?,
             sin: self.sin.narrow(0, pos, t)?,
+            all_cos: self.cos.clone(),
+            all_sin: self.sin.clone(),
+            pos,
             style: self.style,
         })
     }
@@ -167,10 +187,20 @@ impl Rotary {
 pub(super) struct RopeAt {
     cos: Tensor,
     sin: Tensor,
+    /// The whole tables and the first position, for the fused kernel (it indexes them itself).
+    all_cos: Tensor,
+    all_sin: Tensor,
+    pos: usize,
     style: RopeStyle,
 }
 
 impl RopeAt {
+    /// Rotates `x: [1, t, heads, head_dim]` (the projection's layout) with the fused kernel.
+    fn apply_fused(&self, x: &Tensor) -> Result<Tensor> {
+        let interleaved = self.style == RopeStyle::Interleaved;
+        ops::rotary(x, &self.all_cos, &self.all_sin, self.pos, interleaved)
+    }
+
     /// Rotates the first `2 · cos.width` dimensions of every head of `x: [b, heads, t, head_dim]`; the rest pass.
     fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let d = x.dim(3)?;
@@ -336,42 +366,43 @@ impl DecoderLayer {
         })
     }
 
-    /// One pre-norm transformer block over `x: [1, t, hidden]` at absolute position `pos`.
-    pub fn forward(
-        &self,
-        x: &Tensor,
-        rope: &RopeAt,
-        mask: Option<&Tensor>,
-        kv: &mut LayerKv,
-        pos: usize,
-    ) -> Result<Tensor> {
-        let h = self.attn_norm.forward(x)?;
-        let mut h = self.attn.forward(&h, rope, mask, kv, pos)?;
+    /// One pre-norm transformer block over `x: [1, t, hidden]`.
+    pub fn forward(&self, x: &Tensor, step: &Step<'_>, kv: &mut LayerKv) -> Result<Tensor> {
+        let k = step.kernels;
+        let h = self.attn_norm.forward(x, k)?;
+        let mut h = self.attn.forward(&h, step, kv)?;
         if let Some(n) = &self.post_attn_norm {
-            h = n.forward(&h)?;
+            h = n.forward(&h, k)?;
         }
-        let x = (x + h)?;
-        let h = self.ffn_norm.forward(&x)?;
+        let (x, h) = self.ffn_norm.add_forward(x, &h, k)?;
         let mut h = match &self.mlp {
             Ffn::Dense(m) => m.forward(&h)?,
             Ffn::Moe(m) => m.forward(&h)?,
         };
         if let Some(n) = &self.post_ffn_norm {
-            h = n.forward(&h)?;
+            h = n.forward(&h, k)?;
         }
         Ok((x + h)?)
     }
 }
 
+/// What one layer's forward pass needs besides its input and KV buffers.
+pub(super) struct Step<'a> {
+    /// Rotary tables for this layer's kind (global or sliding-window).
+    pub rope: &'a RopeAt,
+    /// Additive causal mask (with the window on sliding-window layers), `None` for one query with nothing
+    /// to hide; candle's attention only.
+    pub mask: Option<&'a Tensor>,
+    /// The sliding window on this layer; the fused attention applies it itself.
+    pub window: Option<usize>,
+    /// The absolute position of the first input row.
+    pub pos: usize,
+    pub kernels: Kernels,
+}
+
 impl Attention {
-    fn forward(
-        &self,
-        x: &Tensor,
-        rope: &RopeAt,
-        mask: Option<&Tensor>,
-        kv: &mut LayerKv,
-        pos: usize,
-    ) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, step: &Step<'_>, kv: &mut LayerKv) -> Result<Tensor> {
+        let (rope, mask, pos) = (step.rope, step.mask, step.pos);
         let (b, t, _) = x.dims3()?;
         let mut q = self.q.forward(x)?;
         let mut k = self.k.forward(x)?;
@@ -385,8 +416,17 @@ impl Attention {
         let mut q = q.reshape((b, t, self.n_head, d))?;
         let mut k = k.reshape((b, t, self.n_kv_head, d))?;
         if let Some((qn, kn)) = &self.qk_norm {
-            q = qn.forward(&q)?;
-            k = kn.forward(&k)?;
+            q = qn.forward(&q, step.kernels)?;
+            k = kn.forward(&k, step.kernels)?;
+        }
+        if step.kernels == Kernels::Fused {
+            // No transposes: rotary and attention read [t, heads, d]; only the KV write reorders.
+            let q = rope.apply_fused(&q)?;
+            let k = rope.apply_fused(&k)?;
+            let v = v.reshape((b, t, self.n_kv_head, d))?;
+            let (k, v) = kv.append(&k.transpose(1, 2)?, &v.transpose(1, 2)?, pos)?;
+            let y = ops::attention(&q, &k, &v, pos, step.window, self.scale as f32)?;
+            return self.o.forward(&y.reshape((b, t, self.n_head * d))?);
         }
         let q = q.transpose(1, 2)?;
         let k = k.transpose(1, 2)?;

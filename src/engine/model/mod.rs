@@ -20,7 +20,8 @@ use super::cpu::model::CpuModel;
 use super::error::{EngineError, Result};
 use super::gguf::GgufFile;
 use super::kv::SeqKv;
-use layers::{DecoderLayer, LoadCtx, RmsNorm, Rotary};
+use super::ops::Kernels;
+use layers::{DecoderLayer, LoadCtx, RmsNorm, Rotary, Step};
 
 /// Architectures with an implementation here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -465,6 +466,8 @@ struct CandleModel {
     embed_scale: Option<f64>,
     softcap: Option<f64>,
     window: Option<usize>,
+    /// candle's ops or our fused kernels (`engine::ops`).
+    kernels: Kernels,
 }
 
 /// Longest chunk of prompt tokens fed in one forward pass; bounds the attention matrix's memory.
@@ -530,6 +533,8 @@ impl Model {
         let softcap = config.final_logit_softcap.map(f64::from);
         let window = config.sliding_window.as_ref().map(|w| w.size);
         let weight_bytes = ctx.weight_bytes;
+        let kernels = Kernels::for_device(device)?;
+        kernels.check(device)?;
         Ok(Self {
             config,
             vocab_size,
@@ -544,6 +549,7 @@ impl Model {
                 embed_scale,
                 softcap,
                 window,
+                kernels,
             }),
             weight_bytes,
         })
@@ -551,6 +557,30 @@ impl Model {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The ops candle's forward pass runs; `None` on the CPU engine.
+    pub fn kernels(&self) -> Option<Kernels> {
+        match &self.backend {
+            Backend::Candle(m) => Some(m.kernels),
+            Backend::Cpu(_) => None,
+        }
+    }
+
+    /// Switches candle's forward pass between candle's ops and our fused kernels (an error on the CPU engine,
+    /// which has its own, and for fused kernels on Metal).
+    pub fn set_kernels(&mut self, kernels: Kernels) -> Result<()> {
+        kernels.check(&self.device)?;
+        match &mut self.backend {
+            Backend::Candle(m) => {
+                m.kernels = kernels;
+                Ok(())
+            }
+            Backend::Cpu(_) => Err(EngineError::Device(
+                "the CPU engine runs its own kernels; load with --weights native for candle's path"
+                    .into(),
+            )),
+        }
     }
 
     /// The CPU engine running this model, if it is the one.
@@ -638,11 +668,18 @@ impl CandleModel {
                 true => (rope_swa.as_ref().unwrap_or(&rope), window_mask.as_ref()),
                 false => (&rope, mask.as_ref()),
             };
-            x = layer.forward(&x, rope, mask, layer_kv, pos)?;
+            let step = Step {
+                rope,
+                mask,
+                window: if layer.swa { self.window } else { None },
+                pos,
+                kernels: self.kernels,
+            };
+            x = layer.forward(&x, &step, layer_kv)?;
         }
         kv.extend(tokens);
         let x = x.narrow(1, t - 1, 1)?;
-        let x = self.norm.forward(&x)?;
+        let x = self.norm.forward(&x, self.kernels)?;
         let mut logits = self.output.forward(&x)?;
         if let Some(cap) = self.softcap {
             logits = ((logits / cap)?.tanh()? * cap)?;

@@ -1,0 +1,244 @@
+//! Launches the kernels of `kernels/*.cu` (PTX embedded by `kernels/build.rs`) on candle's CUDA storage, for
+//! the ops in `mod.rs`. Each function checks what its kernel assumes before launching it.
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::WrapErr;
+use candle_core::{bail, CudaStorage, Layout, Result, Shape};
+
+use super::twin::{AttentionShape, RotaryShape};
+
+mod ptx {
+    include!(concat!(env!("OUT_DIR"), "/agentd_kernels.rs"));
+}
+
+/// The f32 data of a contiguous tensor.
+fn contiguous<'a>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, f32>> {
+    let data = s.as_cuda_slice::<f32>()?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(data.slice(a..b)),
+        None => bail!("{what} must be contiguous"),
+    }
+}
+
+/// The f32 data of a tensor from its first element on (read through its strides).
+fn strided<'a>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, f32>> {
+    Ok(s.as_cuda_slice::<f32>()?.slice(l.start_offset()..))
+}
+
+fn int(v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| candle_core::Error::Msg(format!("{what} = {v} is too large")))
+}
+
+fn long(v: usize) -> i64 {
+    v as i64
+}
+
+/// Threads for one row of `n`: a multiple of 32, at most 1024.
+fn row_threads(n: usize) -> u32 {
+    (n.div_ceil(32) * 32).clamp(32, 1024) as u32
+}
+
+pub fn rms_norm(
+    s1: &CudaStorage,
+    l1: &Layout,
+    s2: &CudaStorage,
+    l2: &Layout,
+    eps: f32,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = s1.device().clone();
+    let (x, w) = (contiguous(s1, l1, "x")?, contiguous(s2, l2, "w")?);
+    let n = w.len();
+    if n == 0 || x.len() % n != 0 {
+        bail!("rms_norm: rows of {} under weights of {n}", x.len());
+    }
+    let rows = int(x.len() / n, "rows")?;
+    let out = unsafe { dev.alloc::<f32>(x.len()) }?;
+    let func = dev.get_or_load_custom_func("rms_norm_f32", "agentd_rmsnorm", ptx::RMSNORM)?;
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (row_threads(n), 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let n = int(n, "n")?;
+    let mut b = func.builder();
+    b.arg(&x).arg(&w).arg(&out).arg(&n).arg(&eps);
+    // SAFETY: the kernel reads rows·n floats of x, n of w and writes rows·n of out, all allocated so.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), l1.shape().clone()))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm(
+    s1: &CudaStorage,
+    l1: &Layout,
+    s2: &CudaStorage,
+    l2: &Layout,
+    s3: &CudaStorage,
+    l3: &Layout,
+    eps: f32,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = s1.device().clone();
+    let (x, r, w) = (
+        contiguous(s1, l1, "x")?,
+        contiguous(s2, l2, "r")?,
+        contiguous(s3, l3, "w")?,
+    );
+    let n = w.len();
+    if n == 0 || x.len() % n != 0 || r.len() != x.len() {
+        bail!(
+            "add_rms_norm: {} + {} under weights of {n}",
+            x.len(),
+            r.len()
+        );
+    }
+    let rows = int(x.len() / n, "rows")?;
+    let both = unsafe { dev.alloc::<f32>(2 * x.len()) }?;
+    let func = dev.get_or_load_custom_func("add_rms_norm_f32", "agentd_rmsnorm", ptx::RMSNORM)?;
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (row_threads(n), 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let n = int(n, "n")?;
+    let mut b = func.builder();
+    b.arg(&x)
+        .arg(&r)
+        .arg(&w)
+        .arg(&both)
+        .arg(&rows)
+        .arg(&n)
+        .arg(&eps);
+    // SAFETY: reads rows·n floats of x and r, n of w; writes 2·rows·n of both, all allocated so.
+    unsafe { b.launch(cfg) }.w()?;
+    let mut dims = vec![2];
+    dims.extend_from_slice(l1.shape().dims());
+    Ok((
+        CudaStorage::wrap_cuda_slice(both, dev),
+        Shape::from_dims(&dims),
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn rotary(
+    s1: &CudaStorage,
+    l1: &Layout,
+    s2: &CudaStorage,
+    l2: &Layout,
+    s3: &CudaStorage,
+    l3: &Layout,
+    s: RotaryShape,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = s1.device().clone();
+    let x = contiguous(s1, l1, "x")?;
+    let (cos, sin) = (contiguous(s2, l2, "cos")?, contiguous(s3, l3, "sin")?);
+    let row = s.heads * s.head_dim;
+    if row == 0 || x.len() % row != 0 || s.rot > s.head_dim || !s.rot.is_multiple_of(2) {
+        bail!(
+            "rotary: {} values in rows of {} heads × {}",
+            x.len(),
+            s.heads,
+            s.head_dim
+        );
+    }
+    let t = x.len() / row;
+    if (s.pos + t) * (s.rot / 2) > cos.len() || cos.len() != sin.len() {
+        bail!("rotary: the tables do not reach position {}", s.pos + t);
+    }
+    let pairs = x.len() / 2;
+    let out = unsafe { dev.alloc::<f32>(x.len()) }?;
+    let func = dev.get_or_load_custom_func("rotary_f32", "agentd_rotary", ptx::ROTARY)?;
+    let cfg = LaunchConfig {
+        grid_dim: (int(pairs.div_ceil(256), "blocks")? as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (t, heads, d, rot, pos) = (
+        int(t, "t")?,
+        int(s.heads, "heads")?,
+        int(s.head_dim, "head_dim")?,
+        int(s.rot, "rot")?,
+        int(s.pos, "pos")?,
+    );
+    let interleaved = i32::from(s.interleaved);
+    let mut b = func.builder();
+    b.arg(&x).arg(&cos).arg(&sin).arg(&out);
+    b.arg(&t)
+        .arg(&heads)
+        .arg(&d)
+        .arg(&rot)
+        .arg(&pos)
+        .arg(&interleaved);
+    // SAFETY: one thread per pair of x (t·heads·d/2), table rows up to pos + t checked above.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), l1.shape().clone()))
+}
+
+/// The kernel's limits (kernels/attention.cu).
+const MAX_HEAD_DIM: usize = 256;
+const ATTENTION_THREADS: u32 = 256;
+
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    s1: &CudaStorage,
+    l1: &Layout,
+    s2: &CudaStorage,
+    l2: &Layout,
+    s3: &CudaStorage,
+    l3: &Layout,
+    s: AttentionShape,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = s1.device().clone();
+    let q = contiguous(s1, l1, "q")?;
+    let (k, v) = (strided(s2, l2)?, strided(s3, l3)?);
+    if s.head_dim > MAX_HEAD_DIM {
+        bail!(
+            "attention: heads of {} (the kernel takes up to {MAX_HEAD_DIM})",
+            s.head_dim
+        );
+    }
+    if q.len() != s.t * s.n_head * s.head_dim {
+        bail!(
+            "attention: q has {} values, not {} × {} × {}",
+            q.len(),
+            s.t,
+            s.n_head,
+            s.head_dim
+        );
+    }
+    let last = |hs: usize, ps: usize| (s.n_kv - 1) * hs + (s.pos + s.t - 1) * ps + s.head_dim;
+    if last(s.k_head_stride, s.k_pos_stride) > k.len()
+        || last(s.v_head_stride, s.v_pos_stride) > v.len()
+    {
+        bail!("attention: the KV views are shorter than their strides say");
+    }
+    let out = unsafe { dev.alloc::<f32>(q.len()) }?;
+    let func = dev.get_or_load_custom_func("attention_f32", "agentd_attention", ptx::ATTENTION)?;
+    let cfg = LaunchConfig {
+        grid_dim: (int(s.n_head, "n_head")? as u32, int(s.t, "t")? as u32, 1),
+        block_dim: (ATTENTION_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (t, n_head, n_kv, d, pos) = (
+        int(s.t, "t")?,
+        int(s.n_head, "n_head")?,
+        int(s.n_kv, "n_kv")?,
+        int(s.head_dim, "head_dim")?,
+        int(s.pos, "pos")?,
+    );
+    let window = int(s.window.unwrap_or(0), "window")?;
+    let (khs, kps, vhs, vps) = (
+        long(s.k_head_stride),
+        long(s.k_pos_stride),
+        long(s.v_head_stride),
+        long(s.v_pos_stride),
+    );
+    let mut b = func.builder();
+    b.arg(&q).arg(&k).arg(&v).arg(&out);
+    b.arg(&t).arg(&n_head).arg(&n_kv).arg(&d);
+    b.arg(&khs).arg(&kps).arg(&vhs).arg(&vps);
+    b.arg(&pos).arg(&window).arg(&s.scale);
+    // SAFETY: q and out hold t·n_head·d floats; every key and value read lies within the views (checked).
+    unsafe { b.launch(cfg) }.w()?;
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), l1.shape().clone()))
+}

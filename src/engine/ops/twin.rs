@@ -1,0 +1,128 @@
+//! CPU twins of the CUDA kernels in `kernels/`: the same function on host slices, written plainly (rayon over
+//! rows, f32 as the kernels compute). They are what the ops run on the CPU, and what the kernels are checked
+//! against (`agentd bench parity`, `tests/suite/cuda.rs`).
+
+use rayon::prelude::*;
+
+/// `kernels/rmsnorm.cu` `rms_norm_f32`: each `n`-wide row of `x`, divided by its root mean square
+/// (`+ eps` under the root), times `w`.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n = w.len();
+    out.par_chunks_mut(n)
+        .zip(x.par_chunks(n))
+        .for_each(|(o, x)| norm_row(x, w, eps, o));
+}
+
+/// `kernels/rmsnorm.cu` `add_rms_norm_f32`: `sum = x + r`, then [`rms_norm`] of `sum`.
+pub fn add_rms_norm(x: &[f32], r: &[f32], w: &[f32], eps: f32, sum: &mut [f32], out: &mut [f32]) {
+    let n = w.len();
+    sum.par_chunks_mut(n)
+        .zip(out.par_chunks_mut(n))
+        .zip(x.par_chunks(n).zip(r.par_chunks(n)))
+        .for_each(|((s, o), (x, r))| {
+            for ((s, x), r) in s.iter_mut().zip(x).zip(r) {
+                *s = x + r;
+            }
+            norm_row(s, w, eps, o);
+        });
+}
+
+fn norm_row(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ss: f32 = x.iter().map(|v| v * v).sum();
+    let inv = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for ((o, x), w) in out.iter_mut().zip(x).zip(w) {
+        *o = x * inv * w;
+    }
+}
+
+/// Where a rotary op rotates.
+#[derive(Debug, Clone, Copy)]
+pub struct RotaryShape {
+    pub heads: usize,
+    pub head_dim: usize,
+    /// Dimensions rotated at the start of each head (even, at most `head_dim`).
+    pub rot: usize,
+    /// The absolute position of the first row.
+    pub pos: usize,
+    /// Pairs (2i, 2i + 1) instead of NeoX's (i, i + rot / 2).
+    pub interleaved: bool,
+}
+
+/// `kernels/rotary.cu`: rotates `x: [t, heads, head_dim]` at positions `pos..pos + t` with the tables
+/// `cos`, `sin`: `[positions, rot / 2]`.
+pub fn rotary(x: &[f32], cos: &[f32], sin: &[f32], s: RotaryShape, out: &mut [f32]) {
+    let (d, half) = (s.head_dim, s.rot / 2);
+    out.par_chunks_mut(d)
+        .zip(x.par_chunks(d))
+        .enumerate()
+        .for_each(|(row, (y, x))| {
+            let p = s.pos + row / s.heads;
+            let (c, sn) = (
+                &cos[p * half..(p + 1) * half],
+                &sin[p * half..(p + 1) * half],
+            );
+            for i in 0..half {
+                let (a, b) = match s.interleaved {
+                    true => (2 * i, 2 * i + 1),
+                    false => (i, i + half),
+                };
+                let (x0, x1) = (x[a], x[b]);
+                y[a] = x0 * c[i] - x1 * sn[i];
+                y[b] = x0 * sn[i] + x1 * c[i];
+            }
+            y[s.rot..].copy_from_slice(&x[s.rot..]);
+        });
+}
+
+/// The shape of an attention call, with the strides of the KV buffers it reads in place.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionShape {
+    /// Query rows.
+    pub t: usize,
+    pub n_head: usize,
+    pub n_kv: usize,
+    pub head_dim: usize,
+    pub k_head_stride: usize,
+    pub k_pos_stride: usize,
+    pub v_head_stride: usize,
+    pub v_pos_stride: usize,
+    /// The absolute position of the first query.
+    pub pos: usize,
+    /// Keys this many positions or more before the query are hidden; `None`: all before it are seen.
+    pub window: Option<usize>,
+    pub scale: f32,
+}
+
+/// `kernels/attention.cu`: causal grouped-query attention of `q: [t, n_head, d]` over the cached keys and
+/// values (`k`, `v` start at position 0 of KV head 0 and are read through the strides); writes
+/// `out: [t, n_head, d]`.
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttentionShape, out: &mut [f32]) {
+    let d = s.head_dim;
+    let group = s.n_head / s.n_kv;
+    out.par_chunks_mut(d)
+        .zip(q.par_chunks(d))
+        .enumerate()
+        .for_each(|(row, (y, q))| {
+            let (i, h) = (row / s.n_head, row % s.n_head);
+            let kvh = h / group;
+            let p = s.pos + i;
+            let lo = s.window.map_or(0, |w| (p + 1).saturating_sub(w));
+            let key = |j: usize| &k[kvh * s.k_head_stride + j * s.k_pos_stride..][..d];
+            let val = |j: usize| &v[kvh * s.v_head_stride + j * s.v_pos_stride..][..d];
+            let scores: Vec<f32> = (lo..=p)
+                .map(|j| q.iter().zip(key(j)).map(|(a, b)| a * b).sum::<f32>() * s.scale)
+                .collect();
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let weights: Vec<f32> = scores.iter().map(|x| (x - max).exp()).collect();
+            let total: f32 = weights.iter().sum();
+            y.fill(0.0);
+            for (j, w) in (lo..=p).zip(&weights) {
+                for (y, v) in y.iter_mut().zip(val(j)) {
+                    *y += w * v;
+                }
+            }
+            for y in y.iter_mut() {
+                *y /= total;
+            }
+        });
+}
