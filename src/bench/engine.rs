@@ -44,6 +44,8 @@ pub struct EngineReport {
     pub decode_tok_s: Spread,
     pub ttft_s: Spread,
     pub peak_rss_mb: Option<f64>,
+    /// Seconds from the start of loading to a ready engine (set by the caller that loaded it).
+    pub load_s: Option<f64>,
 }
 
 const FILLER: &str = "The engine keeps the model on its own thread. Each request carries a reply channel and a \
@@ -109,5 +111,6 @@ pub fn measure(
         decode_tok_s: Spread::of(&decode).ok_or(BenchError::NoMeasurements)?,
         ttft_s: Spread::of(&ttft).ok_or(BenchError::NoMeasurements)?,
         peak_rss_mb: peak_rss_mb(),
+        load_s: None,
     })
 }

@@ -31,11 +31,25 @@ pub enum ModelCommand {
     },
     /// Write a synthetic GGUF: a real architecture's shape and Q4_K_M mix, random weights, a real tokenizer.
     Synth(SynthArgs),
+    /// Write a GGUF holding only a model's tokenizer and chat template (a few MB; no weights): what `synth`,
+    /// `bench engine --dummy` and `bench parity --dummy` take as `--tokenizer-from` where the model cannot go.
+    Vocab {
+        /// A known model name or a GGUF path.
+        #[arg(long, value_name = "MODEL")]
+        from: String,
+        /// The file to write.
+        #[arg(long, value_name = "FILE.gguf")]
+        out: std::path::PathBuf,
+        /// Use only the cache; fetch nothing.
+        #[arg(long)]
+        offline: bool,
+    },
 }
 
 #[derive(Debug, clap::Args)]
 pub struct SynthArgs {
-    /// ARCH:SIZE — qwen2:tiny|0.5b|1.5b|7b, qwen3:tiny|0.6b|8b, llama:tiny|tiny3|135m|1b|8b (tiny3, 1b, 8b: Llama 3 rope scaling).
+    /// ARCH:SIZE — qwen2:tiny|0.5b|1.5b|7b, qwen3:tiny|0.6b|8b, qwen3moe:tiny|30b-a3b, gemma3:tiny|1b|4b,
+    /// phi3:tiny|mini|4-mini, llama:tiny|tiny3|mistral-tiny|mistral-7b|135m|1b|8b (tiny3, 1b, 8b: Llama 3 rope).
     pub spec: String,
     /// The file to write.
     #[arg(long, value_name = "FILE.gguf")]
@@ -83,6 +97,11 @@ pub fn tokenizer_source(
         | agentd::engine::model::Architecture::Gemma3
         | agentd::engine::model::Architecture::Phi3 => "smollm2-135m-instruct",
     });
+    open_gguf(name, offline)
+}
+
+/// A known model (fetched into the cache unless `offline`) or a GGUF path, opened.
+fn open_gguf(name: &str, offline: bool) -> anyhow::Result<agentd::engine::gguf::GgufFile> {
     let opts = FetchOptions {
         progress: true,
         offline,
@@ -91,6 +110,19 @@ pub fn tokenizer_source(
     let resolved = fetch::resolve(&ModelSelector::parse(name), &opts)
         .with_context(|| format!("resolving the tokenizer's model `{name}`"))?;
     Ok(agentd::engine::gguf::GgufFile::open(&resolved.path)?)
+}
+
+fn vocab(from: &str, out: &std::path::Path, offline: bool) -> anyhow::Result<()> {
+    let source = open_gguf(from, offline)?;
+    let bytes = synth::write_vocabulary(&source, out)
+        .with_context(|| format!("writing {}", out.display()))?;
+    eprintln!(
+        "{}: the tokenizer of {from} ({} tokens), {:.1} MiB",
+        out.display(),
+        source.get_array("tokenizer.ggml.tokens")?.len(),
+        bytes as f64 / (1 << 20) as f64
+    );
+    Ok(())
 }
 
 fn synth(args: &SynthArgs) -> anyhow::Result<()> {
@@ -117,6 +149,7 @@ pub fn run(cmd: ModelCommand) -> anyhow::Result<()> {
     match cmd {
         ModelCommand::List => list(&FetchOptions::default()),
         ModelCommand::Synth(args) => synth(&args),
+        ModelCommand::Vocab { from, out, offline } => vocab(&from, &out, offline),
         ModelCommand::Pull { name, offline } => pull(&name, offline),
         ModelCommand::Path { name, offline } => {
             let opts = FetchOptions {

@@ -641,6 +641,36 @@ fn write_data<W: Write + ?Sized>(
 }
 
 /// Writes the synthetic checkpoint `spec` to `out` with the tokenizer of `tokenizer_from`.
+/// Every `tokenizer.*` key of `source` (vocabulary, merges, special tokens, chat template), sorted by name.
+fn tokenizer_keys(source: &GgufFile) -> Vec<(String, Value)> {
+    let mut keys: Vec<(String, Value)> = source
+        .content
+        .metadata
+        .iter()
+        .filter(|(key, _)| key.starts_with("tokenizer."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    keys.sort_by(|a, b| a.0.cmp(&b.0));
+    keys
+}
+
+/// Writes a GGUF holding only `source`'s tokenizer and chat template (no tensors): a few MB that can stand in
+/// for the model as `--tokenizer-from` where the model itself cannot travel. Returns the file's size.
+pub fn write_vocabulary(source: &GgufFile, out: &Path) -> Result<u64> {
+    let keys = tokenizer_keys(source);
+    if !keys.iter().any(|(k, _)| k == "tokenizer.ggml.tokens") {
+        return Err(EngineError::MissingMetadata {
+            key: "tokenizer.ggml.tokens".into(),
+        });
+    }
+    let mut metadata = vec![(
+        "general.name".to_string(),
+        Value::String("tokenizer only".into()),
+    )];
+    metadata.extend(keys);
+    gguf_write::write(out, &metadata, &[], |_, _| Ok(()))
+}
+
 pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<Synthesized> {
     let tokens = tokenizer_from.get_array("tokenizer.ggml.tokens")?.len();
     if tokens == 0 {
@@ -725,14 +755,7 @@ pub fn write(spec: &SynthSpec, tokenizer_from: &GgufFile, out: &Path) -> Result<
         ));
         metadata.push((k("rope.scaling.attn_factor"), Value::F32(attn)));
     }
-    let mut tokenizer: Vec<(&String, &Value)> = tokenizer_from
-        .content
-        .metadata
-        .iter()
-        .filter(|(key, _)| key.starts_with("tokenizer."))
-        .collect();
-    tokenizer.sort_by(|a, b| a.0.cmp(b.0));
-    metadata.extend(tokenizer.into_iter().map(|(k, v)| (k.clone(), v.clone())));
+    metadata.extend(tokenizer_keys(tokenizer_from));
 
     let tensors = plan(spec, tokens);
     let entries: Vec<TensorEntry> = tensors

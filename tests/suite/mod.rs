@@ -8,6 +8,7 @@ mod common;
 mod constraint;
 mod content_guard;
 mod cpu_engine;
+mod cuda;
 mod doors;
 mod fetch;
 mod generate;

@@ -24,12 +24,20 @@ pub struct EngineBenchArgs {
     /// `agentd model synth`): random weights in the Q4_K_M mix, no download beyond the tokenizer's model.
     #[arg(long, value_name = "ARCH:SIZE", conflicts_with_all = ["model", "model_path"])]
     pub dummy: Option<String>,
+    /// With --dummy: the model whose tokenizer to copy (a known name or a GGUF path, such as one written by
+    /// `agentd model vocab`). Default as for `agentd model synth`.
+    #[arg(long, value_name = "MODEL", requires = "dummy")]
+    pub tokenizer_from: Option<String>,
 }
 
 /// The synthetic checkpoint `spec` names, written to `$AGENTD_HOME/dummy/` unless it is there already.
-fn dummy_model(spec: &str, offline: bool) -> anyhow::Result<std::path::PathBuf> {
+pub(super) fn dummy_model(
+    spec: &str,
+    tokenizer_from: Option<&str>,
+    offline: bool,
+) -> anyhow::Result<std::path::PathBuf> {
     let spec = crate::cli::model::synth_spec(spec, "q4_k_m", 0)?;
-    let source = crate::cli::model::tokenizer_source(spec.arch, None, offline)?;
+    let source = crate::cli::model::tokenizer_source(spec.arch, tokenizer_from, offline)?;
     let vocab = source.get_array("tokenizer.ggml.tokens")?.len();
     let path = agentd::env::agentd_home()
         .join("dummy")
@@ -49,10 +57,12 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
     let mut options = args.engine.options()?;
     options.scheduler.prefix_caching = false;
     if let Some(spec) = &args.dummy {
-        let path = dummy_model(spec, args.engine.offline)?;
+        let path = dummy_model(spec, args.tokenizer_from.as_deref(), args.engine.offline)?;
         options.model = agentd::engine::fetch::ModelSelector::Path(path);
     }
+    let started = std::time::Instant::now();
     let engine = agentd::engine::Engine::load(options).context("loading the model")?;
+    let load_s = started.elapsed().as_secs_f64();
     let ctx = engine.info().context_length;
     if args.prompt_tokens + args.gen_tokens > ctx {
         bail!(
@@ -65,7 +75,7 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
         gen_tokens: args.gen_tokens,
         reps: args.reps,
     };
-    let report = engine::measure(&engine, &opts, |rep, f| {
+    let mut report = engine::measure(&engine, &opts, |rep, f| {
         if !args.json {
             eprintln!(
                 "rep {}: prefill {:.1} tok/s, decode {:.1} tok/s",
@@ -75,6 +85,7 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
             );
         }
     })?;
+    report.load_s = Some(load_s);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -91,6 +102,7 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
                 s.median, s.min, s.max
             );
         }
+        println!("  load {load_s:.2} s");
         println!(
             "  weights {:.1} MB, peak RSS {:.0} MB",
             report.weight_bytes as f64 / 1e6,

@@ -5,6 +5,7 @@ mod bfcl;
 mod constraint;
 mod engine;
 mod load;
+mod parity;
 mod schemas;
 mod tool_calls;
 
@@ -22,6 +23,9 @@ pub enum BenchCommand {
     /// Tool calls on BFCL's functions (the bfcl-eval wheel's data) against any OpenAI-compatible endpoint: questions
     /// answered with a call, schema-valid calls, right function, under tool_choice auto and required.
     Bfcl(bfcl::BfclBenchArgs),
+    /// One model on the CPU engine and on a device (CUDA: our kernels), logits compared; each CUDA kernel
+    /// against its CPU twin. JSON out; non-zero exit on any disagreement.
+    Parity(parity::ParityBenchArgs),
     /// Concurrent streaming clients against `agentd serve` (some hanging up early): throughput, TTFT p50/p99.
     Load(load::LoadBenchArgs),
 }
@@ -34,5 +38,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::ToolCalls(args) => tool_calls::run(args),
         BenchCommand::Bfcl(args) => bfcl::run(args),
         BenchCommand::Load(args) => load::run(args),
+        BenchCommand::Parity(args) => parity::run(args),
     }
 }

@@ -1,0 +1,93 @@
+//! `agentd bench parity`: one GGUF on the CPU engine and on a device (CUDA with our kernels), logits compared
+//! position by position, and each CUDA kernel against its CPU twin. Prints one JSON object; exits non-zero
+//! when anything disagrees. The comparison is `agentd::engine::parity` and `agentd::engine::ops::check`.
+
+use agentd::engine::device::{self, DeviceSpec};
+use agentd::engine::gguf::GgufFile;
+use agentd::engine::model::{Model, WeightFormat};
+use agentd::engine::ops::check;
+use agentd::engine::parity::{self, ParityOptions};
+use anyhow::{bail, Context};
+use serde_json::json;
+
+#[derive(Debug, clap::Args)]
+pub struct ParityBenchArgs {
+    /// The GGUF to compare.
+    #[arg(long, value_name = "FILE.gguf", conflicts_with = "dummy")]
+    pub model_path: Option<std::path::PathBuf>,
+    /// A synthetic model of this shape instead (see `agentd model synth`); default qwen2:tiny.
+    #[arg(long, value_name = "ARCH:SIZE")]
+    pub dummy: Option<String>,
+    /// With --dummy: the model whose tokenizer to copy (a known name, or a GGUF from `agentd model vocab`).
+    #[arg(long, value_name = "MODEL")]
+    pub tokenizer_from: Option<String>,
+    /// The device to check against the CPU engine: cuda, cuda:N, cpu (candle's path with the fused ops' CPU
+    /// twins), metal.
+    #[arg(long, default_value = "cuda")]
+    pub device: String,
+    /// Tokens fed one at a time, then as one chunk.
+    #[arg(long, default_value_t = 24)]
+    pub tokens: usize,
+    /// Largest |Δ| allowed on a logit.
+    #[arg(long, default_value_t = 0.25)]
+    pub tolerance: f32,
+    /// Use only the model cache; fetch nothing.
+    #[arg(long)]
+    pub offline: bool,
+}
+
+pub fn run(args: ParityBenchArgs) -> anyhow::Result<()> {
+    if args.tokens == 0 {
+        bail!("--tokens must be at least 1");
+    }
+    let path = match &args.model_path {
+        Some(p) => p.clone(),
+        None => super::engine::dummy_model(
+            args.dummy.as_deref().unwrap_or("qwen2:tiny"),
+            args.tokenizer_from.as_deref(),
+            args.offline,
+        )?,
+    };
+    let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let spec: DeviceSpec = args.device.parse()?;
+    let selected = device::select(spec);
+    if let Some(note) = &selected.fallback_note {
+        eprintln!("note: {note}");
+    }
+    let reference = Model::load(&gguf, &candle_core::Device::Cpu, WeightFormat::Auto)?;
+    let mut candidate = Model::load(&gguf, &selected.device, WeightFormat::Native)?;
+    if selected.device.is_cpu() {
+        // On the CPU, check candle's path with the fused ops (their twins) rather than against itself.
+        candidate.set_kernels(agentd::engine::ops::Kernels::Fused)?;
+    }
+    let mut opts = ParityOptions::spread(args.tokens, reference.vocab_size);
+    opts.tolerance = args.tolerance;
+    let report = parity::compare(&reference, &candidate, &opts)?;
+    let kernels = if selected.device.is_cuda() {
+        check::against_twins(&selected.device)?
+    } else {
+        Vec::new()
+    };
+    let kernels_passed = kernels.iter().all(|k| k.passed);
+    // A device asked for and not started is a failed check, not a pass on the CPU.
+    let started = selected.fallback_note.is_none();
+    let passed = report.passed && kernels_passed && started;
+    let out = json!({
+        "model": path.display().to_string(),
+        "device": selected.describe(),
+        "fallback": selected.fallback_note,
+        "logits": report,
+        "kernels": kernels,
+        "kernel_tolerance": check::TOLERANCE,
+        "kernels_checked": !kernels.is_empty(),
+        "passed": passed,
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    if !started {
+        bail!("{} did not start (see the JSON above)", args.device);
+    }
+    if !passed {
+        bail!("the device disagrees with the CPU (see the JSON above)");
+    }
+    Ok(())
+}
