@@ -233,6 +233,7 @@ impl Config {
                         .map_err(|err| format!("engine.chat_template: cannot read {path}: {err}"))
                 })
                 .transpose()?,
+            kernels: None,
         })
     }
 

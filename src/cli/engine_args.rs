@@ -117,6 +117,7 @@ impl EngineArgs {
                         .with_context(|| format!("reading the chat template {}", p.display()))
                 })
                 .transpose()?,
+            kernels: None,
         })
     }
 

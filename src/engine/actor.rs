@@ -37,6 +37,9 @@ pub struct EngineOptions {
     pub scheduler: SchedulerConfig,
     /// A Jinja chat template (its text) used instead of the manifest's or the GGUF's (`--chat-template`).
     pub chat_template: Option<String>,
+    /// The ops of candle's forward pass, instead of the device's default (`AGENTD_CANDLE_OPS`); an error on
+    /// the CPU engine.
+    pub kernels: Option<super::ops::Kernels>,
 }
 
 impl Default for EngineOptions {
@@ -48,6 +51,7 @@ impl Default for EngineOptions {
             fetch: FetchOptions::default(),
             scheduler: SchedulerConfig::default(),
             chat_template: None,
+            kernels: None,
         }
     }
 }
@@ -135,6 +139,7 @@ impl Engine {
         let thread_sched_stats = scheduler_stats.clone();
         let sched_config = opts.scheduler.clone();
         let format = opts.weight_format;
+        let kernels = opts.kernels;
         std::thread::Builder::new()
             .name("agentd-engine".into())
             .spawn(move || {
@@ -145,21 +150,35 @@ impl Engine {
                         return;
                     }
                 };
-                let _ = ready_tx.send(Ok((
+                let mut model = model;
+                if let Some(k) = kernels {
+                    if let Err(e) = model.set_kernels(k) {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                }
+                let ready = (
                     model.config.context_length,
                     model.vocab_size,
                     model.weight_bytes,
                     model.config.arch.name().to_string(),
-                )));
-                Scheduler::new(
+                );
+                let scheduler = match Scheduler::new(
                     model,
                     thread_tokenizer,
                     sched_config,
                     jobs_rx,
                     thread_stats,
                     thread_sched_stats,
-                )
-                .run();
+                ) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(ready));
+                scheduler.run();
             })
             .map_err(|e| EngineError::io("cannot start the engine thread", e))?;
         let (context_length, vocab_size, weight_bytes, architecture) =

@@ -20,6 +20,7 @@ pub mod kv;
 pub mod manifest;
 pub mod model;
 pub mod ops;
+pub mod paged_kv;
 pub mod parity;
 mod pip_wheel;
 pub mod prefix_cache;

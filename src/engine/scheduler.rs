@@ -4,13 +4,14 @@
 //! a per-step token budget (`max_num_batched_tokens`: chunked prefill). New requests join at the next step and
 //! finished ones leave at once.
 //!
-//! **KV memory** on the CPU engine is the paged block pool ([`BlockManager`] over the model's [`KvBlocks`]):
+//! **KV memory** on the CPU engine, and on CUDA with our kernels, is the paged block pool ([`BlockManager`] over
+//! the model's [`PagedStore`]: host blocks for the CPU engine, one device tensor per layer for candle's pass):
 //! a sequence's prompt takes the cached blocks of its longest shared prefix (within its scope) and allocates the
 //! rest as it goes. When a step needs a block and none is left, the latest-arrived running sequence is
 //! preempted (its blocks freed, its full blocks left cached) and put back at the head of the queue, to be
 //! recomputed from its tokens later with all its sampling state intact — never an error for a request that fits
-//! alone. candle's backends (CUDA, Metal, `--weights native`) read one contiguous KV buffer per sequence: there
-//! each sequence owns a [`SeqKv`] from the [`PrefixCache`] and runs its own forward pass inside the step.
+//! alone. candle's ops (Metal, `--weights native`) read one contiguous KV buffer per sequence: there each
+//! sequence owns a [`SeqKv`] from the [`PrefixCache`] and runs its own forward pass inside the step.
 //!
 //! **Cancellation**: a request cancelled or whose client left is dropped at the start of the next step and its
 //! blocks freed. **Sampling** of the sequences that got logits runs in parallel across them (grammar masks
@@ -27,12 +28,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::blocks::{self, BlockManager, PrefixCacheStats, BLOCK_TOKENS};
 use super::constraint::Constraint;
-use super::cpu::kv::KvBlocks;
 use super::cpu::model::BatchSeq;
 use super::error::{EngineError, Result};
 use super::generate::{FinishReason, GenerateEvent, GenerateRequest};
 use super::kv::SeqKv;
 use super::model::Model;
+use super::paged_kv::PagedStore;
 use super::prefix_cache::{common_prefix, PrefixCache};
 use super::sequence::{Outcome, Sequence};
 use super::tokenizer::Tokenizer;
@@ -136,7 +137,7 @@ struct Entry {
 
 enum Space {
     Paged {
-        store: KvBlocks,
+        store: PagedStore,
         manager: BlockManager,
     },
     Own(PrefixCache),
@@ -167,12 +168,12 @@ impl Scheduler {
         jobs: mpsc::Receiver<Job>,
         prefix: Arc<PrefixCacheStats>,
         stats: Arc<SchedulerStats>,
-    ) -> Self {
-        let space = match model.cpu_engine() {
-            Some(cpu) => {
-                let n_blocks = (config.kv_cache_bytes / cpu.kv_block_bytes()).max(1);
+    ) -> Result<Self> {
+        let space = match model.paged_block_bytes() {
+            Some(block_bytes) => {
+                let n_blocks = (config.kv_cache_bytes / block_bytes).max(1);
                 Space::Paged {
-                    store: cpu.new_blocks(n_blocks),
+                    store: model.new_paged_store(n_blocks)?,
                     manager: BlockManager::new(n_blocks, config.prefix_caching, prefix.clone()),
                 }
             }
@@ -185,7 +186,7 @@ impl Scheduler {
                 prefix.clone(),
             )),
         };
-        Self {
+        Ok(Self {
             model,
             tokenizer,
             config,
@@ -195,7 +196,7 @@ impl Scheduler {
             space,
             prefix,
             stats,
-        }
+        })
     }
 
     /// Runs until every engine handle is dropped and no work is left.
@@ -521,9 +522,6 @@ impl Scheduler {
         let running = &mut self.running;
         match &mut self.space {
             Space::Paged { store, .. } => {
-                let cpu = self.model.cpu_engine().ok_or_else(|| {
-                    EngineError::Internal("a paged KV pool without the CPU engine".into())
-                })?;
                 let batch: Vec<BatchSeq> = plan
                     .iter()
                     .map(|&(i, n)| {
@@ -541,7 +539,7 @@ impl Scheduler {
                         }
                     })
                     .collect();
-                cpu.forward_batch(store, &batch)
+                self.model.forward_batch(store, &batch)
             }
             Space::Own(_) => plan
                 .iter()

@@ -333,3 +333,90 @@ fn candle_backend_runs_concurrent_requests_too() {
         );
     }
 }
+
+/// candle's forward pass with the fused ops (CUDA's; here their CPU twins) batches over the paged KV store
+/// like the CPU engine: one pass per step for every sequence, keys and values in pool blocks. Each request
+/// gives the tokens of a plain greedy loop over the same forward pass with the sequence's own buffers, alone
+/// and together, and a repeated system prompt reuses its cached blocks. (Against candle's own ops the tokens
+/// may part at near-ties: activations are quantized for the matmuls, so 1e-6 apart in f32 can round apart.)
+#[test]
+fn fused_candle_path_batches_over_the_paged_store() {
+    use agentd::engine::gguf::GgufFile;
+    use agentd::engine::model::{Model, WeightFormat};
+    use agentd::engine::ops::Kernels;
+    let load = |kernels| {
+        Engine::load(EngineOptions {
+            model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
+            device: agentd::engine::device::DeviceSpec::Cpu,
+            weight_format: WeightFormat::Native,
+            kernels: Some(kernels),
+            scheduler: SchedulerConfig {
+                kv_cache_bytes: 64 << 20,
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let fused = load(Kernels::Fused);
+    assert!(
+        fused.prefix_cache_stats().blocks_total.load(Relaxed) > 0,
+        "the fused path did not get a paged store"
+    );
+    let per_sequence = load(Kernels::Candle);
+    assert_eq!(
+        per_sequence.prefix_cache_stats().blocks_total.load(Relaxed),
+        0
+    );
+    drop(per_sequence);
+
+    let gguf = GgufFile::open(&common::smollm2_path()).unwrap();
+    let mut model =
+        Model::load_with_threads(&gguf, &candle_core::Device::Cpu, WeightFormat::Native, 2)
+            .unwrap();
+    model.set_kernels(Kernels::Fused).unwrap();
+    let eos = fused.tokenizer().eos_ids();
+    let greedy_loop = |prompt: &[u32], n: usize| -> Vec<u32> {
+        let mut kv = model.new_sequence();
+        let mut logits: Vec<f32> = model.forward(prompt, &mut kv).unwrap().to_vec1().unwrap();
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let t = agentd::engine::sampler::argmax(&logits).unwrap();
+            if eos.contains(&t) {
+                break;
+            }
+            out.push(t);
+            logits = model.forward(&[t], &mut kv).unwrap().to_vec1().unwrap();
+        }
+        out
+    };
+
+    let users = [
+        "Name a colour.",
+        "Name an animal.",
+        "Name a city.",
+        "Say hi.",
+    ];
+    let prompts: Vec<Vec<u32>> = users
+        .iter()
+        .map(|u| chat(&fused, "Answer with one word.", u))
+        .collect();
+    let reqs: Vec<GenerateRequest> = prompts.iter().map(|p| greedy(p.clone(), 8)).collect();
+    let solo: Vec<Vec<u32>> = reqs.iter().map(|r| alone(&fused, r)).collect();
+    for (i, (p, got)) in prompts.iter().zip(&solo).enumerate() {
+        assert_eq!(
+            got,
+            &greedy_loop(p, 8),
+            "request {i}: the paged pass and the plain loop disagree"
+        );
+    }
+    let steps_before = fused.scheduler_stats().steps.load(Relaxed);
+    let got = together(&fused, &reqs);
+    let steps = fused.scheduler_stats().steps.load(Relaxed) - steps_before;
+    for (i, ((ids, s), want)) in got.iter().zip(&solo).enumerate() {
+        assert_eq!(ids, want, "request {i}");
+        assert!(s.cached_tokens > 0, "request {i} reused no cached block");
+    }
+    // Four requests of up to 8 tokens in fewer steps than one after another would take.
+    assert!(steps < 4 * 8, "{steps} steps");
+}

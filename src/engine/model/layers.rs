@@ -12,7 +12,7 @@ use super::{requantise, to_q8_0, Activation, DecoderConfig, RopeStyle, WeightFor
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
 use crate::engine::kv::LayerKv;
-use crate::engine::ops::{self, Kernels};
+use crate::engine::ops::{self, Kernels, PagedBatch};
 
 /// Everything needed while reading tensors out of a GGUF.
 pub(super) struct LoadCtx<'a, R: Read + Seek> {
@@ -167,6 +167,22 @@ impl Rotary {
             cos: Tensor::from_vec(cos, (n, half), device)?,
             sin: Tensor::from_vec(sin, (n, half), device)?,
             style: cfg.rope_style,
+        })
+    }
+
+    /// The tables of each position in `positions` (u32, one per row of a batch), for the fused kernel.
+    pub fn gather(&self, positions: &Tensor) -> Result<RopeAt> {
+        let (cos, sin) = (
+            self.cos.index_select(positions, 0)?,
+            self.sin.index_select(positions, 0)?,
+        );
+        Ok(RopeAt {
+            all_cos: cos.clone(),
+            all_sin: sin.clone(),
+            cos,
+            sin,
+            pos: 0,
+            style: self.style,
         })
     }
 
@@ -367,7 +383,7 @@ impl DecoderLayer {
     }
 
     /// One pre-norm transformer block over `x: [1, t, hidden]`.
-    pub fn forward(&self, x: &Tensor, step: &Step<'_>, kv: &mut LayerKv) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, step: &Step<'_>, kv: LayerCache<'_>) -> Result<Tensor> {
         let k = step.kernels;
         let h = self.attn_norm.forward(x, k)?;
         let mut h = self.attn.forward(&h, step, kv)?;
@@ -386,6 +402,17 @@ impl DecoderLayer {
     }
 }
 
+/// Where a layer's keys and values are.
+pub(super) enum LayerCache<'a> {
+    /// One sequence's own buffers (one sequence per pass).
+    Own(&'a mut LayerKv),
+    /// A layer of the paged store, for a batch of sequences laid out by `batch` (fused ops only).
+    Paged {
+        cache: &'a Tensor,
+        batch: &'a PagedBatch,
+    },
+}
+
 /// What one layer's forward pass needs besides its input and KV buffers.
 pub(super) struct Step<'a> {
     /// Rotary tables for this layer's kind (global or sliding-window).
@@ -401,7 +428,7 @@ pub(super) struct Step<'a> {
 }
 
 impl Attention {
-    fn forward(&self, x: &Tensor, step: &Step<'_>, kv: &mut LayerKv) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, step: &Step<'_>, kv: LayerCache<'_>) -> Result<Tensor> {
         let (rope, mask, pos) = (step.rope, step.mask, step.pos);
         let (b, t, _) = x.dims3()?;
         let mut q = self.q.forward(x)?;
@@ -424,10 +451,24 @@ impl Attention {
             let q = rope.apply_fused(&q)?;
             let k = rope.apply_fused(&k)?;
             let v = v.reshape((b, t, self.n_kv_head, d))?;
-            let (k, v) = kv.append(&k.transpose(1, 2)?, &v.transpose(1, 2)?, pos)?;
-            let y = ops::attention(&q, &k, &v, pos, step.window, self.scale as f32)?;
+            let scale = self.scale as f32;
+            let y = match kv {
+                LayerCache::Own(kv) => {
+                    let (k, v) = kv.append(&k.transpose(1, 2)?, &v.transpose(1, 2)?, pos)?;
+                    ops::attention(&q, &k, &v, pos, step.window, scale)?
+                }
+                LayerCache::Paged { cache, batch } => {
+                    ops::kv_write(cache, &k, &v.contiguous()?, batch)?;
+                    ops::paged_attention(&q, cache, batch, step.window, scale)?
+                }
+            };
             return self.o.forward(&y.reshape((b, t, self.n_head * d))?);
         }
+        let LayerCache::Own(kv) = kv else {
+            return Err(EngineError::Internal(
+                "the paged KV store runs with the fused ops only".into(),
+            ));
+        };
         let q = q.transpose(1, 2)?;
         let k = k.transpose(1, 2)?;
         let v = v

@@ -7,6 +7,7 @@
 //! ([`split_rows`]), so both forward passes see one layout. The model holds no sequence state: every forward pass takes the sequence's own
 //! [`SeqKv`], which is what lets the engine keep several sequences (prefix reuse, batching) side by side.
 
+mod batch;
 pub mod gemma3;
 mod layers;
 pub mod llama;
@@ -16,12 +17,13 @@ pub mod qwen2;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::cpu::model::CpuModel;
+use super::cpu::model::{BatchSeq, CpuModel};
 use super::error::{EngineError, Result};
 use super::gguf::GgufFile;
 use super::kv::SeqKv;
 use super::ops::Kernels;
-use layers::{DecoderLayer, LoadCtx, RmsNorm, Rotary, Step};
+use super::paged_kv::{DeviceBlocks, PagedStore};
+use layers::{DecoderLayer, LayerCache, LoadCtx, RmsNorm, Rotary, Step};
 
 /// Architectures with an implementation here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -559,6 +561,60 @@ impl Model {
         &self.device
     }
 
+    /// Bytes one block of a paged KV store takes, when this model runs continuous batches over one: the CPU
+    /// engine, and candle's forward pass with the fused ops (CUDA). `None`: one pass per sequence over its own
+    /// buffers (candle's ops: Metal, `--weights native`).
+    pub fn paged_block_bytes(&self) -> Option<usize> {
+        match &self.backend {
+            Backend::Cpu(m) => Some(m.kv_block_bytes()),
+            Backend::Candle(m) if m.kernels == Kernels::Fused => {
+                Some(DeviceBlocks::bytes_per_block(
+                    self.config.n_layer,
+                    self.config.n_kv_head,
+                    self.config.head_dim,
+                ))
+            }
+            Backend::Candle(_) => None,
+        }
+    }
+
+    /// A paged KV store of `n_blocks` blocks for [`forward_batch`](Self::forward_batch).
+    pub fn new_paged_store(&self, n_blocks: usize) -> Result<PagedStore> {
+        match &self.backend {
+            Backend::Cpu(m) => Ok(PagedStore::Cpu(m.new_blocks(n_blocks))),
+            Backend::Candle(m) if m.kernels == Kernels::Fused => {
+                Ok(PagedStore::Device(DeviceBlocks::new(
+                    n_blocks,
+                    self.config.n_layer,
+                    self.config.n_kv_head,
+                    self.config.head_dim,
+                    &self.device,
+                )?))
+            }
+            Backend::Candle(_) => Err(EngineError::Internal(
+                "candle's ops run one sequence per pass, without a paged store".into(),
+            )),
+        }
+    }
+
+    /// One continuous-batching step over the paged store: each sequence's new tokens at its position, the
+    /// logits of the last token of those that ask (empty vectors for the others).
+    pub fn forward_batch(
+        &self,
+        store: &mut PagedStore,
+        batch: &[BatchSeq<'_>],
+    ) -> Result<Vec<Vec<f32>>> {
+        match (&self.backend, store) {
+            (Backend::Cpu(m), PagedStore::Cpu(store)) => m.forward_batch(store, batch),
+            (Backend::Candle(m), PagedStore::Device(store)) => {
+                m.forward_batch(store, batch, self.config.context_length, &self.device)
+            }
+            _ => Err(EngineError::Internal(
+                "a paged store of the other forward pass".into(),
+            )),
+        }
+    }
+
     /// The ops candle's forward pass runs; `None` on the CPU engine.
     pub fn kernels(&self) -> Option<Kernels> {
         match &self.backend {
@@ -648,14 +704,16 @@ impl CandleModel {
             Some(r) => Some(r.at(pos, t)?),
             None => None,
         };
-        let mask = if t > 1 {
+        // Masks for candle's attention; the fused kernel applies causality and the window itself.
+        let masked = self.kernels == Kernels::Candle;
+        let mask = if t > 1 && masked {
             Some(causal_mask(t, pos, None, device)?)
         } else {
             None
         };
         // The window masks keys on its layers even for one token.
         let window_mask = match self.window {
-            Some(w) if pos + t > w => Some(causal_mask(t, pos, Some(w), device)?),
+            Some(w) if pos + t > w && masked => Some(causal_mask(t, pos, Some(w), device)?),
             _ => mask.clone(),
         };
         for (i, layer) in self.layers.iter().enumerate() {
@@ -675,7 +733,7 @@ impl CandleModel {
                 pos,
                 kernels: self.kernels,
             };
-            x = layer.forward(&x, &step, layer_kv)?;
+            x = layer.forward(&x, &step, LayerCache::Own(layer_kv))?;
         }
         kv.extend(tokens);
         let x = x.narrow(1, t - 1, 1)?;

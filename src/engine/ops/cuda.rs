@@ -6,7 +6,7 @@ use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKern
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{bail, CudaStorage, Layout, Result, Shape};
 
-use super::twin::{AttentionShape, RotaryShape};
+use super::twin::{AttentionShape, PagedShape, RotaryShape};
 
 mod ptx {
     include!(concat!(env!("OUT_DIR"), "/agentd_kernels.rs"));
@@ -239,6 +239,132 @@ pub fn attention(
     b.arg(&khs).arg(&kps).arg(&vhs).arg(&vps);
     b.arg(&pos).arg(&window).arg(&s.scale);
     // SAFETY: q and out hold t·n_head·d floats; every key and value read lies within the views (checked).
+    unsafe { b.launch(cfg) }.w()?;
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), l1.shape().clone()))
+}
+
+// The kernels hard-code the paged store's block size.
+const _: () = assert!(
+    super::twin::BLOCK == 16,
+    "kernels/attention.cu's BLOCK must match"
+);
+
+/// The u32 metadata of a paged batch.
+fn meta<'a>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, u32>> {
+    let data = s.as_cuda_slice::<u32>()?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(data.slice(a..b)),
+        None => bail!("the paged batch metadata must be contiguous"),
+    }
+}
+
+/// The ints of a paged shape, in kernel order.
+fn paged_ints(s: &PagedShape) -> Result<[i32; 6]> {
+    Ok([
+        int(s.t, "t")?,
+        int(s.n_head, "n_head")?,
+        int(s.n_kv, "n_kv")?,
+        int(s.head_dim, "head_dim")?,
+        int(s.n_blocks, "n_blocks")?,
+        int(s.max_blocks, "max_blocks")?,
+    ])
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn kv_write(
+    s1: &mut CudaStorage,
+    l1: &Layout,
+    s2: &CudaStorage,
+    l2: &Layout,
+    s3: &CudaStorage,
+    l3: &Layout,
+    s: PagedShape,
+) -> Result<()> {
+    let dev = s1.device().clone();
+    let (rows, meta) = (contiguous(s2, l2, "rows")?, meta(s3, l3)?);
+    if rows.len() != 2 * s.t * s.n_kv * s.head_dim || meta.len() < 2 * s.t {
+        bail!(
+            "kv_write: {} values and {} metadata for {} tokens",
+            rows.len(),
+            meta.len(),
+            s.t
+        );
+    }
+    if l1.start_offset() != 0
+        || l1.shape().elem_count() != 2 * s.n_blocks * s.n_kv * 16 * s.head_dim
+    {
+        bail!("kv_write: the paged KV layer is not a whole [2, n_blocks, n_kv, 16, d] buffer");
+    }
+    let cache = s1.as_cuda_slice_mut::<f32>()?;
+    let func = dev.get_or_load_custom_func("kv_write_f32", "agentd_attention", ptx::ATTENTION)?;
+    let cfg = LaunchConfig {
+        grid_dim: (int(rows.len().div_ceil(256), "blocks")? as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let [t, _, n_kv, d, n_blocks, max_blocks] = paged_ints(&s)?;
+    let mut b = func.builder();
+    b.arg(cache).arg(&rows).arg(&meta);
+    b.arg(&t).arg(&n_kv).arg(&d).arg(&n_blocks).arg(&max_blocks);
+    // SAFETY: positions and block ids in meta were checked on the host (PagedBatch::new); the cache holds
+    // 2·n_blocks blocks (checked above).
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention(
+    s1: &CudaStorage,
+    l1: &Layout,
+    s2: &CudaStorage,
+    l2: &Layout,
+    s3: &CudaStorage,
+    l3: &Layout,
+    s: PagedShape,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = s1.device().clone();
+    let (q, cache, meta) = (
+        contiguous(s1, l1, "q")?,
+        contiguous(s2, l2, "cache")?,
+        meta(s3, l3)?,
+    );
+    if s.head_dim > MAX_HEAD_DIM {
+        bail!(
+            "paged attention: heads of {} (the kernel takes up to {MAX_HEAD_DIM})",
+            s.head_dim
+        );
+    }
+    if q.len() != s.t * s.n_head * s.head_dim
+        || cache.len() != 2 * s.n_blocks * s.n_kv * 16 * s.head_dim
+        || meta.len() < 2 * s.t
+    {
+        bail!(
+            "paged attention: q of {}, a cache of {}, metadata of {}",
+            q.len(),
+            cache.len(),
+            meta.len()
+        );
+    }
+    let out = unsafe { dev.alloc::<f32>(q.len()) }?;
+    let func =
+        dev.get_or_load_custom_func("paged_attention_f32", "agentd_attention", ptx::ATTENTION)?;
+    let cfg = LaunchConfig {
+        grid_dim: (int(s.n_head, "n_head")? as u32, int(s.t, "t")? as u32, 1),
+        block_dim: (ATTENTION_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let [t, n_head, n_kv, d, n_blocks, max_blocks] = paged_ints(&s)?;
+    let window = int(s.window.unwrap_or(0), "window")?;
+    let mut b = func.builder();
+    b.arg(&q).arg(&cache).arg(&meta).arg(&out);
+    b.arg(&t)
+        .arg(&n_head)
+        .arg(&n_kv)
+        .arg(&d)
+        .arg(&n_blocks)
+        .arg(&max_blocks);
+    b.arg(&window).arg(&s.scale);
+    // SAFETY: q and out hold t·n_head·d floats; meta's positions and blocks were checked on the host.
     unsafe { b.launch(cfg) }.w()?;
     Ok((CudaStorage::wrap_cuda_slice(out, dev), l1.shape().clone()))
 }

@@ -1,7 +1,8 @@
 //! The fused operations of candle's forward pass, each one CUDA kernel (`kernels/*.cu`, `cuda.rs` launches
 //! them) with a CPU twin (`twin.rs`): RMSNorm alone and fused with the residual add before it, rotary
 //! embedding in the projection's own `[t, heads, d]` layout, and causal grouped-query attention that reads
-//! the engine's KV buffers (`engine::kv`) in place through their strides.
+//! the engine's KV buffers (`engine::kv`) in place through their strides, or a batch's tokens over the paged
+//! store of continuous batching (`paged.rs`, `engine::paged_kv`).
 //!
 //! [`Kernels`] says whether a model's candle forward pass runs these (`Fused`, the default on CUDA) or
 //! candle's own ops (`Candle`, elsewhere: Metal has no kernels of ours, and the CPU runs the CPU engine).
@@ -9,6 +10,7 @@
 //! fused path on the CPU through the twins.
 
 pub mod check;
+mod paged;
 pub mod twin;
 
 #[cfg(feature = "cuda")]
@@ -18,7 +20,8 @@ use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Device, Layout, Shape, Tensor};
 
 use super::error::{EngineError, Result};
-pub use twin::{AttentionShape, RotaryShape};
+pub use paged::{kv_write, paged_attention, PagedBatch, PagedSeq};
+pub use twin::{AttentionShape, PagedShape, RotaryShape};
 
 /// Which ops candle's forward pass runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +130,7 @@ pub fn attention(
 ) -> Result<Tensor> {
     let (_, t, n_head, head_dim) = q.dims4()?;
     let (_, n_kv, len, kd) = k.dims4()?;
-    if kd != head_dim || v.dims() != k.dims() || len != pos + t || n_kv == 0 || n_head % n_kv != 0 {
+    if kd != head_dim || v.dims() != k.dims() || len != pos + t || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
         return Err(EngineError::Internal(format!(
             "attention of q {:?} over k {:?}, v {:?} at {pos}",
             q.dims(),

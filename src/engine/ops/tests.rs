@@ -191,3 +191,81 @@ fn kernels_choice_parses_and_refuses_unknown_names() {
     let err = "fast".parse::<Kernels>().unwrap_err().to_string();
     assert!(err.contains("fused") && err.contains("candle"), "{err}");
 }
+
+/// Two sequences in one paged store (scattered blocks, a block boundary crossed mid-chunk), fed over two steps
+/// as one batch each: the paged attention equals the per-sequence attention over their own buffers.
+#[test]
+fn paged_attention_matches_attention_over_own_buffers() {
+    let (n_head, n_kv, d, n_blocks) = (4, 2, 16, 12);
+    let tables: [&[u32]; 2] = [&[7, 2, 9], &[0, 11]];
+    // (position, new tokens) of each sequence at each step.
+    let steps = [[(0, 20), (0, 5)], [(20, 1), (5, 13)]];
+    for window in [None, Some(6)] {
+        let cache = Tensor::zeros(
+            (2, n_blocks, n_kv, 16, d),
+            candle_core::DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
+        let mut own = [LayerKv::default(), LayerKv::default()];
+        for (s, step) in steps.iter().enumerate() {
+            let seqs: Vec<PagedSeq<'_>> = step
+                .iter()
+                .zip(tables)
+                .map(|(&(pos, len), blocks)| PagedSeq { blocks, pos, len })
+                .collect();
+            let batch = PagedBatch::new(&seqs, n_blocks, &Device::Cpu).unwrap();
+            let t = batch.tokens();
+            let seed = 1000 * s as u64 + window.unwrap_or(0) as u64;
+            let q = random(&[1, t, n_head, d], seed);
+            let k = random(&[1, t, n_kv, d], seed + 1);
+            let v = random(&[1, t, n_kv, d], seed + 2);
+            kv_write(&cache, &k, &v, &batch).unwrap();
+            let paged = paged_attention(&q, &cache, &batch, window, 0.25).unwrap();
+            let mut start = 0;
+            for (i, &(pos, len)) in step.iter().enumerate() {
+                let part = |x: &Tensor| x.narrow(1, start, len).unwrap();
+                let (kc, vc) = own[i]
+                    .append(
+                        &part(&k).transpose(1, 2).unwrap(),
+                        &part(&v).transpose(1, 2).unwrap(),
+                        pos,
+                    )
+                    .unwrap();
+                let want = attention(&part(&q), &kc, &vc, pos, window, 0.25).unwrap();
+                let err = rel_err(&part(&paged), &want);
+                assert!(
+                    err < 1e-6,
+                    "window {window:?}, step {s}, sequence {i}: {err}"
+                );
+                start += len;
+            }
+        }
+    }
+}
+
+#[test]
+fn paged_batch_refuses_positions_outside_its_blocks() {
+    let two = [3u32, 4];
+    // 33 positions need three blocks of 16.
+    let seqs = [PagedSeq {
+        blocks: &two,
+        pos: 30,
+        len: 3,
+    }];
+    assert!(PagedBatch::new(&seqs, 8, &Device::Cpu).is_err());
+    // Block 9 is not in a store of 8.
+    let far = [3u32, 9];
+    let seqs = [PagedSeq {
+        blocks: &far,
+        pos: 0,
+        len: 20,
+    }];
+    assert!(PagedBatch::new(&seqs, 8, &Device::Cpu).is_err());
+    let seqs = [PagedSeq {
+        blocks: &two,
+        pos: 0,
+        len: 32,
+    }];
+    assert!(PagedBatch::new(&seqs, 8, &Device::Cpu).is_ok());
+}

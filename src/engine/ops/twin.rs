@@ -126,3 +126,93 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttentionShape, out: &mut [
             }
         });
 }
+
+/// Positions per block of the paged store (the CPU engine's, `engine::cpu::kv::BLOCK_TOKENS`).
+pub const BLOCK: usize = crate::engine::cpu::kv::BLOCK_TOKENS;
+
+/// The paged store's geometry and a batch's size (see [`paged_attention`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PagedShape {
+    /// Query tokens, all sequences' end to end.
+    pub t: usize,
+    pub n_head: usize,
+    pub n_kv: usize,
+    pub head_dim: usize,
+    /// Blocks in the store: one layer's buffer is `[2 (k|v), n_blocks, n_kv, BLOCK, head_dim]`.
+    pub n_blocks: usize,
+    /// Entries per block table in `meta`.
+    pub max_blocks: usize,
+    pub window: Option<usize>,
+    pub scale: f32,
+}
+
+impl PagedShape {
+    fn block(&self) -> usize {
+        self.n_kv * BLOCK * self.head_dim
+    }
+
+    /// Where position `p` of the sequence with block table `table` starts for KV head `kvh`.
+    fn at(&self, table: &[u32], kvh: usize, p: usize) -> usize {
+        table[p / BLOCK] as usize * self.block() + (kvh * BLOCK + p % BLOCK) * self.head_dim
+    }
+
+    /// Query token `i`'s block table and position; `meta` = `[seq of each token, position of each token,
+    /// block tables of max_blocks each]` (checked by the caller).
+    fn token<'m>(&self, meta: &'m [u32], i: usize) -> (&'m [u32], usize) {
+        let seq = meta[i] as usize;
+        let tables = &meta[2 * self.t..];
+        (
+            &tables[seq * self.max_blocks..][..self.max_blocks],
+            meta[self.t + i] as usize,
+        )
+    }
+}
+
+/// `kernels/attention.cu` `paged_attention_f32`: [`attention`] for a batch of sequences over the paged store
+/// `cache`, each query token at its own sequence's position.
+pub fn paged_attention(q: &[f32], cache: &[f32], meta: &[u32], s: PagedShape, out: &mut [f32]) {
+    let d = s.head_dim;
+    let group = s.n_head / s.n_kv;
+    let (k, v) = cache.split_at(s.n_blocks * s.block());
+    out.par_chunks_mut(d)
+        .zip(q.par_chunks(d))
+        .enumerate()
+        .for_each(|(row, (y, q))| {
+            let (i, h) = (row / s.n_head, row % s.n_head);
+            let kvh = h / group;
+            let (table, p) = s.token(meta, i);
+            let lo = s.window.map_or(0, |w| (p + 1).saturating_sub(w));
+            let scores: Vec<f32> = (lo..=p)
+                .map(|j| {
+                    let key = &k[s.at(table, kvh, j)..][..d];
+                    q.iter().zip(key).map(|(a, b)| a * b).sum::<f32>() * s.scale
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let weights: Vec<f32> = scores.iter().map(|x| (x - max).exp()).collect();
+            let total: f32 = weights.iter().sum();
+            y.fill(0.0);
+            for (j, w) in (lo..=p).zip(&weights) {
+                for (y, v) in y.iter_mut().zip(&v[s.at(table, kvh, j)..][..d]) {
+                    *y += w * v;
+                }
+            }
+            for y in y.iter_mut() {
+                *y /= total;
+            }
+        });
+}
+
+/// `kernels/attention.cu` `kv_write_f32`: stores `rows` (`[2 (k|v), t, n_kv, d]`) at each token's slot.
+pub fn kv_write(cache: &mut [f32], rows: &[f32], meta: &[u32], s: PagedShape) {
+    let d = s.head_dim;
+    let half = s.n_blocks * s.block();
+    for (kind, rows) in rows.chunks(s.t * s.n_kv * d).enumerate() {
+        for (r, row) in rows.chunks(d).enumerate() {
+            let (i, kvh) = (r / s.n_kv, r % s.n_kv);
+            let (table, p) = s.token(meta, i);
+            let at = kind * half + s.at(table, kvh, p);
+            cache[at..at + d].copy_from_slice(row);
+        }
+    }
+}

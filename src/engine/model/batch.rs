@@ -1,0 +1,118 @@
+//! candle's forward pass over a batch of sequences in the paged KV store: continuous batching on CUDA (and, with
+//! `AGENTD_CANDLE_OPS=fused`, on the CPU through the kernels' twins). Every sequence's new tokens go end to end
+//! through one pass — one matrix product per weight for the whole batch — and attention reads each token's own
+//! sequence's blocks (`engine::ops::paged_attention`).
+
+use candle_core::{DType, Device, Tensor};
+
+use super::layers::{LayerCache, Step};
+use super::CandleModel;
+use crate::engine::cpu::model::BatchSeq;
+use crate::engine::error::{EngineError, Result};
+use crate::engine::ops::{PagedBatch, PagedSeq};
+use crate::engine::paged_kv::DeviceBlocks;
+
+impl CandleModel {
+    /// One step over `batch`: writes every new token's keys and values into its sequence's blocks and returns,
+    /// per sequence, the logits of its last token when it asks for them (empty otherwise).
+    pub(super) fn forward_batch(
+        &self,
+        store: &DeviceBlocks,
+        batch: &[BatchSeq<'_>],
+        context_length: usize,
+        device: &Device,
+    ) -> Result<Vec<Vec<f32>>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut ids = Vec::new();
+        let mut positions = Vec::new();
+        for b in batch {
+            let end = b.pos + b.tokens.len();
+            if b.tokens.is_empty() {
+                return Err(EngineError::EmptyPrompt);
+            }
+            if end > context_length {
+                return Err(EngineError::PromptTooLong {
+                    tokens: end,
+                    limit: context_length,
+                });
+            }
+            ids.extend_from_slice(b.tokens);
+            positions.extend((b.pos..end).map(|p| p as u32));
+        }
+        let seqs: Vec<PagedSeq<'_>> = batch
+            .iter()
+            .map(|b| PagedSeq {
+                blocks: b.blocks,
+                pos: b.pos,
+                len: b.tokens.len(),
+            })
+            .collect();
+        let layout = PagedBatch::new(&seqs, store.len(), device)?;
+        let ids = Tensor::new(ids, device)?;
+        let positions = Tensor::new(positions, device)?;
+        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
+        if let Some(scale) = self.embed_scale {
+            x = (x * scale)?;
+        }
+        let rope = self.rotary.gather(&positions)?;
+        let rope_swa = match &self.rotary_swa {
+            Some(r) => Some(r.gather(&positions)?),
+            None => None,
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            let step = Step {
+                rope: match (layer.swa, &rope_swa) {
+                    (true, Some(r)) => r,
+                    _ => &rope,
+                },
+                mask: None,
+                window: if layer.swa { self.window } else { None },
+                pos: 0,
+                kernels: self.kernels,
+            };
+            let cache = LayerCache::Paged {
+                cache: store.layer(i)?,
+                batch: &layout,
+            };
+            x = layer.forward(&x, &step, cache)?;
+        }
+        // The last row of each sequence that wants logits.
+        let mut rows = Vec::new();
+        let mut end = 0;
+        for b in batch {
+            end += b.tokens.len();
+            if b.logits {
+                rows.push((end - 1) as u32);
+            }
+        }
+        let mut out = vec![Vec::new(); batch.len()];
+        if rows.is_empty() {
+            return Ok(out);
+        }
+        let n = rows.len();
+        let x = x
+            .squeeze(0)?
+            .index_select(&Tensor::new(rows, device)?, 0)?
+            .unsqueeze(0)?;
+        let x = self.norm.forward(&x, self.kernels)?;
+        let mut logits = self.output.forward(&x)?;
+        if let Some(cap) = self.softcap {
+            logits = ((logits / cap)?.tanh()? * cap)?;
+        }
+        let mut logits = logits
+            .squeeze(0)?
+            .to_dtype(DType::F32)?
+            .to_vec2::<f32>()?
+            .into_iter();
+        for (slot, b) in out.iter_mut().zip(batch) {
+            if b.logits {
+                *slot = logits.next().ok_or_else(|| {
+                    EngineError::Internal(format!("{n} logit rows for the batch"))
+                })?;
+            }
+        }
+        Ok(out)
+    }
+}
