@@ -77,62 +77,59 @@ fn parity_holds_for_the_fused_path_on_the_cpu_and_fails_on_another_model() {
     assert!(report.max_abs_diff > opts.tolerance);
 }
 
+/// Runs `agentd ARGS` in `home` and returns its output, asserting it succeeded.
+fn succeeds(home: &std::path::Path, args: &[&str]) -> super::cli_run::Output {
+    let o = run(agentd(home, args));
+    assert_eq!(o.code, 0, "agentd {args:?}: {}", o.stderr);
+    o
+}
+
 #[test]
 fn bench_parity_prints_json_and_a_vocabulary_file_stands_in_for_the_model() {
     let home = home();
-    let vocab = home.path().join("qwen-vocab.gguf");
-    let o = run(agentd(
+    let path = |name: &str| home.path().join(name).to_str().unwrap().to_string();
+    let (vocab, a, b) = (path("qwen-vocab.gguf"), path("a.gguf"), path("b.gguf"));
+    let qwen = "qwen2.5-coder-0.5b-instruct";
+    succeeds(
         home.path(),
         &[
             "model",
             "vocab",
             "--from",
-            "qwen2.5-coder-0.5b-instruct",
+            qwen,
             "--out",
-            vocab.to_str().unwrap(),
+            &vocab,
             "--offline",
         ],
-    ));
-    assert_eq!(o.code, 0, "{}", o.stderr);
+    );
     let size = std::fs::metadata(&vocab).unwrap().len();
     assert!(size < 16 << 20, "{size} bytes");
     // A synthetic model from the vocabulary file is the one from the whole model, byte for byte.
-    let (a, b) = (home.path().join("a.gguf"), home.path().join("b.gguf"));
-    for (from, out) in [
-        (vocab.to_str().unwrap(), &a),
-        ("qwen2.5-coder-0.5b-instruct", &b),
-    ] {
-        let o = run(agentd(
-            home.path(),
-            &[
-                "model",
-                "synth",
-                "qwen2:tiny",
-                "--tokenizer-from",
-                from,
-                "--out",
-                out.to_str().unwrap(),
-                "--offline",
-            ],
-        ));
-        assert_eq!(o.code, 0, "{}", o.stderr);
+    for (from, out) in [(vocab.as_str(), &a), (qwen, &b)] {
+        let args = [
+            "model",
+            "synth",
+            "qwen2:tiny",
+            "--tokenizer-from",
+            from,
+            "--out",
+            out,
+            "--offline",
+        ];
+        succeeds(home.path(), &args);
     }
     assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
 
-    let o = run(agentd(
-        home.path(),
-        &[
-            "bench",
-            "parity",
-            "--device",
-            "cpu",
-            "--model-path",
-            a.to_str().unwrap(),
-            "--tokens",
-            "8",
-        ],
-    ));
-    assert_eq!(o.code, 0, "{}", o.stderr);
+    let parity = [
+        "bench",
+        "parity",
+        "--device",
+        "cpu",
+        "--tokens",
+        "8",
+        "--model-path",
+    ];
+    let o = succeeds(home.path(), &[&parity[..], &[a.as_str()]].concat());
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(v["passed"], true, "{v}");
     assert_eq!(v["logits"]["positions"], 8);
@@ -141,14 +138,7 @@ fn bench_parity_prints_json_and_a_vocabulary_file_stands_in_for_the_model() {
     // A missing file is a clear error.
     let o = run(agentd(
         home.path(),
-        &[
-            "bench",
-            "parity",
-            "--device",
-            "cpu",
-            "--model-path",
-            "/nonexistent.gguf",
-        ],
+        &[&parity[..], &["/nonexistent.gguf"]].concat(),
     ));
     assert_ne!(o.code, 0);
     assert!(o.stderr.contains("nonexistent"), "{}", o.stderr);

@@ -8,6 +8,9 @@ use candle_core::{bail, CudaStorage, Layout, Result, Shape};
 
 use super::twin::{AttentionShape, PagedShape, RotaryShape};
 
+/// A tensor as candle hands it to an op: its storage and layout.
+pub type Input<'a> = (&'a CudaStorage, &'a Layout);
+
 mod ptx {
     include!(concat!(env!("OUT_DIR"), "/agentd_kernels.rs"));
 }
@@ -40,10 +43,8 @@ fn row_threads(n: usize) -> u32 {
 }
 
 pub fn rms_norm(
-    s1: &CudaStorage,
-    l1: &Layout,
-    s2: &CudaStorage,
-    l2: &Layout,
+    (s1, l1): Input<'_>,
+    (s2, l2): Input<'_>,
     eps: f32,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = s1.device().clone();
@@ -68,14 +69,10 @@ pub fn rms_norm(
     Ok((CudaStorage::wrap_cuda_slice(out, dev), l1.shape().clone()))
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn add_rms_norm(
-    s1: &CudaStorage,
-    l1: &Layout,
-    s2: &CudaStorage,
-    l2: &Layout,
-    s3: &CudaStorage,
-    l3: &Layout,
+    (s1, l1): Input<'_>,
+    (s2, l2): Input<'_>,
+    (s3, l3): Input<'_>,
     eps: f32,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = s1.device().clone();
@@ -119,14 +116,10 @@ pub fn add_rms_norm(
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn rotary(
-    s1: &CudaStorage,
-    l1: &Layout,
-    s2: &CudaStorage,
-    l2: &Layout,
-    s3: &CudaStorage,
-    l3: &Layout,
+    (s1, l1): Input<'_>,
+    (s2, l2): Input<'_>,
+    (s3, l3): Input<'_>,
     s: RotaryShape,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = s1.device().clone();
@@ -178,14 +171,10 @@ pub fn rotary(
 const MAX_HEAD_DIM: usize = 256;
 const ATTENTION_THREADS: u32 = 256;
 
-#[allow(clippy::too_many_arguments)]
 pub fn attention(
-    s1: &CudaStorage,
-    l1: &Layout,
-    s2: &CudaStorage,
-    l2: &Layout,
-    s3: &CudaStorage,
-    l3: &Layout,
+    (s1, l1): Input<'_>,
+    (s2, l2): Input<'_>,
+    (s3, l3): Input<'_>,
     s: AttentionShape,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = s1.device().clone();
@@ -270,14 +259,10 @@ fn paged_ints(s: &PagedShape) -> Result<[i32; 6]> {
     ])
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn kv_write(
-    s1: &mut CudaStorage,
-    l1: &Layout,
-    s2: &CudaStorage,
-    l2: &Layout,
-    s3: &CudaStorage,
-    l3: &Layout,
+    (s1, l1): (&mut CudaStorage, &Layout),
+    (s2, l2): Input<'_>,
+    (s3, l3): Input<'_>,
     s: PagedShape,
 ) -> Result<()> {
     let dev = s1.device().clone();
@@ -312,14 +297,10 @@ pub fn kv_write(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn paged_attention(
-    s1: &CudaStorage,
-    l1: &Layout,
-    s2: &CudaStorage,
-    l2: &Layout,
-    s3: &CudaStorage,
-    l3: &Layout,
+    (s1, l1): Input<'_>,
+    (s2, l2): Input<'_>,
+    (s3, l3): Input<'_>,
     s: PagedShape,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = s1.device().clone();

@@ -130,7 +130,12 @@ pub fn attention(
 ) -> Result<Tensor> {
     let (_, t, n_head, head_dim) = q.dims4()?;
     let (_, n_kv, len, kd) = k.dims4()?;
-    if kd != head_dim || v.dims() != k.dims() || len != pos + t || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
+    if kd != head_dim
+        || v.dims() != k.dims()
+        || len != pos + t
+        || n_kv == 0
+        || !n_head.is_multiple_of(n_kv)
+    {
         return Err(EngineError::Internal(format!(
             "attention of q {:?} over k {:?}, v {:?} at {pos}",
             q.dims(),
@@ -242,7 +247,7 @@ impl CustomOp2 for RmsNorm {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        cuda::rms_norm(s1, l1, s2, l2, self.eps)
+        cuda::rms_norm((s1, l1), (s2, l2), self.eps)
     }
 }
 
@@ -289,7 +294,7 @@ impl CustomOp3 for AddRmsNorm {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        cuda::add_rms_norm(s1, l1, s2, l2, s3, l3, self.eps)
+        cuda::add_rms_norm((s1, l1), (s2, l2), (s3, l3), self.eps)
     }
 }
 
@@ -331,7 +336,7 @@ impl CustomOp3 for Rotary {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        cuda::rotary(s1, l1, s2, l2, s3, l3, self.0)
+        cuda::rotary((s1, l1), (s2, l2), (s3, l3), self.0)
     }
 }
 
@@ -368,7 +373,7 @@ impl CustomOp3 for Attention {
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let shape = self.shape(l2, l3)?;
-        cuda::attention(s1, l1, s2, l2, s3, l3, shape)
+        cuda::attention((s1, l1), (s2, l2), (s3, l3), shape)
     }
 }
 

@@ -195,7 +195,7 @@ impl InplaceOp3 for KvWrite {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<()> {
-        super::cuda::kv_write(s1, l1, s2, l2, s3, l3, self.0)
+        super::cuda::kv_write((s1, l1), (s2, l2), (s3, l3), self.0)
     }
 }
 
@@ -229,6 +229,6 @@ impl CustomOp3 for PagedAttention {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        super::cuda::paged_attention(s1, l1, s2, l2, s3, l3, self.0)
+        super::cuda::paged_attention((s1, l1), (s2, l2), (s3, l3), self.0)
     }
 }

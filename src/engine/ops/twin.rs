@@ -105,26 +105,39 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttentionShape, out: &mut [
         .for_each(|(row, (y, q))| {
             let (i, h) = (row / s.n_head, row % s.n_head);
             let kvh = h / group;
-            let p = s.pos + i;
-            let lo = s.window.map_or(0, |w| (p + 1).saturating_sub(w));
             let key = |j: usize| &k[kvh * s.k_head_stride + j * s.k_pos_stride..][..d];
             let val = |j: usize| &v[kvh * s.v_head_stride + j * s.v_pos_stride..][..d];
-            let scores: Vec<f32> = (lo..=p)
-                .map(|j| q.iter().zip(key(j)).map(|(a, b)| a * b).sum::<f32>() * s.scale)
-                .collect();
-            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let weights: Vec<f32> = scores.iter().map(|x| (x - max).exp()).collect();
-            let total: f32 = weights.iter().sum();
-            y.fill(0.0);
-            for (j, w) in (lo..=p).zip(&weights) {
-                for (y, v) in y.iter_mut().zip(val(j)) {
-                    *y += w * v;
-                }
-            }
-            for y in y.iter_mut() {
-                *y /= total;
-            }
+            attend(q, y, s.pos + i, s.window, s.scale, key, val);
         });
+}
+
+/// One query row at position `p` over keys `lo..=p` (`lo` from the window): softmax of the scaled dot
+/// products, then the weighted sum of the values, into `y`.
+fn attend<'a>(
+    q: &[f32],
+    y: &mut [f32],
+    p: usize,
+    window: Option<usize>,
+    scale: f32,
+    key: impl Fn(usize) -> &'a [f32],
+    val: impl Fn(usize) -> &'a [f32],
+) {
+    let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let scores: Vec<f32> = (lo..=p)
+        .map(|j| q.iter().zip(key(j)).map(|(a, b)| a * b).sum::<f32>() * scale)
+        .collect();
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let weights: Vec<f32> = scores.iter().map(|x| (x - max).exp()).collect();
+    let total: f32 = weights.iter().sum();
+    y.fill(0.0);
+    for (j, w) in (lo..=p).zip(&weights) {
+        for (y, v) in y.iter_mut().zip(val(j)) {
+            *y += w * v;
+        }
+    }
+    for y in y.iter_mut() {
+        *y /= total;
+    }
 }
 
 /// Positions per block of the paged store (the CPU engine's, `engine::cpu::kv::BLOCK_TOKENS`).
@@ -181,25 +194,9 @@ pub fn paged_attention(q: &[f32], cache: &[f32], meta: &[u32], s: PagedShape, ou
             let (i, h) = (row / s.n_head, row % s.n_head);
             let kvh = h / group;
             let (table, p) = s.token(meta, i);
-            let lo = s.window.map_or(0, |w| (p + 1).saturating_sub(w));
-            let scores: Vec<f32> = (lo..=p)
-                .map(|j| {
-                    let key = &k[s.at(table, kvh, j)..][..d];
-                    q.iter().zip(key).map(|(a, b)| a * b).sum::<f32>() * s.scale
-                })
-                .collect();
-            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let weights: Vec<f32> = scores.iter().map(|x| (x - max).exp()).collect();
-            let total: f32 = weights.iter().sum();
-            y.fill(0.0);
-            for (j, w) in (lo..=p).zip(&weights) {
-                for (y, v) in y.iter_mut().zip(&v[s.at(table, kvh, j)..][..d]) {
-                    *y += w * v;
-                }
-            }
-            for y in y.iter_mut() {
-                *y /= total;
-            }
+            let key = |j: usize| &k[s.at(table, kvh, j)..][..d];
+            let val = |j: usize| &v[s.at(table, kvh, j)..][..d];
+            attend(q, y, p, s.window, s.scale, key, val);
         });
 }
 
