@@ -40,9 +40,18 @@ LOG="$OUT/log.txt"
 say() { echo "== $*" | tee -a "$LOG" >&2; }
 STEPS=()
 # step NAME SECONDS CMD…: runs CMD with a limit, stdout to OUT/NAME.json, stderr to the log; records the status.
+START=$(date +%s)
+DEADLINE=${GPU_CHECK_SECONDS:-460}  # the whole run stays under 8 minutes: later steps are skipped, not cut
 step() {
     local name=$1 limit=$2
     shift 2
+    local left=$((DEADLINE - ($(date +%s) - START)))
+    if [ "$left" -lt 10 ]; then
+        say "$name skipped: out of time"
+        STEPS+=("{\"step\": \"$name\", \"exit\": null, \"skipped\": \"out of time\"}")
+        return
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
     say "$name (limit ${limit}s)"
     local t0=$(date +%s.%N)
     timeout "$limit" "$@" > "$OUT/$name.json" 2>> "$LOG"
