@@ -19,7 +19,8 @@ pub struct KernelCheck {
     pub passed: bool,
 }
 
-fn random(shape: &[usize], seed: u64) -> Result<Tensor> {
+/// Uniform values in [−1, 1) on the CPU, the same for the same seed.
+pub(super) fn random(shape: &[usize], seed: u64) -> Result<Tensor> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let n: usize = shape.iter().product();
@@ -27,7 +28,8 @@ fn random(shape: &[usize], seed: u64) -> Result<Tensor> {
     Ok(Tensor::from_vec(v, shape, &Device::Cpu)?)
 }
 
-fn rel_err(a: &Tensor, b: &Tensor) -> Result<f32> {
+/// max |a − b| / max |b|, both copied to the CPU; a NaN makes it infinite.
+pub(super) fn rel_err(a: &Tensor, b: &Tensor) -> Result<f32> {
     let a: Vec<f32> = a.to_device(&Device::Cpu)?.flatten_all()?.to_vec1()?;
     let b: Vec<f32> = b.to_device(&Device::Cpu)?.flatten_all()?.to_vec1()?;
     let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);

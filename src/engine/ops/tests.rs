@@ -8,25 +8,13 @@ use super::*;
 use crate::engine::kv::LayerKv;
 
 fn random(shape: &[usize], seed: u64) -> Tensor {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
-    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    check::random(shape, seed).unwrap()
 }
 
-/// max |a − b| over ‖b‖∞, so a shared scale does not matter.
+/// max |a − b| over max |b| (infinite on a NaN).
 fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());
-    let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
-    let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
-    let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
-    let worst = a
-        .iter()
-        .zip(&b)
-        .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-    assert!(a.iter().all(|x| x.is_finite()), "a non-finite output");
-    worst / scale
+    check::rel_err(a, b).unwrap()
 }
 
 #[test]
