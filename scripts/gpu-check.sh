@@ -93,6 +93,10 @@ SV=dist/smollm2-vocab.gguf
 step gpu 30 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader
 step parity-qwen2 120 "$BIN" bench parity --device "$DEVICE" --dummy qwen2:tiny --tokenizer-from "$QV" --tokens 32
 step parity-gemma3 60 "$BIN" bench parity --device "$DEVICE" --dummy gemma3:tiny --tokenizer-from "$SV" --tokens 32
+# The baseline for judging the figures above: candle's own CUDA ops against the CPU engine, the same way (the
+# logits of any two quantized paths differ somewhat: activations are quantized differently, Q8_1 vs Q8_K).
+step parity-qwen2-candle-ops 60 env AGENTD_CANDLE_OPS=candle "$BIN" bench parity --device "$DEVICE" --dummy qwen2:tiny \
+    --tokenizer-from "$QV" --tokens 32
 
 # Peak GPU memory while a step runs, from nvidia-smi every 100 ms, minus what was in use before it.
 vram_step() {
@@ -149,7 +153,7 @@ def vram(name):
         return {"error": str(e)}
 
 s = {"device": device, "gpu": load("gpu"), "steps": [json.loads(l) for l in open(os.path.join(out, "steps.jsonl"))]}
-s["parity"] = {k: load("parity-" + k) for k in ("qwen2", "gemma3")}
+s["parity"] = {k: load("parity-" + k) for k in ("qwen2", "gemma3", "qwen2-candle-ops")}
 s["bench"] = {}
 for tag in tags:
     for ops in ("fused", "candle"):
