@@ -748,7 +748,12 @@ impl CandleModel {
 
 /// Additive mask `[t, pos + t]`: 0 where query `i` (absolute `pos + i`) may see key `j` — not after it, and
 /// with a `window`, not `window` or more positions before it — −∞ elsewhere.
-fn causal_mask(t: usize, pos: usize, window: Option<usize>, device: &Device) -> Result<Tensor> {
+pub(crate) fn causal_mask(
+    t: usize,
+    pos: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Tensor> {
     let kv_len = pos + t;
     let data: Vec<f32> = (0..t)
         .flat_map(|i| {

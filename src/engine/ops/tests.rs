@@ -93,7 +93,7 @@ fn candle_attention(
     window: Option<usize>,
     scale: f64,
 ) -> Tensor {
-    let (_, t, n_head, d) = q.dims4().unwrap();
+    let (_, t, n_head, _) = q.dims4().unwrap();
     let n_kv = k.dim(1).unwrap();
     let rep = n_head / n_kv;
     let repeat = |x: &Tensor| {
@@ -110,26 +110,12 @@ fn candle_attention(
         repeat(&v.contiguous().unwrap()),
     );
     let q = q.transpose(1, 2).unwrap().contiguous().unwrap();
-    let len = pos + t;
-    let mask: Vec<f32> = (0..t)
-        .flat_map(|i| {
-            (0..len).map(move |j| {
-                let p = pos + i;
-                let hidden = j > p || window.is_some_and(|w| p - j >= w);
-                if hidden {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-        })
-        .collect();
-    let mask = Tensor::from_vec(mask, (t, len), &Device::Cpu).unwrap();
+    // The mask candle's path adds (engine::model::causal_mask).
+    let mask = crate::engine::model::causal_mask(t, pos, window, &Device::Cpu).unwrap();
     let att = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap();
     let att = att.broadcast_add(&mask).unwrap();
     let att = candle_nn::ops::softmax_last_dim(&att).unwrap();
     let y = att.matmul(&v).unwrap();
-    let _ = d;
     y.transpose(1, 2).unwrap().contiguous().unwrap()
 }
 
