@@ -120,6 +120,9 @@ pub struct AgentArgs {
     /// Use only the model cache; fetch nothing.
     #[arg(long)]
     pub offline: bool,
+    /// A Jinja chat template file used instead of the model's own (vLLM's `--chat-template`; local engine).
+    #[arg(long, value_name = "FILE.jinja")]
+    pub chat_template: Option<PathBuf>,
     /// Use an OpenAI-compatible server (`agentd serve`, vLLM) at URL instead of the in-process engine.
     #[arg(long, value_name = "URL")]
     pub remote: Option<String>,
@@ -306,6 +309,9 @@ impl AgentArgs {
                     config.engine.weights = self.weights.to_string();
                 }
                 config.engine.offline |= self.offline;
+                if let Some(t) = &self.chat_template {
+                    config.engine.chat_template = Some(t.display().to_string());
+                }
                 config.engine.progress = true;
             }
         }

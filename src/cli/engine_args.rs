@@ -89,6 +89,16 @@ impl BatchArgs {
     }
 }
 
+/// `--model-path P` as the text a config's `engine.model` holds: a path stays a path when parsed back
+/// (`./name`, never the known model `name`).
+pub fn path_as_model(p: &std::path::Path) -> String {
+    let text = p.display().to_string();
+    match ModelSelector::parse(&text) {
+        ModelSelector::Path(_) => text,
+        ModelSelector::Name(_) => std::path::Path::new(".").join(p).display().to_string(),
+    }
+}
+
 impl EngineArgs {
     pub fn selector(&self) -> ModelSelector {
         match &self.model_path {

@@ -137,7 +137,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     }
     let engine = args.engine.load()?;
     let prompt = if args.raw {
-        engine.tokenizer().encode(&args.prompt, true)?
+        engine.tokenizer().encode_prompt(&args.prompt)?
     } else {
         let mut messages = Vec::new();
         if let Some(s) = &args.system {

@@ -22,6 +22,10 @@ pub struct ServeArgs {
     /// local hf-hub cache (default: the config's, else the embedded default model).
     #[arg(long, env = "AGENTD_MODEL")]
     pub model: Option<String>,
+    /// A GGUF file or a Hugging Face model folder to load (the same as `--model PATH`; every model-loading
+    /// command takes it).
+    #[arg(long, value_name = "FILE.gguf|DIR", conflicts_with = "model")]
+    pub model_path: Option<PathBuf>,
     /// auto | cpu | cuda | cuda:N | metal (default: the config's, else auto).
     #[arg(long, env = "AGENTD_DEVICE")]
     pub device: Option<String>,
@@ -107,9 +111,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    if let Some(m) = &args.model {
+    let model = match &args.model_path {
+        Some(p) => Some(crate::cli::engine_args::path_as_model(p)),
+        None => args.model.clone(),
+    };
+    if let Some(m) = model {
         config.provider = ProviderKind::Local;
-        config.engine.model = m.clone();
+        config.engine.model = m;
     }
     if let Some(d) = &args.device {
         config.engine.device = d.clone();

@@ -1,4 +1,5 @@
-//! `agentd tokenize`: print a text's token ids as a JSON array (no model weights are loaded).
+//! `agentd tokenize`: print a text's token ids as a JSON array, as the model is fed them (BOS where it wants one;
+//! no model weights are loaded).
 
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::tokenizer::Tokenizer;
@@ -13,6 +14,10 @@ pub struct TokenizeArgs {
     /// Treat special-token text (e.g. `<|im_start|>`) as plain text.
     #[arg(long)]
     pub no_special: bool,
+    /// Leave out the BOS token a model that wants one (`tokenizer.ggml.add_bos_token`, Gemma, Llama 3) gets in
+    /// front of a prompt.
+    #[arg(long)]
+    pub no_bos: bool,
     pub text: String,
 }
 
@@ -22,6 +27,11 @@ pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
     let gguf = GgufFile::open(&resolved.path)?;
     let tokenizer = Tokenizer::from_gguf(&gguf).context("building the tokenizer")?;
     let ids = tokenizer.encode(&args.text, !args.no_special)?;
+    let ids = if args.no_bos {
+        ids
+    } else {
+        tokenizer.with_bos(ids)
+    };
     println!("{}", serde_json::to_string(&ids)?);
     Ok(())
 }

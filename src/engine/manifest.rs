@@ -24,6 +24,10 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../models/devstral-small-2505.toml"),
     ),
     (
+        "gemma-3-270m.toml",
+        include_str!("../../models/gemma-3-270m.toml"),
+    ),
+    (
         "gemma-3-1b-it.toml",
         include_str!("../../models/gemma-3-1b-it.toml"),
     ),

@@ -63,7 +63,7 @@ pub fn chat_prompt_tokens(
         tools,
         template.source(),
     )?;
-    let mut ids = if guard.is_empty() {
+    let ids = if guard.is_empty() {
         let text = render_chat(
             template,
             messages,
@@ -85,12 +85,7 @@ pub fn chat_prompt_tokens(
         let (text, literal) = guard.restore(&rendered);
         tokenizer.encode_with_literals(&text, &literal)?
     };
-    if let Some(bos) = tokenizer.bos_id().filter(|_| tokenizer.add_bos()) {
-        if ids.first() != Some(&bos) {
-            ids.insert(0, bos);
-        }
-    }
-    Ok(ids)
+    Ok(tokenizer.with_bos(ids))
 }
 
 /// The transcript rewritten for a template without tool support.

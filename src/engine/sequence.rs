@@ -150,8 +150,18 @@ impl Sequence {
         let generated = self.generated();
         let remaining = self.max_new - generated;
         if let Some(c) = self.constraint.as_deref_mut() {
-            if remaining <= CLOSE_WINDOW_TOKENS && self.close_plan.is_none() && c.in_call()? {
-                self.close_plan = c.shortest_close(remaining)?;
+            if remaining <= CLOSE_WINDOW_TOKENS && self.close_plan.is_none() {
+                self.close_plan = match c.in_call()? {
+                    true => c.shortest_close(remaining)?,
+                    // Ending here is a way out (between calls, in text, after a document).
+                    false => Some(Vec::new()),
+                };
+                if self.close_plan.is_none() && generated == 0 {
+                    // Nothing generated yet and no output the grammar accepts fits in the budget (a required
+                    // call longer than `max_tokens`): start nothing rather than a call that will be cut.
+                    c.stats.ended_before_call = true;
+                    return Ok(Outcome::Finished(FinishReason::Length));
+                }
             }
         }
         let prompt_len = self.req.prompt.len();
@@ -186,14 +196,19 @@ impl Sequence {
             if remaining <= CLOSE_WINDOW_TOKENS {
                 let after = remaining.saturating_sub(batch.len());
                 if !c.in_call()? {
-                    self.close_plan = None;
+                    self.close_plan = Some(Vec::new());
                 } else if let Some(next) = c.shortest_close(after)? {
                     self.close_plan = Some(next);
                 } else if let Some(plan) = self.close_plan.take() {
-                    // This step would leave a call that can no longer close in budget: undo it and close.
+                    // This step would leave a call (or document) that can no longer close in budget: undo it,
+                    // then close what is open, or — where nothing was open (between calls, after text) — end
+                    // there instead of opening a call that would be cut.
                     c.rollback(batch.len())?;
                     c.force(&plan)?;
-                    c.stats.closed_call = true;
+                    match plan.is_empty() {
+                        true => c.stats.ended_before_call = true,
+                        false => c.stats.closed_call = true,
+                    }
                     c.stats.close_tokens = plan.len();
                     batch = plan;
                     lp = None;

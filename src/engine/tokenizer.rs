@@ -442,6 +442,23 @@ impl Tokenizer {
         self.inner.add_bos
     }
 
+    /// `ids` with the model's BOS in front where it wants one ([`add_bos`](Self::add_bos)) and the text did not
+    /// already begin with it — what llama.cpp and vLLM feed for a raw prompt (a model trained with BOS, Gemma,
+    /// writes garbage without it).
+    pub fn with_bos(&self, mut ids: Vec<u32>) -> Vec<u32> {
+        if let Some(bos) = self.bos_id().filter(|_| self.add_bos()) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+        ids
+    }
+
+    /// A raw prompt's ids: special tokens parsed, BOS prepended as [`with_bos`](Self::with_bos) says.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self.with_bos(self.encode(text, true)?))
+    }
+
     /// The Hugging Face tokenizer built from the same metadata (BPE, pre-tokenizer, ByteLevel decoder, control
     /// tokens as special added tokens, user-defined ones as plain added tokens) for `toktrie_hf_tokenizers`.
     pub fn hf(&self) -> &tokenizers::Tokenizer {

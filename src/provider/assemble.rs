@@ -168,6 +168,19 @@ impl Assembler {
         if call.finished.is_some() {
             return;
         }
+        // Never a broken call: arguments the limit cut open are closed as valid JSON (appended, so what was
+        // streamed stands).
+        let tail = super::json_tail::closing_tail(&call.raw);
+        if !tail.is_empty() {
+            call.raw.push_str(&tail);
+            self.emit(ProviderEvent::ToolCallDelta {
+                index,
+                arguments_fragment: tail,
+            });
+        }
+        let Some(call) = self.calls.get_mut(index) else {
+            return;
+        };
         let mut checked = check_tool_call(&self.tools, &call.id, &call.name, &call.raw);
         let how = if closed_early {
             "it was closed early so its JSON is valid, but its arguments may be incomplete"
@@ -188,6 +201,19 @@ impl Assembler {
             index,
             call: checked,
         });
+    }
+
+    /// Closes call `index` of an output the limit stopped: whole if its arguments already parse (the limit cut
+    /// what came after), else as [`end_call_truncated`](Self::end_call_truncated).
+    pub fn end_call_at_limit(&mut self, index: usize) {
+        let whole = self
+            .calls
+            .get(index)
+            .is_some_and(|c| super::json_tail::closing_tail(&c.raw).is_empty());
+        match whole {
+            true => self.end_call(index),
+            false => self.end_call_truncated(index, false),
+        }
     }
 
     pub fn end_open_calls(&mut self) {

@@ -9,6 +9,7 @@
 
 mod assemble;
 mod events;
+pub mod json_tail;
 pub mod local;
 pub mod remote;
 pub mod scripted;

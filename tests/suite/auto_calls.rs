@@ -268,13 +268,13 @@ mod with_the_model {
     }
 
     /// A call cut by `max_tokens`: closed early with valid JSON when the budget allows, always marked truncated,
-    /// `finish_reason` length; the rescue rate over a sweep of budgets is printed (and must not be zero).
+    /// `finish_reason` length — or, where no call closes within the budget, not started at all; the rates over a
+    /// sweep of budgets are printed (and none may be zero).
     #[tokio::test]
     async fn a_call_cut_by_max_tokens_is_reported_and_closed_when_it_can_be() {
         let p = LocalProvider::new(common::engine().clone());
-        let mut rescued = 0;
-        let mut cut = 0;
-        for max_tokens in (18..=40).step_by(2) {
+        let (mut rescued, mut cut, mut not_started) = (0, 0, 0);
+        for max_tokens in (10..=40).step_by(2) {
             let req = CompletionRequest {
                 tools: vec![note_tool()],
                 tool_choice: ToolChoice::Required,
@@ -294,6 +294,17 @@ mod with_the_model {
                     _ => None,
                 })
                 .collect();
+            if calls.is_empty() {
+                // Not started: no call of this schema closes within the budget.
+                assert_eq!(
+                    c.stop_reason,
+                    StopReason::Length,
+                    "{max_tokens}: {:?}",
+                    c.message
+                );
+                not_started += 1;
+                continue;
+            }
             assert_eq!(calls.len(), 1, "{max_tokens}: {:?}", c.message);
             let call = &calls[0];
             if c.stop_reason != StopReason::Length {
@@ -303,16 +314,23 @@ mod with_the_model {
             cut += 1;
             let invalid = call.invalid.as_ref().expect("a cut call is marked");
             assert_eq!(invalid.kind, InvalidToolCallKind::Truncated, "{call:?}");
-            if call.arguments != Value::Null {
-                // Closed early: the arguments are valid JSON and satisfy the schema.
+            // Arguments are JSON either way: closed early by the grammar, or (left open) closed by the provider.
+            assert_ne!(call.arguments, Value::Null, "{max_tokens}: {call:?}");
+            if invalid.message.contains("closed early") {
+                // Closed early by the grammar: the arguments also satisfy the schema.
                 note_tool()
                     .validate_arguments(&call.arguments)
                     .unwrap_or_else(|e| panic!("{max_tokens}: {e:?} {call:?}"));
                 rescued += 1;
             }
         }
-        eprintln!("max_tokens sweep: {cut} calls cut, {rescued} closed early as valid JSON");
-        assert!(cut > 0 && rescued > 0, "{cut} cut, {rescued} rescued");
+        eprintln!(
+            "max_tokens sweep: {not_started} calls not started, {cut} cut, {rescued} closed early as valid JSON"
+        );
+        assert!(
+            cut > 0 && rescued > 0 && not_started > 0,
+            "{not_started} not started, {cut} cut, {rescued} rescued"
+        );
     }
 }
 

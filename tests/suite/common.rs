@@ -25,6 +25,10 @@ pub fn smollm2_path() -> PathBuf {
     model_path("smollm2-135m-instruct")
 }
 
+pub fn gemma_path() -> PathBuf {
+    model_path("gemma-3-270m")
+}
+
 pub fn qwen_path() -> PathBuf {
     model_path("qwen2.5-coder-0.5b-instruct")
 }
@@ -32,14 +36,17 @@ pub fn qwen_path() -> PathBuf {
 /// One engine on the default model, shared by every test in the binary (jobs run one at a time).
 pub fn engine() -> &'static agentd::engine::Engine {
     static ENGINE: std::sync::OnceLock<agentd::engine::Engine> = std::sync::OnceLock::new();
-    ENGINE.get_or_init(|| {
-        agentd::engine::Engine::load(agentd::engine::EngineOptions {
-            model: ModelSelector::Path(smollm2_path()),
-            device: agentd::engine::device::DeviceSpec::Cpu,
-            ..Default::default()
-        })
-        .expect("load the default model")
+    ENGINE.get_or_init(|| cpu_engine(smollm2_path()))
+}
+
+/// An engine on the CPU for a model file (default options otherwise).
+pub fn cpu_engine(path: PathBuf) -> agentd::engine::Engine {
+    agentd::engine::Engine::load(agentd::engine::EngineOptions {
+        model: ModelSelector::Path(path.clone()),
+        device: agentd::engine::device::DeviceSpec::Cpu,
+        ..Default::default()
     })
+    .unwrap_or_else(|e| panic!("load {}: {e}", path.display()))
 }
 
 /// A `read {path}` tool spec for provider and prompt tests.
@@ -60,4 +67,10 @@ pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> agentd::engine::generate::
         max_tokens: Some(max_tokens),
         ..Default::default()
     }
+}
+
+/// One engine on Qwen2.5-Coder-0.5B (its own chat template), shared by the tests that need the second tokenizer.
+pub fn qwen_engine() -> &'static agentd::engine::Engine {
+    static ENGINE: std::sync::OnceLock<agentd::engine::Engine> = std::sync::OnceLock::new();
+    ENGINE.get_or_init(|| cpu_engine(qwen_path()))
 }

@@ -106,7 +106,11 @@ pub fn resolve(args: &AgentArgs, door: Door, cwd: &Path) -> anyhow::Result<Effec
     let model = pick(
         args.model
             .clone()
-            .or_else(|| args.model_path.as_ref().map(|p| p.display().to_string()))
+            .or_else(|| {
+                args.model_path
+                    .as_deref()
+                    .map(crate::cli::engine_args::path_as_model)
+            })
             .map(Some),
         |v| match (&args.model_path, v) {
             (Some(_), _) => Source::Flag("--model-path".into()),

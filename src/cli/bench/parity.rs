@@ -11,7 +11,12 @@ use anyhow::{bail, Context};
 use serde_json::json;
 
 #[derive(Debug, clap::Args)]
+// The model flags here are the other commands' less `--weights` and `--chat-template`: parity always compares the
+// CPU engine (weights as stored) with candle's forward pass, on logits, not on a chat prompt.
 pub struct ParityBenchArgs {
+    /// A known model (`agentd model list`, fetched and cached on first use) or a GGUF path to compare.
+    #[arg(long, conflicts_with_all = ["dummy", "model_path"])]
+    pub model: Option<String>,
     /// The GGUF to compare.
     #[arg(long, value_name = "FILE.gguf", conflicts_with = "dummy")]
     pub model_path: Option<std::path::PathBuf>,
@@ -40,9 +45,21 @@ pub fn run(args: ParityBenchArgs) -> anyhow::Result<()> {
     if args.tokens == 0 {
         bail!("--tokens must be at least 1");
     }
-    let path = match &args.model_path {
-        Some(p) => p.clone(),
-        None => super::engine::dummy_model(
+    let path = match (&args.model_path, &args.model) {
+        (Some(p), _) => p.clone(),
+        (None, Some(m)) => {
+            let options = agentd::engine::fetch::FetchOptions {
+                progress: true,
+                offline: args.offline,
+                ..Default::default()
+            };
+            agentd::engine::fetch::resolve(
+                &agentd::engine::fetch::ModelSelector::parse(m),
+                &options,
+            )?
+            .path
+        }
+        (None, None) => super::engine::dummy_model(
             args.dummy.as_deref().unwrap_or("qwen2:tiny"),
             args.tokenizer_from.as_deref(),
             args.offline,

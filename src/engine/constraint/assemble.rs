@@ -113,6 +113,8 @@ pub struct OutputAssembler {
     held: String,
     content: String,
     calls: Vec<ToolCall>,
+    /// A call just ended and no content has followed it yet: leading whitespace there is layout.
+    after_call: bool,
 }
 
 impl OutputAssembler {
@@ -128,6 +130,7 @@ impl OutputAssembler {
             held: String::new(),
             content: String::new(),
             calls: Vec::new(),
+            after_call: false,
         }
     }
 
@@ -196,9 +199,11 @@ impl OutputAssembler {
         Ok(out)
     }
 
+    /// Emits reply text exactly as generated: raw text and a reply that begins with a space keep it (as
+    /// llama.cpp and vLLM return it). Only whitespace right after a call is layout and dropped (a think block's
+    /// is dropped by the reasoning splitter before text reaches here).
     fn emit_content(&mut self, text: String, out: &mut Vec<OutputDelta>) {
-        // Leading whitespace (before any content, e.g. after a call) is layout.
-        let text = if self.content.is_empty() {
+        let text = if self.after_call {
             text.trim_start().to_string()
         } else {
             text
@@ -206,6 +211,7 @@ impl OutputAssembler {
         if text.is_empty() {
             return;
         }
+        self.after_call = false;
         self.content.push_str(&text);
         match out.last_mut() {
             Some(OutputDelta::Content { text: last }) => last.push_str(&text),
@@ -317,6 +323,7 @@ impl OutputAssembler {
                     };
                     let finished = call.finish(out)?;
                     self.calls.push(finished);
+                    self.after_call = true;
                 }
                 Ok(text[used..].to_string())
             }
@@ -396,5 +403,55 @@ impl OutputAssembler {
             self.format.name(),
             got.chars().take(40).collect::<String>()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(parse_calls: bool, pieces: &[&str]) -> OutputAssembler {
+        let hermes = ToolCallFormat::from_name("hermes").unwrap();
+        let mut a = OutputAssembler::new(hermes, parse_calls).with_tools(vec!["read".into()]);
+        for p in pieces {
+            a.push(p).unwrap();
+        }
+        a.finish(FinishReason::Eos).unwrap();
+        a
+    }
+
+    #[test]
+    fn raw_text_keeps_its_leading_whitespace() {
+        assert_eq!(run(false, &[" H", " I", " K"]).content(), " H I K");
+        assert_eq!(run(false, &["\n\n", "x "]).content(), "\n\nx ");
+        assert_eq!(run(false, &[" "]).content(), " ");
+    }
+
+    #[test]
+    fn a_reply_begun_with_a_space_keeps_it_where_calls_could_follow() {
+        assert_eq!(run(true, &[" Hello", " world"]).content(), " Hello world");
+        assert_eq!(run(true, &["  ", "indented"]).content(), "  indented");
+        // Text before a call keeps its start; only the whitespace before the marker is layout.
+        let a = run(
+            true,
+            &[
+                " Let me look.\n",
+                "<tool_call>\n{\"name\": \"read\", \"arguments\": {\"path\": \"a\"}}\n</tool_call>",
+            ],
+        );
+        assert_eq!(a.content(), " Let me look.");
+        assert_eq!(a.tool_calls().len(), 1);
+    }
+
+    #[test]
+    fn whitespace_after_a_call_is_layout() {
+        let call =
+            "<tool_call>\n{\"name\": \"read\", \"arguments\": {\"path\": \"a\"}}\n</tool_call>";
+        let a = run(true, &[call, "\n\n"]);
+        assert_eq!(a.content(), "");
+        assert_eq!(a.tool_calls().len(), 1);
+        let a = run(true, &[call, "\n", call, "\n"]);
+        assert_eq!(a.content(), "");
+        assert_eq!(a.tool_calls().len(), 2);
     }
 }

@@ -261,6 +261,10 @@ pub struct ConstraintStats {
     /// Tokens of that early close.
     #[serde(default)]
     pub close_tokens: usize,
+    /// `max_tokens` left no room for the next call to close, so the output ended before it (after the calls
+    /// and text already complete, or with nothing at all); the generation ends with `length`.
+    #[serde(default)]
+    pub ended_before_call: bool,
 }
 
 /// One request's grammar state.

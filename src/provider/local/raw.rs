@@ -56,15 +56,11 @@ impl LocalProvider {
     /// `add_special_tokens` is set.
     fn text_tokens(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ProviderError> {
         let tok = self.engine.tokenizer();
-        let mut ids = tok.encode(text, true).map_err(ProviderError::from_engine)?;
-        if add_special_tokens {
-            if let Some(bos) = tok.bos_id().filter(|_| tok.add_bos()) {
-                if ids.first() != Some(&bos) {
-                    ids.insert(0, bos);
-                }
-            }
-        }
-        Ok(ids)
+        let ids = tok.encode(text, true).map_err(ProviderError::from_engine)?;
+        Ok(match add_special_tokens {
+            true => tok.with_bos(ids),
+            false => ids,
+        })
     }
 
     /// Tokenizes text, or a chat request rendered as a completion of it would be.

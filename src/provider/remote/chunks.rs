@@ -101,13 +101,24 @@ impl ChunkState {
         }
     }
 
-    /// Announces calls that never got a name (they fail validation as unknown tools) and closes every call.
+    /// Announces calls that never got a name (they fail validation as unknown tools) and closes every call. When
+    /// the server stopped for the output limit (`length`), its last call is the one the limit cut: it is closed as
+    /// valid JSON and marked truncated, never passed on broken.
     pub fn close_calls(&mut self, out: &mut Assembler) {
         for index in &self.order {
             if let Some(Slot::Pending { id, args }) = self.slots.get_mut(index) {
                 let ours = out.begin_call(id.take(), "");
                 out.call_fragment(ours, args);
                 self.slots.insert(*index, Slot::Open(ours));
+            }
+        }
+        if self.stop_reason() == Some(StopReason::Length) {
+            let last = self.order.last().and_then(|i| match self.slots.get(i) {
+                Some(Slot::Open(ours)) => Some(*ours),
+                _ => None,
+            });
+            if let Some(last) = last {
+                out.end_call_at_limit(last);
             }
         }
         out.end_open_calls();

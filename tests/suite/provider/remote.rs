@@ -317,6 +317,35 @@ async fn invalid_remote_calls_are_marked_for_the_model_not_raised() {
     assert_eq!(wire[2]["tool_call_id"], "c1");
 }
 
+/// A server that stops for the output limit inside a call (vLLM does, without a grammar that closes it): the cut
+/// call reaches the agent closed as valid JSON and marked truncated, never as broken arguments; a call complete
+/// before the cut stays whole.
+#[tokio::test]
+async fn a_call_cut_by_the_output_limit_is_closed_and_marked_truncated() {
+    let chunks = vec![
+        chunk(
+            call_delta(0, Some("c1"), Some("ls"), "{\"dir\": \"src\"}"),
+            None,
+        ),
+        chunk(
+            call_delta(1, Some("c2"), Some("read"), "{\"path\": \"a."),
+            Some("length"),
+        ),
+    ];
+    let server = FakeServer::start(vec![Reply::sse(chunks)]).await;
+    let c = collect(provider(&server).stream(tool_request(), CancellationToken::new())).await;
+    let calls = contract::assert_well_formed(&c.events);
+    assert_eq!(c.stop_reason, StopReason::Length);
+    assert_eq!(calls[0].invalid, None);
+    let cut = &calls[1];
+    assert_eq!(
+        cut.invalid.as_ref().unwrap().kind,
+        InvalidToolCallKind::Truncated
+    );
+    let args: Value = serde_json::from_str(&cut.arguments_text()).unwrap();
+    assert_eq!(args, json!({"path": "a."}));
+}
+
 #[tokio::test]
 async fn rate_limit_then_success_honours_retry_after() {
     let server = FakeServer::start(vec![

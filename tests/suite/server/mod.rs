@@ -2,10 +2,12 @@
 //! engine and on scripted providers, our RemoteProvider pointed at the server (the provider contract through the
 //! vLLM path), agent sessions, and a bounded load test.
 
+mod budget_sweep;
 mod cache;
 mod hardening;
 mod load;
 mod openai;
+mod raw_text;
 mod reasoning;
 mod reliability;
 mod remote;
@@ -217,6 +219,14 @@ pub async fn post(url: &str, body: &Value) -> (u16, Value) {
 /// `DELETE url`; the status.
 pub async fn delete(url: &str) -> u16 {
     client().delete(url).send().await.unwrap().status().as_u16()
+}
+
+/// The id of the (first) model a server serves, as requests must name it.
+pub async fn served_model(server: &TestServer) -> String {
+    let (status, text) = get(&server.url("/v1/models")).await;
+    assert_eq!(status, 200, "{text}");
+    let models: Value = serde_json::from_str(&text).unwrap();
+    models["data"][0]["id"].as_str().unwrap().to_string()
 }
 
 pub async fn get(url: &str) -> (u16, String) {

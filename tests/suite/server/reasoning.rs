@@ -71,6 +71,8 @@ async fn think_block_is_reasoning_content() {
     assert!(!reasoning.contains("think>"), "{body}");
     let content = message["content"].as_str().unwrap_or("");
     assert!(!content.contains("think>"), "{body}");
+    // What follows the block is the reply; the whitespace between them is the template's layout.
+    assert_eq!(content, content.trim_start(), "{body}");
 
     // Streamed: reasoning deltas first, joined they are the same text; no marker leaks into any delta.
     let resp = client()

@@ -57,9 +57,26 @@ pub struct ToolCallsBenchArgs {
     /// name or a GGUF file; default: agentd's default model).
     #[arg(long)]
     model: Option<String>,
+    /// --local: a GGUF file or a Hugging Face model folder to load.
+    #[arg(
+        long,
+        value_name = "FILE.gguf|DIR",
+        conflicts_with = "model",
+        requires = "local"
+    )]
+    model_path: Option<PathBuf>,
     /// --local: the device (auto | cpu | cuda | cuda:N | metal).
     #[arg(long, default_value = "auto")]
     device: String,
+    /// --local: how quantized weights are kept (auto | native | q8_0).
+    #[arg(long, default_value = "auto")]
+    weights: agentd::engine::model::WeightFormat,
+    /// --local: use only the model cache; fetch nothing.
+    #[arg(long)]
+    offline: bool,
+    /// --local: a Jinja chat template file used instead of the model's own.
+    #[arg(long, value_name = "FILE.jinja")]
+    chat_template: Option<PathBuf>,
     /// forced: one named tool call on a short prompt; auto: tool_choice auto over the coding tools; agent: a
     /// scripted 10-turn session whose transcript grows with real tool results.
     #[arg(long, value_enum, default_value = "forced")]
@@ -131,18 +148,19 @@ impl Config {
     }
 
     fn engine_args(&self) -> EngineArgs {
-        let (model, model_path) = match &self.args.model {
-            Some(m) if Path::new(m).is_file() => (String::new(), Some(PathBuf::from(m))),
-            Some(m) => (m.clone(), None),
-            None => (agentd::engine::manifest::DEFAULT_MODEL.to_string(), None),
+        let (model, model_path) = match (&self.args.model_path, &self.args.model) {
+            (Some(p), _) => (String::new(), Some(p.clone())),
+            (None, Some(m)) if Path::new(m).is_file() => (String::new(), Some(PathBuf::from(m))),
+            (None, Some(m)) => (m.clone(), None),
+            (None, None) => (agentd::engine::manifest::DEFAULT_MODEL.to_string(), None),
         };
         EngineArgs {
             model,
             model_path,
             device: self.args.device.clone(),
-            weights: Default::default(),
-            offline: false,
-            chat_template: None,
+            weights: self.args.weights,
+            offline: self.args.offline,
+            chat_template: self.args.chat_template.clone(),
             batch: Default::default(),
         }
     }
