@@ -52,7 +52,11 @@ pub fn prompt_request(
         model: config.model.clone(),
         system: (!context.system_prompt.is_empty()).then(|| context.system_prompt.clone()),
         messages: (config.convert_to_llm)(messages),
-        tools: context.tools.iter().map(|t| t.spec().clone()).collect(),
+        tools: context
+            .tools
+            .iter()
+            .map(|t| tool_spec(t.as_ref(), config))
+            .collect(),
         tool_choice: match &config.choose_tools {
             _ if context.tools.is_empty() => ToolChoice::None,
             Some(choose) => choose(messages),
@@ -66,6 +70,29 @@ pub fn prompt_request(
         cache_scope: config.cache_key.clone(),
         thinking: config.thinking,
         ..CompletionRequest::default()
+    }
+}
+
+/// The spec a turn sends for `tool`: with the workspace, its argument grammar there (an invalid one is logged
+/// and left out: the plain schema still holds).
+fn tool_spec(
+    tool: &dyn crate::tools::tool::Tool,
+    config: &AgentLoopConfig,
+) -> crate::schema::ToolSpec {
+    let spec = tool.spec().clone();
+    let Some(grammar) = config
+        .workspace_state
+        .as_ref()
+        .and_then(|ws| tool.argument_grammar(ws))
+    else {
+        return spec;
+    };
+    match spec.clone().with_grammar(grammar) {
+        Ok(with) => with,
+        Err(e) => {
+            tracing::warn!(tool = %spec.name, error = %e, "a tool's workspace grammar is invalid; using its schema");
+            spec
+        }
     }
 }
 

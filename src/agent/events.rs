@@ -19,6 +19,9 @@ pub enum AgentEndReason {
     Error,
     /// The run was aborted.
     Aborted,
+    /// A hook stopped the run (`AfterToolCall::stop`: e.g. the model kept rewriting one file, shrinking it);
+    /// the reason is the `agent_end` error. The job is not done.
+    Stopped,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

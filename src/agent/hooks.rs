@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use crate::provider::{Message, Provider, Sampling, ToolCall, ToolChoice};
 use crate::tools::policy::Policy;
 use crate::tools::tool::Tool;
+use crate::tools::workspace::WorkspaceState;
 use crate::transcript::{AgentMessage, ToolResult};
 
 /// Rewrites the transcript before each model call (compaction, pruning). Never fails: on trouble it returns
@@ -35,6 +36,9 @@ pub enum BeforeToolCall {
     Rewrite(serde_json::Value),
     /// Do not run it; the model gets an error result with this reason.
     Block(String),
+    /// Do not run it; the model gets this result instead (an answer the hook already knows: the earlier error of
+    /// the same call, "already done").
+    Respond { content: String, is_error: bool },
 }
 
 pub type BeforeToolCallHook =
@@ -46,6 +50,11 @@ pub struct AfterToolCall {
     pub content: Option<String>,
     pub details: Option<serde_json::Value>,
     pub is_error: Option<bool>,
+    /// End the run after this turn's results (`AgentEndReason::Stopped`, with this reason).
+    pub stop: Option<String>,
+    /// End the run after this turn's results as finished (`AgentEndReason::Completed`): the model said it has
+    /// nothing more to do in a call rather than in text (a no-op edit right after its change landed).
+    pub finish: bool,
 }
 
 pub type AfterToolCallHook =
@@ -75,6 +84,10 @@ pub struct AgentLoopConfig {
     /// Working directory and optional confinement root of the file tools.
     pub cwd: PathBuf,
     pub workspace: Option<PathBuf>,
+    /// What the session knows of its files (the listing, what the model has read). With it, built-in tools
+    /// constrain their arguments on the local engine to calls that can work here (`Tool::argument_grammar`) and
+    /// the file tools report what they read and change. `None`: plain JSON Schema.
+    pub workspace_state: Option<WorkspaceState>,
     pub transform_context: Option<TransformContext>,
     pub convert_to_llm: ConvertToLlm,
     pub steering: Option<MessageSource>,
@@ -104,6 +117,7 @@ impl AgentLoopConfig {
             policy: Policy::all(),
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             workspace: None,
+            workspace_state: None,
             transform_context: None,
             convert_to_llm: Arc::new(crate::transcript::convert_to_llm),
             steering: None,

@@ -22,6 +22,10 @@ use crate::transcript::{AgentMessage, AssistantTurn, ToolResult};
 pub const SKIPPED_FOR_STEERING: &str = "Skipped due to queued user message.";
 /// The result text of calls not run because the run was aborted.
 pub const SKIPPED_FOR_ABORT: &str = "Aborted: the run was cancelled before this tool call ran.";
+/// What a hook's `finish` leaves in the stop slot: the run ends as completed.
+const FINISHED: &str = "\u{0}finished";
+/// The result text of calls not run because a hook stopped the run.
+pub const SKIPPED_FOR_STOP: &str = "Skipped: the run was stopped before this tool call ran.";
 /// The result text of calls the model did not finish (the reply hit `max_tokens`).
 pub const CUT_BY_LENGTH: &str =
     "This tool call was cut off by the output token limit and was not executed. Retry with a shorter call.";
@@ -120,9 +124,10 @@ pub(crate) async fn run(
             let calls = turn.tool_calls();
             more_tool_calls = !calls.is_empty();
             let mut results = Vec::new();
+            let mut stopped = None;
             if more_tool_calls {
-                let (done, steering) = if turn.stop_reason == StopReason::Length {
-                    (fail_all(&calls, CUT_BY_LENGTH, em).await, Vec::new())
+                let (done, steering, stop) = if turn.stop_reason == StopReason::Length {
+                    (fail_all(&calls, CUT_BY_LENGTH, em).await, Vec::new(), None)
                 } else {
                     execute_tool_calls(&calls, &context, &config, &cancel, em).await
                 };
@@ -133,6 +138,7 @@ pub(crate) async fn run(
                 }
                 results = done;
                 pending = steering;
+                stopped = stop;
             }
             em.emit(AgentEvent::TurnEnd {
                 message,
@@ -146,6 +152,13 @@ pub(crate) async fn run(
             turns += 1;
             if cancel.is_cancelled() {
                 return end(em, AgentEndReason::Aborted, added, None).await;
+            }
+            match stopped {
+                Some(why) if why == FINISHED => {
+                    return end(em, AgentEndReason::Completed, added, None).await
+                }
+                Some(why) => return end(em, AgentEndReason::Stopped, added, Some(why)).await,
+                None => {}
             }
             if pending.is_empty() {
                 pending = config.steering.as_ref().map(|s| s()).unwrap_or_default();
@@ -448,10 +461,17 @@ async fn finish(call: &ToolCall, r: ToolResult, em: &Emitter) -> ToolResult {
     r
 }
 
-/// A call that passed every check: the tool and the (possibly rewritten) arguments to run it with.
-struct Prepared {
-    tool: Arc<dyn Tool>,
-    args: serde_json::Value,
+/// A call that passed every check: the tool and the (possibly rewritten) arguments to run it with, or the
+/// answer a hook gave in its place.
+enum Prepared {
+    Run {
+        tool: Arc<dyn Tool>,
+        args: serde_json::Value,
+    },
+    Answer {
+        content: String,
+        is_error: bool,
+    },
 }
 
 /// Unknown tool, invalid call, policy, schema validation, `before_tool_call`: any refusal is an error result.
@@ -498,9 +518,12 @@ async fn prepare(
                 validate(&tool, &new_args)?;
                 args = new_args;
             }
+            BeforeToolCall::Respond { content, is_error } => {
+                return Ok(Prepared::Answer { content, is_error })
+            }
         }
     }
-    Ok(Prepared { tool, args })
+    Ok(Prepared::Run { tool, args })
 }
 
 fn validate(tool: &Arc<dyn Tool>, args: &serde_json::Value) -> Result<(), String> {
@@ -527,7 +550,7 @@ async fn execute_tool_calls(
     config: &AgentLoopConfig,
     cancel: &CancellationToken,
     em: &Emitter,
-) -> (Vec<ToolResult>, Vec<AgentMessage>) {
+) -> (Vec<ToolResult>, Vec<AgentMessage>, Option<String>) {
     let read_only = |c: &ToolCall| {
         context
             .tools
@@ -536,6 +559,7 @@ async fn execute_tool_calls(
             .is_some_and(|t| t.tags().iter().all(|g| *g == PolicyTag::ReadOnly))
     };
     let mut results = Vec::new();
+    let mut stop = None;
     let mut i = 0;
     while i < calls.len() {
         let mut j = i + 1;
@@ -544,9 +568,13 @@ async fn execute_tool_calls(
                 j += 1;
             }
         }
-        results.extend(run_batch(&calls[i..j], context, config, cancel, em).await);
+        results.extend(run_batch(&calls[i..j], context, config, cancel, em, &mut stop).await);
         i = j;
         if i < calls.len() {
+            if stop.is_some() {
+                results.extend(fail_all(&calls[i..], SKIPPED_FOR_STOP, em).await);
+                break;
+            }
             if cancel.is_cancelled() {
                 results.extend(fail_all(&calls[i..], SKIPPED_FOR_ABORT, em).await);
                 break;
@@ -554,11 +582,11 @@ async fn execute_tool_calls(
             let steering = config.steering.as_ref().map(|s| s()).unwrap_or_default();
             if !steering.is_empty() {
                 results.extend(fail_all(&calls[i..], SKIPPED_FOR_STEERING, em).await);
-                return (results, steering);
+                return (results, steering, stop);
             }
         }
     }
-    (results, Vec::new())
+    (results, Vec::new(), stop)
 }
 
 async fn run_batch(
@@ -567,6 +595,7 @@ async fn run_batch(
     config: &AgentLoopConfig,
     cancel: &CancellationToken,
     em: &Emitter,
+    stop: &mut Option<String>,
 ) -> Vec<ToolResult> {
     let (updates_tx, mut updates) = crate::tools::updates::update_channel();
     let mut prepared = Vec::new();
@@ -592,13 +621,22 @@ async fn run_batch(
                 .with_updates(updates_tx.clone())
                 .with_call_id(call.id.clone());
             ctx.workspace = config.workspace.clone();
+            if let Some(state) = &config.workspace_state {
+                ctx = ctx.with_workspace_state(state.clone());
+            }
             if let Some(resources) = &config.resources {
                 ctx = ctx.with_resources(resources.clone());
             }
             let session_id = config.cache_key.clone().unwrap_or_default();
             async move {
-                let prep = match prep {
-                    Ok(p) => p,
+                let (tool, args) = match prep {
+                    Ok(Prepared::Run { tool, args }) => (tool, args),
+                    Ok(Prepared::Answer { content, is_error }) => {
+                        return ToolResult {
+                            is_error,
+                            ..error_result(call, content)
+                        }
+                    }
                     Err(text) => return error_result(call, text),
                 };
                 tracing::info!(
@@ -608,7 +646,7 @@ async fn run_batch(
                     call_id = %call.id,
                 );
                 let started_at = std::time::Instant::now();
-                let outcome = prep.tool.call(prep.args, &ctx).await;
+                let outcome = tool.call(args, &ctx).await;
                 let (content, details, is_error) = match outcome {
                     Ok(out) => (out.content, out.details, false),
                     Err(ToolError::RespondToModel(text)) => (text, serde_json::Value::Null, true),
@@ -653,6 +691,20 @@ async fn run_batch(
         })
         .await;
     }
+    // A command (or any tool that is not read-only) may have changed the tree: the next turn's grammar lists it
+    // anew.
+    if let Some(state) = &config.workspace_state {
+        let mutating = calls.iter().any(|c| {
+            context
+                .tools
+                .iter()
+                .find(|t| t.spec().name == c.name)
+                .is_some_and(|t| t.tags().iter().any(|g| *g != PolicyTag::ReadOnly))
+        });
+        if mutating {
+            state.changed();
+        }
+    }
     let mut out = Vec::new();
     for (call, mut r) in calls.iter().zip(raw) {
         if let Some(hook) = &config.after_tool_call {
@@ -665,6 +717,12 @@ async fn run_batch(
             }
             if let Some(e) = change.is_error {
                 r.is_error = e;
+            }
+            if let Some(why) = change.stop {
+                stop.get_or_insert(why);
+            }
+            if change.finish {
+                stop.get_or_insert_with(|| FINISHED.to_string());
             }
         }
         out.push(finish(call, r, em).await);

@@ -38,9 +38,11 @@ mod branches;
 mod tree_ops;
 
 use super::approvals::{ApprovalPolicy, Approvals, HookContext};
+use super::loop_rules::{mutating_tools, LoopRules};
 use super::prompt::{self, PromptInputs};
 use super::sessions::{self, SessionChoice};
 use super::{skills, templates, AppError, Backend, Recorder};
+use crate::tools::workspace::WorkspaceState;
 
 /// Pi's default tool set.
 pub const DEFAULT_TOOLS: [&str; 4] = ["read", "bash", "edit", "write"];
@@ -86,6 +88,11 @@ pub struct SessionSettings {
     /// The `bash` tool's timeout when a call names none (`None`: the tool's default,
     /// [`crate::tools::bash::DEFAULT_BASH_TIMEOUT`]).
     pub bash_timeout: Option<Duration>,
+    /// Workspace-aware calls: the system prompt shows the file tree, and on the local engine the built-in tools'
+    /// arguments are constrained to calls that can work here (existing paths, `old_text` from the file).
+    pub workspace_grammar: bool,
+    /// The loop rules of [`super::loop_rules`] (repeats answered, a shrinking rewrite stopped).
+    pub loop_rules: bool,
 }
 
 impl SessionSettings {
@@ -109,6 +116,8 @@ impl SessionSettings {
             grounding: true,
             sessions_dir: None,
             bash_timeout: None,
+            workspace_grammar: true,
+            loop_rules: true,
         }
     }
 }
@@ -150,6 +159,8 @@ struct Inner {
     resources: Mutex<SessionResources>,
     approvals: Approvals,
     report: SetupReport,
+    /// What the session knows of its files (`None`: the workspace grammar is off).
+    workspace_state: Option<WorkspaceState>,
 }
 
 /// A session file being recorded.
@@ -311,6 +322,9 @@ impl CodingSession {
             context_files: context_files.clone(),
             skills: found.clone(),
             cwd: cwd.clone(),
+            tree: settings
+                .workspace_grammar
+                .then(|| prompt::workspace_tree(&cwd)),
             date: crate::env::today(),
         });
 
@@ -327,16 +341,25 @@ impl CodingSession {
         let resources = SessionResources::new();
         config.resources = Some(resources.clone());
         let approvals = Approvals::new(settings.approvals.clone());
-        config.before_tool_call = Some(
-            approvals.hook(HookContext {
-                tags: tools
-                    .iter()
-                    .map(|t| (t.spec().name.clone(), t.tags().to_vec()))
-                    .collect(),
-                cwd: cwd.clone(),
-                workspace: workspace.clone(),
-            }),
-        );
+        let approve = approvals.hook(HookContext {
+            tags: tools
+                .iter()
+                .map(|t| (t.spec().name.clone(), t.tags().to_vec()))
+                .collect(),
+            cwd: cwd.clone(),
+            workspace: workspace.clone(),
+        });
+        config.before_tool_call = Some(approve);
+        let workspace_state = settings
+            .workspace_grammar
+            .then(|| WorkspaceState::new(&cwd));
+        config.workspace_state = workspace_state.clone();
+        if settings.workspace_grammar {
+            config.choose_tools = Some(Arc::new(super::loop_rules::act_on_named_files));
+        }
+        if settings.loop_rules {
+            LoopRules::new(mutating_tools(&tools), cwd.clone()).install(&mut config);
+        }
         let agent = Agent::new(config, system_prompt, tools);
         let session = Self {
             inner: Arc::new(Inner {
@@ -352,6 +375,7 @@ impl CodingSession {
                 grounding,
                 resources: Mutex::new(resources),
                 approvals,
+                workspace_state,
                 report: SetupReport {
                     context_files: context_files.into_iter().map(|f| f.path).collect(),
                     skills: found,
@@ -387,8 +411,20 @@ impl CodingSession {
 
     /// `text` with the files and directories its `@path` words name appended (see [`super::mentions`]); an error
     /// for a binary file or a path outside the workspace.
+    ///
+    /// With the workspace grammar on, the small files the prompt names by their path (`calc.py`, without `@`)
+    /// are attached too, as Aider keeps the files of the chat in its prompt: the model starts from their text
+    /// instead of guessing it, and they count as read.
     pub fn expand_mentions(&self, text: &str) -> Result<String, AppError> {
-        super::mentions::expand_mentions(text, &self.inner.cwd, self.inner.workspace.as_deref())
+        let expanded = super::mentions::expand_mentions(
+            text,
+            &self.inner.cwd,
+            self.inner.workspace.as_deref(),
+        )?;
+        match &self.inner.workspace_state {
+            Some(state) => Ok(super::mentions::attach_named_files(&expanded, text, state)),
+            None => Ok(expanded),
+        }
     }
 
     /// If `line` is `/name args…` for one of the prompt templates, the prompt it expands to.

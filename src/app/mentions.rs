@@ -1,4 +1,5 @@
-//! `@path` references in a prompt (Pi's `@file`): a word `@path` naming an existing file puts the file's text
+//! `@path` references in a prompt (Pi's `@file`), and the small files a prompt names by path
+//! ([`attach_named_files`], with the workspace grammar on): a word `@path` naming an existing file puts the file's text
 //! after the prompt, in a `<file name="path">…</file>` block; `@dir/` puts the directory's listing there (as the `ls` tool lists it). The
 //! path rules are the file tools': relative to the working directory, `~` expanded, symlinks followed, and with a
 //! workspace it must stay inside it. The read tool's limits apply (2000 lines or 50 KB: the head is kept and the
@@ -76,6 +77,57 @@ fn exists(ctx: &ToolContext, name: &str) -> bool {
 fn mention_error(name: &str, e: ToolError) -> AppError {
     let (ToolError::RespondToModel(message) | ToolError::Fatal(message)) = e;
     AppError::usage(format!("@{name}: {message}"))
+}
+
+/// The largest file [`attach_named_files`] attaches.
+pub const NAMED_FILE_MAX_BYTES: u64 = 8 * 1024;
+
+/// `expanded` (the prompt after `@path` expansion) with a `<file>` block for every small text file of the
+/// workspace that `prompt` names by its relative path as a plain word (quotes, backticks and trailing
+/// punctuation aside), unless a block for it is already there. Each attached file counts as seen.
+pub fn attach_named_files(
+    expanded: &str,
+    prompt: &str,
+    state: &crate::tools::workspace::WorkspaceState,
+) -> String {
+    let files = state.listing().files;
+    let mut blocks = String::new();
+    let mut done: Vec<&str> = Vec::new();
+    for word in prompt.split_whitespace() {
+        let name = word
+            .trim_start_matches(['`', '"', '\'', '(', '['])
+            .trim_end_matches(['`', '"', '\'', ',', '.', ';', ':', '!', '?', ')', ']']);
+        let name = name.strip_prefix("./").unwrap_or(name);
+        let Some(rel) = files.iter().find(|f| f.as_str() == name) else {
+            continue;
+        };
+        if done.contains(&rel.as_str()) || expanded.contains(&format!("<file name=\"{rel}\">")) {
+            continue;
+        }
+        done.push(rel);
+        let path = state.root().join(rel);
+        let small =
+            std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() <= NAMED_FILE_MAX_BYTES);
+        let Some(text) = small.then(|| std::fs::read(&path).ok()).flatten() else {
+            continue;
+        };
+        if binary_reason(&text).is_some() {
+            continue;
+        }
+        let Ok(text) = String::from_utf8(text) else {
+            continue;
+        };
+        state.saw(&path);
+        let _ = write!(
+            blocks,
+            "\n\n<file name=\"{rel}\">\n{}\n</file>",
+            text.trim_end_matches('\n')
+        );
+    }
+    match blocks.is_empty() {
+        true => expanded.to_string(),
+        false => format!("{}{blocks}", expanded.trim_end()),
+    }
 }
 
 /// Tab completion of a partial `@path` (without the `@`), relative to `cwd`: the text to insert at the cursor

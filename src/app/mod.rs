@@ -5,8 +5,8 @@
 //! `cli/` keeps flags and the terminal UI; `server/` keeps routes.
 //!
 //! Files: `approvals` (allow / ask / deny per tool tag, and the requests a door answers), `coding_session` ([`CodingSession`] and its tree operations), `backend` ([`Backend`]: the provider
-//! built from a [`crate::config::Config`], or one the caller made), `prompt` (the system prompt and context
-//! files), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
+//! built from a [`crate::config::Config`], or one the caller made), `prompt` (the system prompt, the workspace's file tree and context
+//! files), `loop_rules` (repeats answered, a shrinking rewrite stopped), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
 //! `settings.toml`), `recorder`
 //! ([`Recorder`]: the glue between an `Agent` and a `SessionStore`), `error` ([`AppError`]).
 //!
@@ -22,6 +22,7 @@ pub mod backend;
 pub mod coding_session;
 mod error;
 pub mod export;
+pub mod loop_rules;
 pub mod mentions;
 pub mod prompt;
 pub mod recorder;

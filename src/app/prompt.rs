@@ -78,6 +78,10 @@ pub struct PromptInputs {
     pub context_files: Vec<ContextFile>,
     pub skills: Vec<Skill>,
     pub cwd: PathBuf,
+    /// The workspace's files as a short tree ([`workspace_tree`]). With it the prompt shows the tree and says
+    /// paths are relative, instead of the working directory's absolute path (which small models copy as the
+    /// path of every call).
+    pub tree: Option<String>,
     /// `YYYY-MM-DD`.
     pub date: String,
 }
@@ -137,12 +141,30 @@ pub fn build(inputs: &PromptInputs) -> String {
         prompt.push_str("\n\n");
         prompt.push_str(&skills::prompt_section(&inputs.skills));
     }
-    prompt.push_str(&format!(
-        "\n\nWorking directory: {}\nDate: {}",
-        inputs.cwd.display(),
-        inputs.date
-    ));
+    match &inputs.tree {
+        Some(tree) if tree.is_empty() => prompt.push_str(&format!(
+            "\n\nThe working directory is empty. Use paths relative to it.\nDate: {}",
+            inputs.date
+        )),
+        Some(tree) => prompt.push_str(&format!(
+            "\n\nFiles in the working directory (use these paths, relative to it):\n{tree}\nDate: {}",
+            inputs.date
+        )),
+        None => prompt.push_str(&format!(
+            "\n\nWorking directory: {}\nDate: {}",
+            inputs.cwd.display(),
+            inputs.date
+        )),
+    }
     prompt
+}
+
+/// Lines of the file tree the system prompt shows at most.
+pub const TREE_LINES: usize = 40;
+
+/// `cwd`'s files as the system prompt shows them: `.gitignore` honoured, at most [`TREE_LINES`] lines.
+pub fn workspace_tree(cwd: &Path) -> String {
+    crate::tools::workspace::WorkspaceState::new(cwd).tree(TREE_LINES)
 }
 
 #[cfg(test)]
@@ -162,8 +184,27 @@ mod tests {
     fn default_prompt_is_small_and_ends_with_cwd_and_date() {
         let p = build(&inputs());
         assert!(p.starts_with(DEFAULT_BASE));
+        // Without a tree (the workspace grammar off), the working directory as before.
         assert!(p.ends_with("Working directory: /p\nDate: 2026-01-02"));
         assert!(p.len() < 600, "{} bytes", p.len());
+    }
+
+    #[test]
+    fn the_tree_replaces_the_absolute_path() {
+        let p = build(&PromptInputs {
+            tree: Some("src/a.py".into()),
+            ..inputs()
+        });
+        assert!(!p.contains("/p"), "{p}");
+        assert!(
+            p.ends_with("relative to it):\nsrc/a.py\nDate: 2026-01-02"),
+            "{p}"
+        );
+        let empty = build(&PromptInputs {
+            tree: Some(String::new()),
+            ..inputs()
+        });
+        assert!(empty.contains("The working directory is empty."), "{empty}");
     }
 
     #[test]

@@ -11,10 +11,12 @@
 //! - [`openai_client`]: a streaming Chat Completions client that times every chunk as it arrives; [`metrics`]:
 //!   the per-request arithmetic over those timings (TTFT, ITL, TPOT, valid share, A/B pairing);
 //!   [`tool_calls`]: the workloads and runs of `bench tool-calls`.
+//! - [`agent_suite`]: the coding-task suite under agentd's and Pi's harnesses (`bench agent`).
 //! - [`bfcl`]: BFCL's functions and questions, asked of an endpoint and judged (`bench bfcl`).
 //!
 //! Nothing here asserts a speed: the CLI prints what it measures, the tests check the arithmetic.
 
+pub mod agent_suite;
 pub mod bfcl;
 pub mod constraint;
 pub mod engine;

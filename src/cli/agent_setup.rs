@@ -175,6 +175,13 @@ pub struct AgentArgs {
     /// Do not list skills in the system prompt.
     #[arg(long)]
     pub no_skills: bool,
+    /// Plain calls: no file tree in the system prompt, and the local engine constrains the built-in tools'
+    /// arguments by their JSON Schema only (not to existing paths and `old_text` from the file).
+    #[arg(long)]
+    pub no_workspace_grammar: bool,
+    /// Run every call as the model sends it: no answer for a repeated call, no stop for a shrinking rewrite.
+    #[arg(long)]
+    pub no_loop_rules: bool,
 
     /// Most tokens one model reply may generate (default 4096).
     #[arg(long)]
@@ -253,6 +260,8 @@ impl AgentArgs {
         settings.append_system_prompt = read(&self.append_system_prompt)?;
         settings.context_files = !self.no_context_files;
         settings.skills = !self.no_skills;
+        settings.workspace_grammar = !self.no_workspace_grammar;
+        settings.loop_rules = !self.no_loop_rules;
         settings.max_tokens = Some(eff.max_tokens.value);
         settings.max_turns = eff.max_turns.value.max(1);
         settings.thinking = eff.thinking.value;

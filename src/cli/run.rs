@@ -217,6 +217,17 @@ async fn prompt_all(session: &CodingSession, prompts: &[String], json: bool) -> 
                 code = exit::FAILED;
                 break;
             }
+            AgentEndReason::Stopped => {
+                eprintln!(
+                    "error: the run was stopped: {}",
+                    state
+                        .last_error
+                        .as_deref()
+                        .unwrap_or("a loop rule ended it")
+                );
+                code = exit::FAILED;
+                break;
+            }
             AgentEndReason::Aborted => {
                 eprintln!("aborted");
                 code = exit::ABORTED;

@@ -95,6 +95,44 @@ pub struct ServeArgs {
     /// a key anyone who can reach the port could run commands as you.
     #[arg(long)]
     pub allow_exec_without_key: bool,
+    /// Sampling for requests that leave it out, as JSON (vLLM's flag): `{"temperature": 0}`; keys temperature,
+    /// top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, seed. Repeatable (merged).
+    #[arg(long, value_name = "JSON")]
+    pub override_generation_config: Vec<String>,
+}
+
+/// `--override-generation-config` values merged into one set of sampling defaults (checked like a request's).
+pub fn generation_defaults(values: &[String]) -> anyhow::Result<agentd::provider::Sampling> {
+    let mut merged = serde_json::Map::new();
+    for v in values {
+        let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(v)
+            .with_context(|| format!("--override-generation-config {v:?} is not a JSON object"))?;
+        merged.extend(obj);
+    }
+    const KEYS: [&str; 8] = [
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "seed",
+    ];
+    if let Some(k) = merged.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        anyhow::bail!(
+            "--override-generation-config: unknown key `{k}` (known: {})",
+            KEYS.join(", ")
+        );
+    }
+    let sampling: agentd::provider::Sampling =
+        serde_json::from_value(serde_json::Value::Object(merged))
+            .context("--override-generation-config")?;
+    sampling
+        .to_engine()
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--override-generation-config: {e}"))?;
+    Ok(sampling)
 }
 
 /// `--bash-timeout` as a duration (a positive number of seconds).
@@ -144,6 +182,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         max_running: args.max_running,
         max_queue: args.max_queue,
+        generation_defaults: generation_defaults(&args.override_generation_config)?,
         retry_after_secs: 1,
         shutdown_grace: Duration::from_secs_f64(args.shutdown_grace),
         sessions: SessionOptions {

@@ -251,7 +251,29 @@ pub struct Sampling {
     pub seed: Option<u64>,
 }
 
+/// `top_k` for a request that sets none (llama.cpp server's default).
+pub const DEFAULT_TOP_K: usize = 40;
+/// `top_p` for a request that sets none (llama.cpp server's default).
+pub const DEFAULT_TOP_P: f32 = 0.95;
+/// `min_p` for a request that sets none (llama.cpp server's default).
+pub const DEFAULT_MIN_P: f32 = 0.05;
+
 impl Sampling {
+    /// These settings, with every one left unset taken from `defaults` (a server's
+    /// `--override-generation-config`).
+    pub fn or(&self, defaults: &Sampling) -> Sampling {
+        Sampling {
+            temperature: self.temperature.or(defaults.temperature),
+            top_p: self.top_p.or(defaults.top_p),
+            top_k: self.top_k.or(defaults.top_k),
+            min_p: self.min_p.or(defaults.min_p),
+            presence_penalty: self.presence_penalty.or(defaults.presence_penalty),
+            frequency_penalty: self.frequency_penalty.or(defaults.frequency_penalty),
+            repetition_penalty: self.repetition_penalty.or(defaults.repetition_penalty),
+            seed: self.seed.or(defaults.seed),
+        }
+    }
+
     /// Greedy decoding (temperature 0).
     pub fn greedy() -> Self {
         Self {
@@ -260,14 +282,17 @@ impl Sampling {
         }
     }
 
-    /// The engine's parameters: set fields override the engine defaults.
+    /// The engine's parameters: set fields override the defaults. A request that leaves the truncation unset
+    /// gets llama.cpp server's (`top_k` 40, `top_p` 0.95, `min_p` 0.05) rather than the whole distribution: at the
+    /// default temperature a small model sampling its long tail derails tool calls (Qwen2.5-Coder-0.5B wrote its
+    /// tool list back as text, or `"limit": 5000000`).
     pub fn to_engine(&self) -> SamplingParams {
         let d = SamplingParams::default();
         SamplingParams {
             temperature: self.temperature.unwrap_or(d.temperature),
-            top_k: self.top_k.map_or(d.top_k, |k| k as usize),
-            top_p: self.top_p.unwrap_or(d.top_p),
-            min_p: self.min_p.unwrap_or(d.min_p),
+            top_k: self.top_k.map_or(DEFAULT_TOP_K, |k| k as usize),
+            top_p: self.top_p.unwrap_or(DEFAULT_TOP_P),
+            min_p: self.min_p.unwrap_or(DEFAULT_MIN_P),
             repetition_penalty: self.repetition_penalty.unwrap_or(d.repetition_penalty),
             repeat_last_n: d.repeat_last_n,
             presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),

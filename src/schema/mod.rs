@@ -7,6 +7,7 @@
 
 mod choice;
 pub mod compile;
+pub mod extensions;
 mod tool_spec;
 
 pub use choice::{check_request, ResponseFormat, ToolChoice};

@@ -26,9 +26,15 @@ pub struct ToolSpec {
     /// What the tool does and when to use it, for the model.
     #[serde(default)]
     pub description: String,
-    /// JSON Schema of the arguments object.
+    /// JSON Schema of the arguments object, as the model sees it and calls are validated against (agentd's
+    /// extensions taken out).
     #[serde(default = "empty_object_schema")]
     pub parameters: Value,
+    /// The schema the local engine constrains the arguments with when it is stricter than `parameters`: the
+    /// same shape with agentd's extensions ([`super::extensions`]: substrings of a file, existing paths) or
+    /// branches on a value. `None`: `parameters`. Never shown to the model nor sent to a remote server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grammar: Option<Value>,
     /// The compiled validator for `parameters` (rebuilt if `parameters` changes).
     #[serde(skip)]
     compiled: ValidatorCache,
@@ -56,20 +62,48 @@ impl PartialEq for ToolSpec {
         self.name == other.name
             && self.description == other.description
             && self.parameters == other.parameters
+            && self.grammar == other.grammar
     }
 }
 
 impl ToolSpec {
     /// A validated spec. Errors: [`SchemaError::InvalidTool`] (name, non-object parameters),
     /// [`SchemaError::InvalidSchema`], [`SchemaError::UnsupportedSchemaKeyword`], [`SchemaError::EmptyLanguage`].
+    ///
+    /// A `parameters` that uses agentd's extensions (an API client asking for workspace-aware arguments) is split:
+    /// the extensions are checked and kept as [`grammar`](Self::grammar), `parameters` keeps the rest.
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,
         parameters: Value,
     ) -> Result<Self> {
-        let spec = Self::new_unchecked(name, description, parameters);
+        let (parameters, grammar) = match super::extensions::has_extensions(&parameters) {
+            true => {
+                super::extensions::check_extensions(&parameters)?;
+                (
+                    super::extensions::strip_extensions(&parameters),
+                    Some(parameters),
+                )
+            }
+            false => (parameters, None),
+        };
+        let mut spec = Self::new_unchecked(name, description, parameters);
+        spec.grammar = grammar;
         spec.validate()?;
         Ok(spec)
+    }
+
+    /// This spec with its arguments constrained by `grammar` on the local engine (see [`grammar`](Self::grammar));
+    /// the extensions in it are checked.
+    pub fn with_grammar(mut self, grammar: Value) -> Result<Self> {
+        super::extensions::check_extensions(&grammar)?;
+        self.grammar = Some(grammar);
+        Ok(self)
+    }
+
+    /// The schema the local engine's grammar uses: [`grammar`](Self::grammar), else `parameters`.
+    pub fn grammar_schema(&self) -> &Value {
+        self.grammar.as_ref().unwrap_or(&self.parameters)
     }
 
     /// A spec that has not been validated (call [`validate`](Self::validate) before trusting it).
@@ -82,6 +116,7 @@ impl ToolSpec {
             name: name.into(),
             description: description.into(),
             parameters,
+            grammar: None,
             compiled: Arc::default(),
         }
     }

@@ -62,6 +62,9 @@ pub struct ServerOptions {
     pub allow_exec_without_key: bool,
     /// Bounds on what one request may ask for, checked before it is queued.
     pub limits: limits::RequestLimits,
+    /// Sampling for requests that leave a setting out (vLLM's `--override-generation-config`): a client that
+    /// sends no temperature (Pi's coding agent) gets this one.
+    pub generation_defaults: crate::provider::Sampling,
 }
 
 impl Default for ServerOptions {
@@ -77,6 +80,7 @@ impl Default for ServerOptions {
             browser: guard::BrowserPolicy::default(),
             allow_exec_without_key: false,
             limits: limits::RequestLimits::default(),
+            generation_defaults: Default::default(),
         }
     }
 }

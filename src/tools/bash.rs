@@ -385,6 +385,18 @@ impl Tool for BashTool {
         &[PolicyTag::Exec]
     }
 
+    fn argument_grammar(
+        &self,
+        _workspace: &super::workspace::WorkspaceState,
+    ) -> Option<serde_json::Value> {
+        // A bounded timeout: an unbounded number lets a small model write digits until the token limit.
+        let mut grammar = self.spec.parameters.clone();
+        let p = grammar.pointer_mut("/properties/timeout")?;
+        p["minimum"] = json!(0);
+        p["maximum"] = json!(1800);
+        Some(grammar)
+    }
+
     async fn call(
         &self,
         args: serde_json::Value,

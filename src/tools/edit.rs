@@ -11,17 +11,25 @@ use serde::Deserialize;
 use serde_json::json;
 use similar::{DiffTag, TextDiff};
 
+use super::edit_match::{self, closest_lines, line_of, occurrences, Miss};
 use super::file_access::{open_regular, read_at_most};
 use super::policy::resolve_path;
 use super::read::binary_reason;
+use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::format_size;
+use super::workspace::{with_file_suggestions, WorkspaceState};
 use super::write::atomic_write;
-use crate::schema::ToolSpec;
+use crate::schema::{extensions, ToolSpec};
 
 const BOM: char = '\u{feff}';
+
+/// How an edit of a file the model has not seen as it is now begins (Claude Code's rule: read before you edit).
+/// The file's text follows, and the file is then seen, so the same edit may be sent again: the loop rules do not
+/// count this answer as the call's failure.
+pub const UNREAD_REFUSAL: &str = "Not edited yet:";
 /// The largest file `edit` changes (10 MiB); larger files are refused with a hint to use bash.
 pub const MAX_EDIT_BYTES: u64 = 10 * 1024 * 1024;
 
@@ -77,24 +85,15 @@ pub struct Edited {
     pub diff: String,
     /// 1-indexed line (in the new file) of the first change.
     pub first_changed_line: usize,
-}
-
-/// Where `needle` starts in `haystack`, overlapping occurrences included ("aa" occurs twice in "aaa").
-fn occurrences(haystack: &str, needle: &str) -> Vec<usize> {
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(pos) = haystack.get(from..).and_then(|rest| rest.find(needle)) {
-        let at = from + pos;
-        found.push(at);
-        // Step one character, not one match, so overlapping occurrences are seen.
-        from = at + haystack[at..].chars().next().map_or(1, char::len_utf8);
-    }
-    found
+    /// The changed lines as they now read, with a line of context each side.
+    pub changed_region: String,
+    /// How the forgiving matches were made (empty when every old_text matched exactly).
+    pub notes: Vec<String>,
 }
 
 /// The file's text for a failed match, so the model can copy the exact text on its next try instead of guessing
 /// again: the whole file when it is short, else its first lines (a `read` shows the rest).
-fn file_excerpt(text: &str) -> String {
+pub fn file_excerpt(text: &str) -> String {
     const MAX_LINES: usize = 40;
     const MAX_BYTES: usize = 2000;
     let mut shown = String::new();
@@ -110,7 +109,42 @@ fn file_excerpt(text: &str) -> String {
     format!("\nThe file's current text:\n{shown}")
 }
 
+/// The message for an `old_text` not found once: where it is ambiguous, or the closest real lines and whether
+/// the new text is already there.
+fn miss_message(miss: Miss, text: &str, edit: &Replacement, label: &str, name: &str) -> String {
+    match miss {
+        Miss::Ambiguous { lines, rule } => {
+            let how = rule.note().map(|n| format!(" ({n})")).unwrap_or_default();
+            format!(
+                "{name}old_text occurs {} times in {label}{how}, at lines {}; it must occur exactly once. Add \
+                 surrounding lines to old_text to make it unique.",
+                lines.len(),
+                lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ")
+            )
+        }
+        Miss::NotFound => {
+            let new = edit.new_text.replace("\r\n", "\n");
+            let mut msg = format!("{name}Could not find old_text in {label}.");
+            let done = occurrences(text, &new);
+            if !new.trim().is_empty() && !done.is_empty() {
+                msg.push_str(&format!(
+                    " The new text is already in {label} (line {}): this change may be done already.",
+                    line_of(text, done[0])
+                ));
+            }
+            if let Some(near) = closest_lines(text, &edit.old_text.replace("\r\n", "\n")) {
+                msg.push_str(&format!(
+                    "\nThe closest lines in {label} (with line numbers, which are not part of the file):\n{near}\n\
+                     Copy old_text exactly from the file."
+                ));
+            }
+            msg
+        }
+    }
+}
+
 /// Applies `edits` to `original` (all or nothing). `label` names the file in messages and the diff header.
+/// Each `old_text` is found by [`edit_match::find`] (exact first, then the forgiving rules), against the original.
 pub fn apply_edits(original: &str, edits: &[Replacement], label: &str) -> Result<Edited, String> {
     if edits.is_empty() {
         return Err("No edits given: edits must contain at least one {old_text, new_text}.".into());
@@ -130,6 +164,7 @@ pub fn apply_edits(original: &str, edits: &[Replacement], label: &str) -> Result
     };
 
     let mut spans: Vec<(usize, usize, usize, String)> = Vec::with_capacity(edits.len());
+    let mut rules = Vec::new();
     for (i, edit) in edits.iter().enumerate() {
         let old = edit.old_text.replace("\r\n", "\n");
         let new = edit.new_text.replace("\r\n", "\n");
@@ -145,24 +180,12 @@ pub fn apply_edits(original: &str, edits: &[Replacement], label: &str) -> Result
                 name(i)
             ));
         }
-        let found = occurrences(&text, &old);
-        match found.len() {
-            0 => {
-                return Err(format!(
-                    "{}Could not find the exact text in {label}. old_text must match exactly, including all \
-                     whitespace and newlines.{}",
-                    name(i),
-                    file_excerpt(&text)
-                ))
+        match edit_match::find(&text, &old, &new) {
+            Ok(found) => {
+                rules.push(found.rule);
+                spans.push((found.start, found.end, i, found.replacement));
             }
-            1 => spans.push((found[0], found[0] + old.len(), i, new)),
-            n => {
-                return Err(format!(
-                    "{}Found {n} occurrences of the text in {label}; it must occur exactly once. Add surrounding \
-                     lines to old_text to make it unique.",
-                    name(i)
-                ))
-            }
+            Err(miss) => return Err(miss_message(miss, &text, edit, label, &name(i))),
         }
     }
     spans.sort_by_key(|s| (s.0, s.1));
@@ -197,6 +220,7 @@ pub fn apply_edits(original: &str, edits: &[Replacement], label: &str) -> Result
         .iter()
         .find(|op| op.tag() != DiffTag::Equal)
         .map_or(1, |op| op.new_range().start + 1);
+    let changed_region = changed_region(&new_text, &diff);
     let unified = diff
         .unified_diff()
         .context_radius(3)
@@ -212,11 +236,46 @@ pub fn apply_edits(original: &str, edits: &[Replacement], label: &str) -> Result
     } else {
         new_content.push_str(&new_text);
     }
+    let notes = rules
+        .iter()
+        .filter_map(|r| r.note())
+        .map(str::to_string)
+        .collect();
     Ok(Edited {
         new_content,
         diff: unified,
         first_changed_line,
+        changed_region,
+        notes,
     })
+}
+
+/// The changed lines of `new_text` as they now read, with one line of context around each change (what the
+/// model sees after an edit: the result, not a diff with numbers to copy).
+fn changed_region(new_text: &str, diff: &TextDiff<'_, '_, '_, str>) -> String {
+    let lines: Vec<&str> = new_text.lines().collect();
+    let mut keep = vec![false; lines.len()];
+    for op in diff.ops() {
+        if op.tag() == DiffTag::Equal {
+            continue;
+        }
+        let r = op.new_range();
+        let (from, to) = (r.start.saturating_sub(1), (r.end + 1).min(lines.len()));
+        for k in keep.iter_mut().take(to).skip(from) {
+            *k = true;
+        }
+    }
+    let mut out = String::new();
+    let mut last = None;
+    for (i, line) in lines.iter().enumerate().filter(|(i, _)| keep[*i]) {
+        if last.is_some_and(|l: usize| l + 1 != i) {
+            out.push_str("…\n");
+        }
+        out.push_str(line);
+        out.push('\n');
+        last = Some(i);
+    }
+    out
 }
 
 /// The file's line ending is CRLF when its first line break is `\r\n`.
@@ -227,11 +286,13 @@ fn uses_crlf(text: &str) -> bool {
     }
 }
 
-/// Reads, edits and atomically rewrites one regular file of at most [`MAX_EDIT_BYTES`].
+/// Reads, edits and atomically rewrites one regular file of at most [`MAX_EDIT_BYTES`]. A miss on a file the
+/// model has not seen as it is now (`attach_text`) carries the file's text.
 fn edit_file(
     path: &std::path::Path,
     shown: &str,
     edits: &[Replacement],
+    attach_text: bool,
 ) -> Result<Edited, ToolError> {
     let (file, meta) = open_regular(path, shown, "edit")?;
     let too_large = |bytes: u64| {
@@ -258,10 +319,80 @@ fn edit_file(
             "{shown} is not valid UTF-8; edit only changes UTF-8 text files."
         ))
     })?;
-    let edited = apply_edits(&original, edits, shown).map_err(ToolError::RespondToModel)?;
+    let edited = apply_edits(&original, edits, shown).map_err(|why| {
+        let text = original
+            .strip_prefix(BOM)
+            .unwrap_or(&original)
+            .replace("\r\n", "\n");
+        match attach_text {
+            true => {
+                ToolError::RespondToModel(format!("{why}\n{}", file_excerpt(&text).trim_start()))
+            }
+            false => ToolError::RespondToModel(why),
+        }
+    })?;
+    if let Some(why) = super::syntax_check::breaks_syntax(path, &original, &edited.new_content) {
+        return Err(ToolError::RespondToModel(format!(
+            "Not edited: this change would break {shown}'s syntax ({why}), so {shown} is unchanged. After the \
+             edit those lines would have read:\n{}\nFix old_text or new_text (mind the indentation) and send the \
+             edit again.",
+            edited.changed_region
+        )));
+    }
     atomic_write(path, edited.new_content.as_bytes())
         .map_err(|e| ToolError::RespondToModel(format!("Cannot write {shown}: {e}")))?;
     Ok(edited)
+}
+
+/// The `edit` grammar in this workspace: one branch per file whose text the model may take `old_text` from (seen
+/// this session and unchanged, or small: `WorkspaceState::editable_texts`), `old_text` a non-empty substring of
+/// that text; one more branch for any other existing file, `old_text` free. `None` when nothing exists.
+pub fn edit_grammar(
+    parameters: &serde_json::Value,
+    workspace: &WorkspaceState,
+) -> Option<serde_json::Value> {
+    let listing = workspace.listing();
+    if listing.files.is_empty() {
+        return None;
+    }
+    let editable = workspace.editable_texts();
+    let item = |old_text: serde_json::Value| {
+        json!({"type": "object", "properties": {
+            "old_text": old_text, "new_text": {"type": "string"}},
+            "required": ["old_text", "new_text"], "additionalProperties": false})
+    };
+    let branch = |path: serde_json::Value, old_text: serde_json::Value| {
+        let mut edits = parameters
+            .pointer("/properties/edits")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "array"}));
+        edits["items"] = item(old_text);
+        edits["minItems"] = json!(1);
+        let mut b = with_property(parameters, "path", path);
+        b["properties"]["edits"] = edits;
+        b
+    };
+    let mut branches: Vec<serde_json::Value> = editable
+        .iter()
+        .map(|(rel, text)| {
+            branch(
+                json!({"const": rel}),
+                json!({"type": "string", (extensions::SUBSTRING_OF): text, (extensions::SUBSTRING_UNIT): "line"}),
+            )
+        })
+        .collect();
+    let others: Vec<&String> = listing
+        .files
+        .iter()
+        .filter(|f| !editable.iter().any(|(r, _)| r == *f))
+        .collect();
+    if !others.is_empty() {
+        branches.push(branch(
+            json!({"type": "string", (extensions::ENUM): others}),
+            json!({"type": "string", "minLength": 1}),
+        ));
+    }
+    Some(json!({"anyOf": branches}))
 }
 
 #[async_trait]
@@ -274,6 +405,10 @@ impl Tool for EditTool {
         &[PolicyTag::Write]
     }
 
+    fn argument_grammar(&self, workspace: &WorkspaceState) -> Option<serde_json::Value> {
+        edit_grammar(&self.spec.parameters, workspace)
+    }
+
     async fn call(
         &self,
         args: serde_json::Value,
@@ -284,24 +419,53 @@ impl Tool for EditTool {
         let shown = args.path.clone();
         let (target, label) = (path.clone(), shown.clone());
         let edits = args.edits.clone();
+        let seen = ctx
+            .workspace_state
+            .as_ref()
+            .is_none_or(|s| s.has_seen(&path));
+        if !seen && path.is_file() {
+            let text = std::fs::read_to_string(&path)
+                .ok()
+                .filter(|t| t.len() <= 64 * 1024);
+            if let Some(text) = text {
+                ctx.saw(&path);
+                let text = text
+                    .strip_prefix(BOM)
+                    .unwrap_or(&text)
+                    .replace("\r\n", "\n");
+                return Err(ToolError::RespondToModel(format!(
+                    "{UNREAD_REFUSAL} {shown} had not been read in this session (or it changed since), so old_text \
+                     was not checked against it. {}\nSend the edit again with old_text copied exactly from this \
+                     text.",
+                    file_excerpt(&text).trim_start()
+                )));
+            }
+        }
         // Reading, diffing and writing all happen on the blocking thread: an abort returns at once. An abort after
         // the write started may still let it land; the rename is atomic, so the file is either old or new.
         let edited = ctx
-            .run_blocking("edit", move || edit_file(&target, &label, &edits))
-            .await?;
+            .run_blocking("edit", move || edit_file(&target, &label, &edits, !seen))
+            .await
+            .map_err(|e| with_file_suggestions(e, ctx, &shown, &path))?;
+        ctx.saw(&path);
+        ctx.tree_changed();
         let n = args.edits.len();
-        let summary = if n == 1 {
-            format!("Successfully replaced 1 block in {shown}.")
-        } else {
-            format!("Successfully replaced {n} blocks in {shown}.")
+        let how = match edited.notes.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", edited.notes.join("; ")),
         };
         Ok(ToolOutput::new(
-            format!("{summary}\n\n{}", edited.diff),
+            format!(
+                "Edited {shown}{how}. The changed part of {shown} now reads:\n{}\nIf the task is done, reply \
+                 with a short summary; otherwise make the next change.",
+                edited.changed_region
+            ),
             json!({
                 "path": path,
                 "diff": edited.diff,
                 "first_changed_line": edited.first_changed_line,
                 "edits": n,
+                "notes": edited.notes,
             }),
         ))
     }

@@ -12,10 +12,12 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::policy::resolve_path;
+use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
+use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// Results returned when the call gives no limit.
@@ -149,6 +151,11 @@ impl Tool for FindTool {
 
     fn tags(&self) -> &[PolicyTag] {
         &[PolicyTag::ReadOnly]
+    }
+
+    fn argument_grammar(&self, workspace: &WorkspaceState) -> Option<serde_json::Value> {
+        let path = workspace.existing_path_schema(false, true, None);
+        Some(with_property(&self.spec.parameters, "path", path))
     }
 
     async fn call(

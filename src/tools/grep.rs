@@ -19,12 +19,14 @@ use tokio_util::sync::CancellationToken;
 use super::file_access::{kind_name, open_regular};
 use super::find::{walk_builder, PathGlob};
 use super::policy::resolve_path;
+use super::tool::with_property;
 use super::tool::{
     aborted, builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{
     format_size, truncate_head, truncate_line, Limits, DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS,
 };
+use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// Matches returned when the call gives no limit.
@@ -287,6 +289,11 @@ impl Tool for GrepTool {
 
     fn tags(&self) -> &[PolicyTag] {
         &[PolicyTag::ReadOnly]
+    }
+
+    fn argument_grammar(&self, workspace: &WorkspaceState) -> Option<serde_json::Value> {
+        let path = workspace.existing_path_schema(true, true, None);
+        Some(with_property(&self.spec.parameters, "path", path))
     }
 
     async fn call(

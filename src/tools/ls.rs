@@ -10,10 +10,12 @@ use serde_json::json;
 
 use super::find::walk_builder;
 use super::policy::resolve_path;
+use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
+use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// Entries listed when the call gives no limit.
@@ -88,6 +90,11 @@ impl Tool for LsTool {
 
     fn tags(&self) -> &[PolicyTag] {
         &[PolicyTag::ReadOnly]
+    }
+
+    fn argument_grammar(&self, workspace: &WorkspaceState) -> Option<serde_json::Value> {
+        let path = workspace.existing_path_schema(false, true, None);
+        Some(with_property(&self.spec.parameters, "path", path))
     }
 
     async fn call(

@@ -3,6 +3,7 @@
 
 pub mod bash;
 pub mod edit;
+pub mod edit_match;
 pub mod file_access;
 pub mod find;
 pub mod grep;
@@ -12,7 +13,9 @@ pub mod read;
 pub mod recall;
 pub mod registry;
 pub mod resources;
+pub mod syntax_check;
 pub mod tool;
 pub mod truncate;
 pub mod updates;
+pub mod workspace;
 pub mod write;

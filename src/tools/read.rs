@@ -15,11 +15,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::file_access::open_regular;
 use super::policy::resolve_path;
+use super::tool::with_property;
 use super::tool::{
     aborted, builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, Limits, TruncatedBy, DEFAULT_MAX_BYTES};
+use super::workspace::{with_file_suggestions, WorkspaceState};
 use crate::schema::ToolSpec;
+
+/// The largest `offset` or `limit` the workspace grammar lets a model write (a line number no file here has).
+pub const MAX_LINE_ARGUMENT: u64 = 10_000_000;
 
 /// How many leading bytes are inspected to decide whether a file is binary.
 const BINARY_SNIFF_BYTES: usize = 8 * 1024;
@@ -304,6 +309,20 @@ impl Tool for ReadTool {
         &[PolicyTag::ReadOnly]
     }
 
+    fn argument_grammar(&self, workspace: &WorkspaceState) -> Option<serde_json::Value> {
+        let path = workspace.existing_path_schema(true, false, None);
+        let mut grammar = with_property(&self.spec.parameters, "path", path);
+        // Bounded line numbers: an unbounded integer lets a small model write digits until the token limit
+        // (Qwen2.5-Coder-0.5B wrote `"offset": 1000…` for 200 s).
+        for key in ["offset", "limit"] {
+            if let Some(p) = grammar.pointer_mut(&format!("/properties/{key}")) {
+                p["minimum"] = serde_json::json!(1);
+                p["maximum"] = serde_json::json!(MAX_LINE_ARGUMENT);
+            }
+        }
+        Some(grammar)
+    }
+
     async fn call(
         &self,
         args: serde_json::Value,
@@ -330,13 +349,18 @@ impl Tool for ReadTool {
                 let (file, meta) = open_regular(&target, &label, "read")?;
                 read_page(file, meta.len(), start, limit, limits, &cancel, &label)
             })
-            .await?;
+            .await
+            .map_err(|e| with_file_suggestions(e, ctx, &shown, &path))?;
         if let Some(total) = page.total_lines {
             if start > total.max(1) {
                 return Err(ToolError::RespondToModel(format!(
                     "Offset {start} is beyond the end of {shown} ({total} lines total)."
                 )));
             }
+        }
+        // The model has seen the file as it is only when the page held all of it.
+        if start == 1 && page.truncated_by.is_none() && !page.ended_by_limit {
+            ctx.saw(&path);
         }
         Ok(render(&page, start, &shown, &path, limits))
     }

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::Sender;
 use tokio_util::sync::CancellationToken;
 
 use super::resources::SessionResources;
+use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// What a tool may do; an agent's `Policy` allows a set of these and refuses any tool needing another.
@@ -113,6 +114,9 @@ pub struct ToolContext {
     /// the session closes them. `None`: nothing is tracked (background jobs outlive the call, logs stay in the
     /// temp directory).
     pub resources: Option<SessionResources>,
+    /// What the session knows of its workspace (files seen, the listing); tools that read or change files tell
+    /// it. `None`: nothing is tracked.
+    pub workspace_state: Option<WorkspaceState>,
 }
 
 impl ToolContext {
@@ -125,6 +129,7 @@ impl ToolContext {
             updates: None,
             call_id: String::new(),
             resources: None,
+            workspace_state: None,
         }
     }
 
@@ -148,6 +153,26 @@ impl ToolContext {
     pub fn with_resources(mut self, resources: SessionResources) -> Self {
         self.resources = Some(resources);
         self
+    }
+
+    /// Tells `state` what this call reads and changes.
+    pub fn with_workspace_state(mut self, state: WorkspaceState) -> Self {
+        self.workspace_state = Some(state);
+        self
+    }
+
+    /// The model has seen `path`'s current text (a read, a write, an edit whose result shows it).
+    pub fn saw(&self, path: &std::path::Path) {
+        if let Some(s) = &self.workspace_state {
+            s.saw(path);
+        }
+    }
+
+    /// The tree may have changed (a write, an edit, a command).
+    pub fn tree_changed(&self) {
+        if let Some(s) = &self.workspace_state {
+            s.changed();
+        }
     }
 
     pub fn with_call_id(mut self, call_id: impl Into<String>) -> Self {
@@ -220,6 +245,34 @@ pub trait Tool: Send + Sync {
         args: serde_json::Value,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError>;
+
+    /// The grammar of this tool's arguments in this workspace, for the local engine (a JSON Schema with agentd's
+    /// extensions, `schema::extensions`: paths that exist, `old_text` from the file): calls that can work, not
+    /// only parse. `None` (the default): `spec().parameters` as they are, as for custom and remote tools.
+    fn argument_grammar(&self, _workspace: &WorkspaceState) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// `parameters` with property `key`'s schema replaced by `schema` (its description kept when `schema` has none):
+/// how a built-in tool writes its argument grammar.
+pub fn with_property(
+    parameters: &serde_json::Value,
+    key: &str,
+    schema: serde_json::Value,
+) -> serde_json::Value {
+    let mut out = parameters.clone();
+    let description = parameters
+        .pointer(&format!("/properties/{key}/description"))
+        .cloned();
+    let mut schema = schema;
+    if let (Some(d), Some(obj)) = (description, schema.as_object_mut()) {
+        obj.entry("description").or_insert(d);
+    }
+    if let Some(props) = out.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        props.insert(key.to_string(), schema);
+    }
+    out
 }
 
 /// The spec of a built-in tool whose arguments deserialize into `T`: the `schemars` schema (doc comments become

@@ -15,9 +15,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::policy::resolve_path;
+use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
+use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// Arguments of `write`.
@@ -101,6 +103,11 @@ impl Tool for WriteTool {
         &[PolicyTag::Write]
     }
 
+    fn argument_grammar(&self, workspace: &WorkspaceState) -> Option<serde_json::Value> {
+        let path = workspace.new_path_schema(None);
+        Some(with_property(&self.spec.parameters, "path", path))
+    }
+
     async fn call(
         &self,
         args: serde_json::Value,
@@ -110,16 +117,46 @@ impl Tool for WriteTool {
         let path = resolve_path(ctx, &args.path)?;
         let bytes = args.content.len();
         let (target, shown) = (path.clone(), args.path.clone());
+        let content = args.content;
+        let shown_text = written_text(&content);
         // An abort returns at once; a write already under way may still land (old file or new, never half).
         let created = ctx
             .run_blocking("write", move || {
-                atomic_write(&target, args.content.as_bytes())
+                atomic_write(&target, content.as_bytes())
                     .map_err(|e| ToolError::RespondToModel(format!("Cannot write {shown}: {e}")))
             })
             .await?;
+        ctx.saw(&path);
+        ctx.tree_changed();
+        let what = if created { "Created" } else { "Replaced" };
+        // The result shows what the file now holds, not a byte count: small models copy numbers they are shown
+        // into their next call ("Successfully wrote 5 bytes" became `write version.txt "5"`).
         Ok(ToolOutput::new(
-            format!("Successfully wrote {bytes} bytes to {}", args.path),
+            format!(
+                "{what} {}. It now reads:\n{shown_text}\nIf the task is done, reply with a short summary; \
+                 otherwise make the next change.",
+                args.path
+            ),
             json!({ "path": path, "bytes": bytes, "created": created }),
         ))
     }
+}
+
+/// The written text as the result shows it: all of it when short, else its first lines and how much follows.
+fn written_text(content: &str) -> String {
+    const MAX_LINES: usize = 30;
+    const MAX_BYTES: usize = 1500;
+    if content.is_empty() {
+        return "(the file is empty)".into();
+    }
+    let mut shown = String::new();
+    for (i, line) in content.lines().enumerate() {
+        if i == MAX_LINES || shown.len() + line.len() > MAX_BYTES {
+            shown.push_str("… (the rest as written)");
+            return shown;
+        }
+        shown.push_str(line);
+        shown.push('\n');
+    }
+    shown.trim_end_matches('\n').to_string()
 }

@@ -163,8 +163,10 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
         "--allow",
         "all",
         "-p",
-        "Read big.txt",
-        "Read other.txt",
+        // The prompts name no file by its path: `run` would attach it (`mentions::attach_named_files`), the HTTP
+        // door does not expand prompts, and this test is about compaction, not attachments.
+        "Read the big file",
+        "Read the other file",
     ]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "Read it.\nBoth read.\n");
@@ -191,7 +193,7 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
         "--session",
         &id,
         "-p",
-        "What was in big.txt?",
+        "What was in the big file?",
     ]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let recalled = out
@@ -222,7 +224,7 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
     assert_eq!(status, 201, "{created}");
     let sid = created["id"].as_str().unwrap().to_string();
     let http_file = PathBuf::from(created["path"].as_str().unwrap());
-    for text in ["Read big.txt", "Read other.txt"] {
+    for text in ["Read the big file", "Read the other file"] {
         let events = server.prompt_session(&sid, text).await;
         assert!(
             events
@@ -239,7 +241,9 @@ async fn http_and_run_sessions_compact_ground_and_recall_alike() {
     for r in replies(&part_two(&http_ref)) {
         provider.push(r);
     }
-    let events = server.prompt_session(&sid, "What was in big.txt?").await;
+    let events = server
+        .prompt_session(&sid, "What was in the big file?")
+        .await;
     let recalled = events
         .iter()
         .find(|e| e["type"] == "tool_execution_end" && e["tool_name"] == "recall")

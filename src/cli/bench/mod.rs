@@ -1,6 +1,7 @@
 //! `agentd bench …`: the benchmarks' flags and printing. What they measure, and the arithmetic, is the library's
 //! `agentd::bench`; speed is measured there and printed here, never asserted in tests.
 
+mod agent;
 mod bfcl;
 mod constraint;
 mod engine;
@@ -11,6 +12,9 @@ mod tool_calls;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
+    /// The coding-task suite (benches/agent_tasks) under agentd's harness and/or Pi's: pass rate, tool calls,
+    /// tool errors and time per category, at the defaults and at temperature 0.
+    Agent(agent::AgentBenchArgs),
     /// Prefill and decode speed of the local engine.
     Engine(engine::EngineBenchArgs),
     /// Grammar-constraint overhead: mask time per sampled token, decode speed with and without a grammar.
@@ -32,6 +36,7 @@ pub enum BenchCommand {
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
+        BenchCommand::Agent(args) => agent::run(args),
         BenchCommand::Engine(args) => engine::run(args),
         BenchCommand::Constraint(args) => constraint::run(args),
         BenchCommand::Schemas(args) => schemas::run(args),

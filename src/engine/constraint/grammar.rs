@@ -36,10 +36,12 @@
 use llguidance::api::TopLevelGrammar;
 use serde_json::Value;
 
+use super::arguments::ArgumentRules;
 use super::format::ToolCallFormat;
 use super::{ConstraintSpec, ResponseFormat, ToolChoice};
 use crate::engine::reasoning::{ThinkBlock, ThinkStart};
 use crate::schema::compile::{close_objects, with_compact_options};
+use crate::schema::extensions;
 
 /// What the constraint compiles.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +133,9 @@ fn plan_body(
     let calls_possible = !spec.tools.is_empty() && spec.tool_choice != ToolChoice::None;
     if !calls_possible {
         return match doc {
+            Some(schema) if extensions::has_extensions(&schema) => Some(GrammarSource::Lark(
+                format!("start: doc\n{}", document_rule(&schema)),
+            )),
             Some(schema) => Some(GrammarSource::JsonSchema(with_compact_options(&schema))),
             None if !spec.tools.is_empty() && !markers.is_empty() => Some(GrammarSource::Lark(
                 format!("start: TEXT\n{}\n", text_rule(&markers, false)),
@@ -151,11 +156,14 @@ fn plan_body(
         if named.is_some_and(|n| n != tool.name) {
             continue;
         }
-        let params = with_compact_options(&close_objects(&tool.parameters));
         g.push_str(&format!(
-            "fn_{i}: {} args_{i} \"}}\"\nargs_{i}: %json {}\n",
+            "fn_{i}: {} args_{i} \"}}\"\n{}",
             lark_string(&format.call_prefix(&tool.name)),
-            serde_json::to_string(&params).unwrap_or_else(|_| "{}".into()),
+            arguments_rule(
+                &format!("args_{i}"),
+                tool.grammar_schema(),
+                &format!("t{i}")
+            ),
         ));
         fns.push(format!("fn_{i}"));
         offered.push((i, tool.name.as_str()));
@@ -183,17 +191,16 @@ fn plan_body(
         format!("block ({sep} block)*")
     };
     if let Some(schema) = &doc {
-        g.push_str(&format!(
-            "doc: %json {}\n",
-            serde_json::to_string(&with_compact_options(schema)).unwrap_or_else(|_| "{}".into())
-        ));
+        g.push_str(&document_rule(schema));
     }
     let start = match (&spec.tool_choice, doc.is_some()) {
         (ToolChoice::Auto, false) => {
             g.push_str(&text_rule(&markers, true));
             g.push('\n');
-            // Between and after calls only a gap: whitespace, separators and code fences.
-            g.push_str("GAP: /([ \\t\\r\\n;,]|```[A-Za-z]*)+/\n");
+            // Between and after calls only a gap: whitespace, separators and code fences — bounded, like the
+            // whitespace after a think block: a model that would rather stop must not pad with newlines until the
+            // token limit (Qwen2.5-Coder-0.5B did, for 100 s after its call).
+            g.push_str("GAP: /([ \\t\\r\\n;,]|```[A-Za-z]*){1,12}/\n");
             let mut segs = Vec::new();
             let mut more = Vec::new();
             for (k, marker) in markers.iter().enumerate() {
@@ -253,11 +260,38 @@ fn plan_body(
     Some(GrammarSource::Lark(g))
 }
 
+/// `name: <the arguments of this schema>`: `%json` in the compact shape, or — when the schema uses agentd's
+/// extensions — the rules [`ArgumentRules`] writes under `prefix`.
+fn arguments_rule(name: &str, schema: &Value, prefix: &str) -> String {
+    match ArgumentRules::compile(schema, prefix) {
+        Some((entry, rules)) => format!("{name}: {entry}\n{rules}"),
+        None => format!(
+            "{name}: %json {}\n",
+            serde_json::to_string(&with_compact_options(&close_objects(schema)))
+                .unwrap_or_else(|_| "{}".into())
+        ),
+    }
+}
+
+/// `doc: <a response_format document>` (a schema is enforced as given: no keys closed).
+fn document_rule(schema: &Value) -> String {
+    match ArgumentRules::compile(schema, "doc") {
+        Some((entry, rules)) => format!("doc: {entry}\n{rules}"),
+        None => format!(
+            "doc: %json {}\n",
+            serde_json::to_string(&with_compact_options(schema)).unwrap_or_else(|_| "{}".into())
+        ),
+    }
+}
+
 /// The `TEXT` terminal: any text that contains none of the markers' plain spellings and (with `json`) no JSON
 /// trigger at the start of a line nor at the start of the output. Control tokens are never text (their bytes are
 /// not UTF-8), so a marker that is a token can only be written as that token.
 fn text_rule(markers: &[&str], json: bool) -> String {
-    let mut alts: Vec<String> = markers.iter().map(|m| regex_escape(m)).collect();
+    let mut alts: Vec<String> = markers
+        .iter()
+        .map(|m| extensions::regex_escape(m))
+        .collect();
     if json {
         alts.push(format!("\\n{JSON_TRIGGER}"));
     }
@@ -312,18 +346,6 @@ fn literal(text: &str, format: ToolCallFormat, special_id: &dyn Fn(&str) -> Opti
 /// A Lark string literal (Lark strings are JSON strings).
 fn lark_string(s: &str) -> String {
     Value::String(s.into()).to_string()
-}
-
-/// `s` with the regex meta characters escaped (not `<`, `>`: escaped, those are word boundaries).
-fn regex_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 2);
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]

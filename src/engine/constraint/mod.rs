@@ -10,6 +10,7 @@
 //! a call starts in free text), `call_parser` and `assemble` (generated text → content + tool calls), `close`
 //! (the shortest way out of an unfinished call, used when `max_tokens` is about to cut one).
 
+pub mod arguments;
 pub mod assemble;
 mod call_parser;
 pub mod close;

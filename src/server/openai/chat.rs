@@ -52,6 +52,7 @@ pub async fn chat_completions(
             Ok((request, opts, model))
         })
         .await?;
+    request.sampling = request.sampling.or(&state.options.generation_defaults);
     if opts.logprobs.is_some() && !state.provider.supports_logprobs() {
         return Err(ApiError::invalid_param(
             "logprobs",

@@ -106,7 +106,8 @@ pub async fn completions(
         req.presence_penalty,
         req.frequency_penalty,
         req.repetition_penalty,
-    )?;
+    )?
+    .or(&state.options.generation_defaults);
     let prompts = prompt_list(req.prompt)?;
     state.options.limits.check_prompts(prompts.len())?;
     let echo = req.echo.unwrap_or(false);

@@ -223,6 +223,8 @@ fn rpc_approvals_are_a_request_response_pair() {
     let sb = Sandbox::new(json!([
         {"steps": [{"tool_call": {"name": "bash", "arguments": {"command": "echo approved-run"}}}]},
         {"steps": [{"tool_call": {"name": "bash", "arguments": {"command": "echo second"}}}]},
+        // Read first: an edit of a file the session has not read is answered with its text, not made.
+        {"steps": [{"tool_call": {"name": "read", "arguments": {"path": "notes.txt"}}}]},
         {"steps": [{"tool_call": {"name": "edit", "arguments": {"path": "notes.txt", "edits": [{"old_text": "milk", "new_text": "oat milk"}]}}}]},
         {"steps": [{"tool_call": {"name": "bash", "arguments": {"command": "echo third"}}}]},
         {"steps": [{"tool_call": {"name": "bash", "arguments": {"command": "echo fourth"}}}]},

@@ -4,6 +4,7 @@
 
 mod budget_sweep;
 mod cache;
+mod extensions;
 mod hardening;
 mod load;
 mod openai;

@@ -20,14 +20,22 @@ async fn edit_returns_a_diff_and_the_first_changed_line() {
         &ctx(dir.path()),
     )
     .await;
-    assert!(out
-        .content
-        .starts_with("Successfully replaced 1 block in f.txt."));
-    assert!(out.content.contains("@@ -2,7 +2,7 @@"), "{}", out.content);
+    // The model sees the lines as they now read (no diff, no numbers to copy) and how to finish.
     assert!(
-        out.content.contains("\n-line 5\n+LINE FIVE\n"),
+        out.content.starts_with(
+            "Edited f.txt. The changed part of f.txt now reads:\nline 4\nLINE FIVE\nline 6\n"
+        ),
         "{}",
         out.content
+    );
+    assert!(out
+        .content
+        .contains("If the task is done, reply with a short summary"));
+    assert!(!out.content.contains("@@"), "{}", out.content);
+    let diff = out.details["diff"].as_str().unwrap();
+    assert!(
+        diff.contains("@@ -2,7 +2,7 @@") && diff.contains("\n-line 5\n+LINE FIVE\n"),
+        "{diff}"
     );
     assert_eq!(out.details["first_changed_line"], 5);
     assert!(out.details["diff"].as_str().unwrap().contains("+LINE FIVE"));
@@ -51,9 +59,12 @@ async fn several_edits_match_the_original_and_apply_together() {
         &ctx(dir.path()),
     )
     .await;
-    assert!(out
-        .content
-        .starts_with("Successfully replaced 2 blocks in f.txt."));
+    assert!(
+        out.content
+            .contains("line 1\ntwo-three\nline 4\n…\nline 8\nnine\nline 10\n"),
+        "{}",
+        out.content
+    );
     assert_eq!(out.details["first_changed_line"], 2);
     let text = std::fs::read_to_string(dir.path().join("f.txt")).unwrap();
     assert_eq!(
@@ -73,7 +84,7 @@ async fn overlapping_occurrences_count() {
     )
     .await;
     assert!(
-        text.starts_with("Found 2 occurrences of the text in f.txt"),
+        text.starts_with("old_text occurs 2 times in f.txt, at lines 1, 1;"),
         "{text}"
     );
 }
@@ -90,13 +101,13 @@ async fn not_found_and_multiple_matches_are_clear_errors() {
     )
     .await;
     assert!(
-        missing.starts_with("Could not find the exact text in f.txt."),
+        missing.starts_with("Could not find old_text in f.txt."),
         "{missing}"
     );
-    // The model gets the file's text to copy from instead of guessing again.
-    let text = std::fs::read_to_string(dir.path().join("f.txt")).unwrap();
+    // The closest real lines, numbered, to copy from instead of guessing again.
+    assert!(missing.contains("closest lines in f.txt"), "{missing}");
     assert!(
-        missing.ends_with(&format!("The file's current text:\n{text}")),
+        missing.contains("2 | y = 2") || missing.contains("1 | x = 1"),
         "{missing}"
     );
     let twice = err(
@@ -106,7 +117,9 @@ async fn not_found_and_multiple_matches_are_clear_errors() {
     )
     .await;
     assert!(
-        twice.contains("Found 2 occurrences") && twice.contains("exactly once"),
+        twice.contains("occurs 2 times")
+            && twice.contains("lines 1, 3")
+            && twice.contains("exactly once"),
         "{twice}"
     );
     let empty = err(
@@ -213,4 +226,101 @@ async fn binary_files_are_not_edited() {
     )
     .await;
     assert!(text.contains("binary"), "{text}");
+}
+
+/// Each rung of the forgiving match through the real tool: the file ends right and the result names the rule.
+#[tokio::test]
+async fn every_forgiving_rung_lands_and_says_which_rule_matched() {
+    let dir = tempfile::tempdir().unwrap();
+    let py = "class K:\n    def m(self):\n        x = \"hi\"  \n        return x\n\n\ndef f():\n    return 1\n";
+    let c = ctx(dir.path());
+    let cases: [(&str, &str, &str, &str); 4] = [
+        // Trailing whitespace in the file, not in old_text.
+        (
+            "        x = \"hi\"\n        return x",
+            "        x = \"ho\"\n        return x",
+            "ignoring trailing whitespace",
+            "        x = \"ho\"\n        return x\n",
+        ),
+        // A block re-indented as a whole: found, and the new text takes the file's indentation.
+        (
+            "def m(self):\n    x = \"hi\"\n    return x",
+            "def m(self):\n    return 2",
+            "re-indented block",
+            "class K:\n    def m(self):\n        return 2\n",
+        ),
+        // Indentation off line by line.
+        (
+            "  x = \"hi\"\nreturn x",
+            "  x = \"yo\"\nreturn x",
+            "each line's leading and trailing whitespace",
+            "        x = \"yo\"\n        return x\n",
+        ),
+        // Curly quotes for straight ones, inside a line.
+        (
+            "x = \u{201c}hi\u{201d}",
+            "x = \"q\"",
+            "Unicode quotes",
+            "        x = \"q\"\n        return x\n",
+        ),
+    ];
+    for (old, new, rule, expect) in cases {
+        put(dir.path(), "k.py", py);
+        let out = ok(
+            &EditTool::new(),
+            json!({"path": "k.py", "edits": [{"old_text": old, "new_text": new}]}),
+            &c,
+        )
+        .await;
+        assert!(out.content.contains(rule), "{rule}: {}", out.content);
+        let text = std::fs::read_to_string(dir.path().join("k.py")).unwrap();
+        assert!(text.contains(expect), "{rule}: {text:?}");
+        assert!(
+            text.ends_with("def f():\n    return 1\n"),
+            "{rule}: {text:?}"
+        );
+    }
+}
+
+/// A miss says whether the new text is already there; a missing file and a directory name the closest files.
+#[tokio::test]
+async fn misses_say_what_is_there_and_missing_files_name_their_neighbours() {
+    let dir = tempfile::tempdir().unwrap();
+    put(dir.path(), "calc.py", "def add(a, b):\n    return a + b\n");
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    put(dir.path(), "src/util.py", "X = 1\n");
+    let c = ctx(dir.path());
+    let done = err(&EditTool::new(), json!({"path": "calc.py", "edits": [{"old_text": "return a - b", "new_text": "return a + b"}]}), &c).await;
+    assert!(
+        done.contains("The new text is already in calc.py (line 2)"),
+        "{done}"
+    );
+    assert!(done.contains("2 |     return a + b"), "{done}");
+    let missing = err(
+        &EditTool::new(),
+        json!({"path": "calc.pyy", "edits": [{"old_text": "a", "new_text": "b"}]}),
+        &c,
+    )
+    .await;
+    assert!(
+        missing.contains("Files with a similar name: calc.py"),
+        "{missing}"
+    );
+    let folder = err(
+        &EditTool::new(),
+        json!({"path": "src", "edits": [{"old_text": "a", "new_text": "b"}]}),
+        &c,
+    )
+    .await;
+    assert!(folder.contains("src/util.py"), "{folder}");
+    let read = err(
+        &agentd::tools::read::ReadTool::new(),
+        json!({"path": "util.py"}),
+        &c,
+    )
+    .await;
+    assert!(
+        read.contains("Files with a similar name: src/util.py"),
+        "{read}"
+    );
 }

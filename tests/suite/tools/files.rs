@@ -147,7 +147,13 @@ async fn write_creates_parents_and_reports_bytes() {
         &ctx(dir.path()),
     )
     .await;
-    assert_eq!(out.content, "Successfully wrote 7 bytes to a/b/c.txt");
+    // What the file now holds, not a byte count a small model would copy.
+    assert_eq!(
+        out.content,
+        "Created a/b/c.txt. It now reads:\nhéllo\nIf the task is done, reply with a short summary; otherwise make \
+         the next change."
+    );
+    assert_eq!(out.details["bytes"], 7);
     assert_eq!(out.details["created"], true);
     assert_eq!(
         std::fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(),

@@ -182,9 +182,11 @@ async fn edit_still_edits_a_file_at_its_size_limit() {
         &ctx(dir.path()),
     )
     .await;
-    assert!(out
-        .content
-        .starts_with("Successfully replaced 1 block in edge.txt."));
+    assert!(
+        out.content.starts_with("Edited edge.txt."),
+        "{}",
+        out.content
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,6 @@
+def shout(s):
+    return s.upper() + "!"
+
+
+def is_palindrome(s):
+    return s == s[::-1]

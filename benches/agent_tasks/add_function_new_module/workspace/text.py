@@ -1,0 +1,2 @@
+def shout(s):
+    return s.upper() + "!"

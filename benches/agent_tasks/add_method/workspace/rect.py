@@ -1,0 +1,4 @@
+class Rect:
+    def __init__(self, width, height):
+        self.width = width
+        self.height = height

@@ -1,0 +1,5 @@
+from strings import reverse
+
+assert reverse("abc") == "cba"
+assert reverse("") == ""
+print("ok")

@@ -1,0 +1,5 @@
+DISCOUNT = 10
+
+
+def discounted(price):
+    return price - price * DISCOUNT / 100

@@ -1,0 +1,5 @@
+from constants import PI
+
+
+def circumference(r):
+    return 2 * PI * r

@@ -1,0 +1,5 @@
+PI = 3.14
+
+
+def circumference(r):
+    return 2 * PI * r

@@ -1,0 +1,2 @@
+def km_to_miles(km):
+    return km * 0.621371

@@ -1,0 +1,2 @@
+def with_tax(price, rate):
+    return price * (1 + rate)

@@ -1,0 +1,6 @@
+def is_even(n):
+    return n % 2 == 0
+
+
+def square(n):
+    return n * n

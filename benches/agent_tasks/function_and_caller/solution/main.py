@@ -1,0 +1,5 @@
+import util
+
+
+def run():
+    return util.double(21)

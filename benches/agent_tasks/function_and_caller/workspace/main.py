@@ -1,0 +1,5 @@
+import util
+
+
+def run():
+    return 0

@@ -1,0 +1,5 @@
+from models import User
+
+
+def make(name):
+    return User(name)

@@ -1,0 +1,5 @@
+from models import Usr
+
+
+def make(name):
+    return Usr(name)

@@ -1,0 +1,5 @@
+from config import TIMEOUT
+
+
+def client_timeout():
+    return TIMEOUT

@@ -1,0 +1,5 @@
+from config import TIMEOUT
+
+
+def server_timeout():
+    return TIMEOUT * 2
