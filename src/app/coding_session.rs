@@ -315,6 +315,10 @@ impl CodingSession {
             templates::discover(&templates::template_dirs(&cwd));
         warnings.extend(template_warnings);
         let tool_names: Vec<String> = tools.iter().map(|t| t.spec().name.clone()).collect();
+        // One listing of the workspace serves the prompt's tree and the session's grammars.
+        let workspace_state = settings
+            .workspace_grammar
+            .then(|| WorkspaceState::new(&cwd));
         let system_prompt = prompt::build(&PromptInputs {
             custom: settings.system_prompt.clone(),
             append: settings.append_system_prompt.clone(),
@@ -322,9 +326,9 @@ impl CodingSession {
             context_files: context_files.clone(),
             skills: found.clone(),
             cwd: cwd.clone(),
-            tree: settings
-                .workspace_grammar
-                .then(|| prompt::workspace_tree(&cwd)),
+            tree: workspace_state
+                .as_ref()
+                .map(|state| state.tree(prompt::TREE_LINES)),
             date: crate::env::today(),
         });
 
@@ -350,9 +354,6 @@ impl CodingSession {
             workspace: workspace.clone(),
         });
         config.before_tool_call = Some(approve);
-        let workspace_state = settings
-            .workspace_grammar
-            .then(|| WorkspaceState::new(&cwd));
         config.workspace_state = workspace_state.clone();
         if settings.workspace_grammar {
             config.choose_tools = Some(Arc::new(super::loop_rules::act_on_named_files));

@@ -78,7 +78,7 @@ pub struct PromptInputs {
     pub context_files: Vec<ContextFile>,
     pub skills: Vec<Skill>,
     pub cwd: PathBuf,
-    /// The workspace's files as a short tree ([`workspace_tree`]). With it the prompt shows the tree and says
+    /// The workspace's files as a short tree (`WorkspaceState::tree` of [`TREE_LINES`] lines). With it the prompt shows the tree and says
     /// paths are relative, instead of the working directory's absolute path (which small models copy as the
     /// path of every call).
     pub tree: Option<String>,
@@ -161,11 +161,6 @@ pub fn build(inputs: &PromptInputs) -> String {
 
 /// Lines of the file tree the system prompt shows at most.
 pub const TREE_LINES: usize = 40;
-
-/// `cwd`'s files as the system prompt shows them: `.gitignore` honoured, at most [`TREE_LINES`] lines.
-pub fn workspace_tree(cwd: &Path) -> String {
-    crate::tools::workspace::WorkspaceState::new(cwd).tree(TREE_LINES)
-}
 
 #[cfg(test)]
 mod tests {
