@@ -55,16 +55,18 @@ pub fn prompt_request(
         tools: context
             .tools
             .iter()
+            .filter(|_| config.offer_tools)
             .map(|t| tool_spec(t.as_ref(), config))
             .collect(),
         tool_choice: match &config.choose_tools {
-            _ if context.tools.is_empty() => ToolChoice::None,
+            _ if context.tools.is_empty() || !config.offer_tools => ToolChoice::None,
             Some(choose) => choose(messages),
             None => ToolChoice::Auto,
         },
         sampling: config.sampling.clone(),
         max_tokens: config.max_tokens,
-        parallel_tool_calls: (!context.tools.is_empty()).then_some(config.parallel_tool_calls),
+        parallel_tool_calls: (!context.tools.is_empty() && config.offer_tools)
+            .then_some(config.parallel_tool_calls),
         cache_key: config.cache_key.clone(),
         // One conversation is one tenant: its KV prefixes are shared with no other.
         cache_scope: config.cache_key.clone(),

@@ -27,6 +27,11 @@ pub type MessageSource = Arc<dyn Fn() -> Vec<AgentMessage> + Send + Sync>;
 /// turn). Without it every call is `auto` (or `none` when the agent has no tools).
 pub type ChooseTools = Arc<dyn Fn(&[AgentMessage]) -> ToolChoice + Send + Sync>;
 
+/// The calls a reply makes in its text rather than as tool calls (the file-blocks edit format: a fenced block
+/// under a path is a `write_block` call, `app::edit_format`). Asked when a turn ends; the calls are added to the
+/// turn's content (ids of their own) and run like any other call.
+pub type TextCalls = Arc<dyn Fn(&str) -> Vec<ToolCall> + Send + Sync>;
+
 /// What `before_tool_call` decides.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BeforeToolCall {
@@ -93,6 +98,11 @@ pub struct AgentLoopConfig {
     pub steering: Option<MessageSource>,
     pub follow_up: Option<MessageSource>,
     pub choose_tools: Option<ChooseTools>,
+    /// Calls the model makes in its text (`None`: only tool calls count).
+    pub text_calls: Option<TextCalls>,
+    /// Whether the tools are offered to the model as JSON tools. Off when it acts through `text_calls` only:
+    /// the tools still run those calls, but the request carries none (and no tool section in the prompt).
+    pub offer_tools: bool,
     pub before_tool_call: Option<BeforeToolCallHook>,
     pub after_tool_call: Option<AfterToolCallHook>,
     /// The context budget: checked when a run starts and at every `turn_end`, and asked to compact once after a
@@ -123,6 +133,8 @@ impl AgentLoopConfig {
             steering: None,
             follow_up: None,
             choose_tools: None,
+            text_calls: None,
+            offer_tools: true,
             before_tool_call: None,
             after_tool_call: None,
             context_policy: None,

@@ -344,6 +344,18 @@ async fn stream_assistant(
                 turn.content = message.content.clone();
                 turn.stop_reason = *stop_reason;
                 turn.usage = *usage;
+                if let Some(text_calls) = &config.text_calls {
+                    let text: String = turn
+                        .content
+                        .iter()
+                        .filter_map(|b| match b {
+                            ContentBlock::Text { text } => Some(text.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    turn.content
+                        .extend(text_calls(&text).into_iter().map(ContentBlock::ToolCall));
+                }
             }
             ProviderEvent::Error {
                 reason,

@@ -38,6 +38,7 @@ mod branches;
 mod tree_ops;
 
 use super::approvals::{ApprovalPolicy, Approvals, HookContext};
+use super::edit_format::{self, EditFormat};
 use super::loop_rules::{mutating_tools, LoopRules};
 use super::prompt::{self, PromptInputs};
 use super::sessions::{self, SessionChoice};
@@ -93,6 +94,9 @@ pub struct SessionSettings {
     pub workspace_grammar: bool,
     /// The loop rules of [`super::loop_rules`] (repeats answered, a shrinking rewrite stopped).
     pub loop_rules: bool,
+    /// How the model changes files: JSON tool calls, or file blocks in its reply ([`super::edit_format`]).
+    /// `None`: [`EditFormat::for_backend`] (blocks on the local engine).
+    pub edit_format: Option<EditFormat>,
 }
 
 impl SessionSettings {
@@ -118,6 +122,7 @@ impl SessionSettings {
             bash_timeout: None,
             workspace_grammar: true,
             loop_rules: true,
+            edit_format: None,
         }
     }
 }
@@ -161,6 +166,7 @@ struct Inner {
     report: SetupReport,
     /// What the session knows of its files (`None`: the workspace grammar is off).
     workspace_state: Option<WorkspaceState>,
+    edit_format: EditFormat,
 }
 
 /// A session file being recorded.
@@ -205,7 +211,10 @@ fn build_tools(settings: &SessionSettings) -> Result<OfferedTools, AppError> {
         ToolRegistry::builtin(&names).map_err(|e| AppError::usage(format!("tools: {e}")))?;
     let mut warnings = Vec::new();
     let mut tools = Vec::new();
-    for tool in registry.iter() {
+    // File blocks write through `write_block` whenever the session may write files.
+    let blocks = (settings.edit_format == Some(EditFormat::Blocks))
+        .then(|| Arc::new(crate::tools::write_block::WriteBlockTool::new()) as Arc<dyn Tool>);
+    for tool in registry.iter().chain(blocks.iter()) {
         let tool = match (tool.spec().name.as_str(), settings.bash_timeout) {
             ("bash", Some(t)) => {
                 Arc::new(BashTool::new().with_default_timeout(Some(t))) as Arc<dyn Tool>
@@ -276,8 +285,12 @@ impl CodingSession {
             return Err(AppError::usage("max_turns must be at least 1"));
         }
         let denied_free = settings.approvals.policy();
+        let edit_format = settings
+            .edit_format
+            .unwrap_or_else(|| EditFormat::for_backend(&backend.kind));
         let settings = SessionSettings {
             policy: Policy::from_tags(settings.policy.allowed().filter(|t| denied_free.allows(*t))),
+            edit_format: Some(edit_format),
             ..settings
         };
         let (tools, mut warnings) = build_tools(&settings)?;
@@ -330,6 +343,7 @@ impl CodingSession {
                 .as_ref()
                 .map(|state| state.tree(prompt::TREE_LINES)),
             date: crate::env::today(),
+            edit_format,
         });
 
         let mut config = AgentLoopConfig::new(backend.provider.clone());
@@ -358,6 +372,10 @@ impl CodingSession {
         if settings.workspace_grammar {
             config.choose_tools = Some(Arc::new(super::loop_rules::act_on_named_files));
         }
+        if edit_format == EditFormat::Blocks {
+            let bash = tools.iter().any(|t| t.spec().name == "bash");
+            edit_format::install(&mut config, workspace_state.clone(), bash);
+        }
         if settings.loop_rules {
             LoopRules::new(mutating_tools(&tools), cwd.clone()).install(&mut config);
         }
@@ -377,6 +395,7 @@ impl CodingSession {
                 resources: Mutex::new(resources),
                 approvals,
                 workspace_state,
+                edit_format,
                 report: SetupReport {
                     context_files: context_files.into_iter().map(|f| f.path).collect(),
                     skills: found,
@@ -423,6 +442,11 @@ impl CodingSession {
             self.inner.workspace.as_deref(),
         )?;
         match &self.inner.workspace_state {
+            // File blocks: the named files first, in the format the model writes them back in.
+            Some(state) if self.inner.edit_format == EditFormat::Blocks => {
+                let files = super::mentions::named_files(text, state);
+                Ok(edit_format::prompt_with_files(&expanded, &files))
+            }
             Some(state) => Ok(super::mentions::attach_named_files(&expanded, text, state)),
             None => Ok(expanded),
         }

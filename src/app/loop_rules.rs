@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::agent::hooks::{AfterToolCall, AfterToolCallHook, BeforeToolCall, BeforeToolCallHook};
 use crate::provider::ToolCall;
 use crate::tools::edit::file_excerpt;
+use crate::tools::write_block::{apply_block, WRITE_BLOCK};
 
 /// Consecutive writes of one file, each shorter than the one before, that stop the run.
 pub const SHRINKING_WRITES: usize = 3;
@@ -139,7 +140,7 @@ impl LoopRules {
                 is_error: false,
             });
         }
-        if call.name == "write" {
+        if call.name == "write" || call.name == WRITE_BLOCK {
             let before = self.file_text(call);
             state.pending_write.insert(call.id.clone(), before);
         }
@@ -261,7 +262,10 @@ impl LoopRules {
         let undo_write = call.name == "write"
             && last.replaced.is_some()
             && call.arguments.get("content").and_then(|c| c.as_str()) == last.replaced.as_deref();
-        (undo_edit || undo_write).then(|| last.path.clone())
+        let undo_block = call.name == WRITE_BLOCK
+            && last.replaced.is_some()
+            && self.block_result(call) == last.replaced;
+        (undo_edit || undo_write || undo_block).then(|| last.path.clone())
     }
 
     /// The path a no-op call would leave as it is: an `edit` whose every `old_text` equals its `new_text`, a
@@ -280,8 +284,16 @@ impl LoopRules {
                 let content = call.arguments.get("content")?.as_str()?;
                 (self.file_text(call)? == content).then_some(path)
             }
+            WRITE_BLOCK => (self.block_result(call)? == self.file_text(call)?).then_some(path),
             _ => None,
         }
+    }
+
+    /// The text a `write_block` call would leave in its (existing, small) file.
+    fn block_result(&self, call: &ToolCall) -> Option<String> {
+        let content = call.arguments.get("content")?.as_str()?;
+        let current = self.file_text(call)?;
+        Some(apply_block(Some(&current), content).new_text)
     }
 
     /// The current text of the file `call` names, when it is a small text file.
@@ -384,7 +396,7 @@ fn change_of(call: &ToolCall, replaced: Option<String>) -> Option<LastChange> {
                 (text("old_text"), text("new_text"))
             })
             .collect(),
-        "write" => Vec::new(),
+        "write" | WRITE_BLOCK => Vec::new(),
         _ => return None,
     };
     Some(LastChange {

@@ -90,9 +90,32 @@ pub fn attach_named_files(
     prompt: &str,
     state: &crate::tools::workspace::WorkspaceState,
 ) -> String {
-    let files = state.listing().files;
     let mut blocks = String::new();
-    let mut done: Vec<&str> = Vec::new();
+    for (rel, text) in named_files(prompt, state) {
+        if expanded.contains(&format!("<file name=\"{rel}\">")) {
+            continue;
+        }
+        let _ = write!(
+            blocks,
+            "\n\n<file name=\"{rel}\">\n{}\n</file>",
+            text.trim_end_matches('\n')
+        );
+    }
+    match blocks.is_empty() {
+        true => expanded.to_string(),
+        false => format!("{}{blocks}", expanded.trim_end()),
+    }
+}
+
+/// The small text files of the workspace that `prompt` names by their relative path as a plain word (quotes,
+/// backticks and trailing punctuation aside), each once, in the order named, with their text. Each counts as
+/// seen.
+pub fn named_files(
+    prompt: &str,
+    state: &crate::tools::workspace::WorkspaceState,
+) -> Vec<(String, String)> {
+    let files = state.listing().files;
+    let mut out: Vec<(String, String)> = Vec::new();
     for word in prompt.split_whitespace() {
         let name = word
             .trim_start_matches(['`', '"', '\'', '(', '['])
@@ -101,10 +124,9 @@ pub fn attach_named_files(
         let Some(rel) = files.iter().find(|f| f.as_str() == name) else {
             continue;
         };
-        if done.contains(&rel.as_str()) || expanded.contains(&format!("<file name=\"{rel}\">")) {
+        if out.iter().any(|(r, _)| r == rel) {
             continue;
         }
-        done.push(rel);
         let path = state.root().join(rel);
         let small =
             std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() <= NAMED_FILE_MAX_BYTES);
@@ -118,16 +140,9 @@ pub fn attach_named_files(
             continue;
         };
         state.saw(&path);
-        let _ = write!(
-            blocks,
-            "\n\n<file name=\"{rel}\">\n{}\n</file>",
-            text.trim_end_matches('\n')
-        );
+        out.push((rel.clone(), text));
     }
-    match blocks.is_empty() {
-        true => expanded.to_string(),
-        false => format!("{}{blocks}", expanded.trim_end()),
-    }
+    out
 }
 
 /// Tab completion of a partial `@path` (without the `@`), relative to `cwd`: the text to insert at the cursor

@@ -20,6 +20,7 @@
 pub mod approvals;
 pub mod backend;
 pub mod coding_session;
+pub mod edit_format;
 mod error;
 pub mod export;
 pub mod loop_rules;

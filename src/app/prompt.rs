@@ -84,6 +84,8 @@ pub struct PromptInputs {
     pub tree: Option<String>,
     /// `YYYY-MM-DD`.
     pub date: String,
+    /// How the model changes files: with blocks, the default base prompt is the blocks format's instructions.
+    pub edit_format: super::edit_format::EditFormat,
 }
 
 /// Tool guidance lines for the offered tools.
@@ -114,6 +116,9 @@ fn guidelines(tools: &[String]) -> Vec<&'static str> {
 pub fn build(inputs: &PromptInputs) -> String {
     let mut prompt = match &inputs.custom {
         Some(custom) => custom.trim_end().to_string(),
+        None if inputs.edit_format == super::edit_format::EditFormat::Blocks => {
+            super::edit_format::instructions(inputs.tools.iter().any(|t| t == "bash"))
+        }
         None => {
             let mut base = DEFAULT_BASE.to_string();
             for line in guidelines(&inputs.tools) {

@@ -12,6 +12,7 @@
 //! max_tokens = 4096
 //! max_turns = 50
 //! temperature = 0.2
+//! edit_format = "blocks"         # blocks | tools | auto (blocks on the local engine)
 //!
 //! [approvals]                    # per tool tag: allow | ask | deny ("all" sets every tag)
 //! write = "allow"
@@ -50,6 +51,8 @@ pub struct SettingsFile {
     pub max_tokens: Option<u32>,
     pub max_turns: Option<usize>,
     pub temperature: Option<f32>,
+    /// `blocks`, `tools` or `auto`.
+    pub edit_format: Option<String>,
     /// Tag (`read_only`, `write`, `exec`, `network`, `all`) → mode.
     pub approvals: Option<BTreeMap<String, Approval>>,
     pub compaction: Option<CompactionFile>,
@@ -108,6 +111,8 @@ pub struct FileSettings {
     pub max_tokens: Option<Sourced<u32>>,
     pub max_turns: Option<Sourced<usize>>,
     pub temperature: Option<Sourced<f32>>,
+    /// `Some(None)`: `auto` written out.
+    pub edit_format: Option<Sourced<Option<super::edit_format::EditFormat>>>,
     /// Per tag, in the order the files set them (an `all` expands to every tag).
     pub approvals: Vec<(Policy, Sourced<Approval>)>,
     pub compaction_enabled: Option<Sourced<bool>>,
@@ -161,6 +166,13 @@ pub fn read(path: &Path) -> Result<Option<SettingsFile>, AppError> {
                 .map_err(|e| AppError::usage(format!("{}: [approvals] {e}", path.display())))?;
         }
     }
+    if let Some(format) = file.edit_format.as_deref().map(str::trim) {
+        if format != "auto" {
+            format
+                .parse::<super::edit_format::EditFormat>()
+                .map_err(|e| AppError::usage(format!("{}: edit_format: {e}", path.display())))?;
+        }
+    }
     if file
         .bash_timeout
         .is_some_and(|t| !t.is_finite() || t <= 0.0)
@@ -209,6 +221,14 @@ impl FileSettings {
         set(&mut self.max_tokens, file.max_tokens, source);
         set(&mut self.max_turns, file.max_turns, source);
         set(&mut self.temperature, file.temperature, source);
+        if let Some(format) = file.edit_format.as_deref().map(str::trim) {
+            // Checked when the file is read (`load`), so a bad value never gets here.
+            let value = format.parse().ok();
+            self.edit_format = Some(Sourced {
+                value,
+                source: source.clone(),
+            });
+        }
         // `all` first, so a file's specific tags win over its `all`.
         let mut approvals: Vec<(String, Approval)> =
             file.approvals.unwrap_or_default().into_iter().collect();

@@ -182,6 +182,11 @@ pub struct AgentArgs {
     /// Run every call as the model sends it: no answer for a repeated call, no stop for a shrinking rewrite.
     #[arg(long)]
     pub no_loop_rules: bool,
+    /// How the model changes files: `blocks` (it writes a file's path, then its new text in a fenced block;
+    /// fenced `bash` blocks run), `tools` (JSON tool calls: edit, write, …) or `auto` (blocks on the local
+    /// engine, tools on a remote server).
+    #[arg(long, value_name = "FORMAT")]
+    pub edit_format: Option<String>,
 
     /// Most tokens one model reply may generate (default 4096).
     #[arg(long)]
@@ -262,6 +267,7 @@ impl AgentArgs {
         settings.skills = !self.no_skills;
         settings.workspace_grammar = !self.no_workspace_grammar;
         settings.loop_rules = !self.no_loop_rules;
+        settings.edit_format = eff.edit_format.value;
         settings.max_tokens = Some(eff.max_tokens.value);
         settings.max_turns = eff.max_turns.value.max(1);
         settings.thinking = eff.thinking.value;

@@ -2,6 +2,7 @@
 //! [`crate::schema::ToolSpec`]).
 
 pub mod bash;
+pub mod block_place;
 pub mod edit;
 pub mod edit_match;
 pub mod file_access;
@@ -19,3 +20,4 @@ pub mod truncate;
 pub mod updates;
 pub mod workspace;
 pub mod write;
+pub mod write_block;

@@ -12,6 +12,7 @@ mod content_guard;
 mod cpu_engine;
 mod cuda;
 mod doors;
+mod edit_format;
 mod fetch;
 mod generate;
 mod hf_folder;

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use agentd::agent::CompactionSettings;
 use agentd::app::approvals::{Approval, ApprovalPolicy};
+use agentd::app::edit_format::EditFormat;
 use agentd::app::settings::{self, FileSettings, Source, Sourced};
 use agentd::provider::Thinking;
 use agentd::tools::tool::PolicyTag;
@@ -58,6 +59,8 @@ pub struct Effective {
     pub max_tokens: Sourced<u32>,
     pub max_turns: Sourced<usize>,
     pub temperature: Sourced<Option<f32>>,
+    /// `None`: auto (blocks on the local engine, tools on a remote).
+    pub edit_format: Sourced<Option<EditFormat>>,
     pub compaction: CompactionSettings,
     /// Sources of `enabled`, `reserve_tokens`, `keep_recent_tokens`, `summarize`.
     pub compaction_sources: [Source; 4],
@@ -179,6 +182,22 @@ pub fn resolve(args: &AgentArgs, door: Door, cwd: &Path) -> anyhow::Result<Effec
         None,
     );
 
+    let edit_format_flag = match args.edit_format.as_deref().map(str::trim) {
+        None => None,
+        Some("auto") => Some(None),
+        Some(other) => {
+            Some(Some(other.parse::<EditFormat>().map_err(|e| {
+                Failure::usage(format!("--edit-format: {e}"))
+            })?))
+        }
+    };
+    let edit_format = pick(
+        edit_format_flag,
+        |_| Source::Flag("--edit-format".into()),
+        &files.edit_format,
+        None,
+    );
+
     let (mut approvals, mut approval_sources) = files.approvals_over(door.default_approvals());
     for (value, mode, name) in [
         (&args.ask, Approval::Ask, "--ask"),
@@ -226,6 +245,7 @@ pub fn resolve(args: &AgentArgs, door: Door, cwd: &Path) -> anyhow::Result<Effec
         max_tokens,
         max_turns,
         temperature,
+        edit_format,
         compaction,
         compaction_sources,
     })
@@ -314,6 +334,11 @@ impl Effective {
                 .value
                 .map_or_else(|| unset("the backend's default"), |t| t.to_string()),
             &self.temperature.source,
+        );
+        row(
+            "edit_format",
+            quoted(self.edit_format.value.map_or("auto", EditFormat::name)),
+            &self.edit_format.source,
         );
         for (tag, mode) in self.approvals.modes() {
             let source = self

@@ -1,0 +1,482 @@
+//! How the model changes files: through JSON tool calls (`edit`, `write`: the default for capable models and
+//! remote servers), or by writing **file blocks** in its reply (Aider's "whole" format, which Aider uses for every
+//! Qwen2.5-Coder up to 14B): a file's path on a line of its own, then its new text in a fenced code block; a
+//! fenced `bash` block is a command to run. Measured on `benches/agent_tasks` with Qwen2.5-Coder-0.5B, small
+//! models write correct code in a fenced block far more often than inside a JSON string (the notes of issue 29
+//! have the table), and the tool-call section the chat template adds for JSON tools pulls them away from it.
+//!
+//! With blocks, the session offers the model no JSON tools. The agent loop asks this module for the calls a
+//! reply's text makes ([`text_calls`]): each file block becomes a `write_block` call (placed in the file by its
+//! matching lines, so a block holding only the fixed function keeps the rest), each `bash` block a `bash` call.
+//! They run like any call (approvals, loop rules, events, the session file); what the model sees next is its own
+//! text and the results as a user message ([`convert_to_llm`]), after two worked examples that show the format
+//! (Aider's example messages; not stored in the session).
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::agent::hooks::{ConvertToLlm, TextCalls};
+use crate::provider::{AssistantMessage, ContentBlock, Message, ToolCall};
+use crate::tools::write_block::{NEXT_STEP, WRITE_BLOCK};
+use crate::transcript::AgentMessage;
+
+/// Ids of calls made in text start with this, so the conversion can tell them from tool calls.
+pub const TEXT_CALL_PREFIX: &str = "text_";
+
+/// How the model changes files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EditFormat {
+    /// JSON tool calls (`edit`, `write`, …) as the chat template offers them.
+    #[default]
+    Tools,
+    /// File blocks and `bash` blocks in the reply's text; no JSON tools offered.
+    Blocks,
+}
+
+impl EditFormat {
+    /// The format a session on `backend` uses unless told: file blocks on the local engine (the small models it
+    /// runs do far better with them), tool calls on a remote server or a provider the caller built.
+    pub fn for_backend(backend: &super::BackendKind) -> Self {
+        match backend {
+            super::BackendKind::Local => EditFormat::Blocks,
+            _ => EditFormat::Tools,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EditFormat::Tools => "tools",
+            EditFormat::Blocks => "blocks",
+        }
+    }
+}
+
+impl std::str::FromStr for EditFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "tools" => Ok(EditFormat::Tools),
+            "blocks" => Ok(EditFormat::Blocks),
+            other => Err(format!(
+                "unknown edit format `{other}` (expected tools or blocks)"
+            )),
+        }
+    }
+}
+
+/// The system prompt's instructions for file blocks (in place of the tool guidelines).
+pub fn instructions(bash: bool) -> String {
+    let mut s = String::from(
+        "You are agentd, a coding assistant working in a project folder. You act by writing blocks:\n\
+         - To create or change a file, write its path on a line of its own, then its complete new content in a \
+         fenced code block.\n",
+    );
+    if bash {
+        s.push_str(
+            "- To run a shell command, write it in a ```bash block; you will see its output.\n",
+        );
+    }
+    s.push_str(
+        "Keep what the task does not mention and change only what the task asks. When the task is done, reply \
+         with a one-line summary and no blocks.",
+    );
+    s
+}
+
+/// The user message for `prompt` with `files` (path, text) shown first, as the examples show them.
+pub fn prompt_with_files(prompt: &str, files: &[(String, String)]) -> String {
+    if files.is_empty() {
+        return prompt.to_string();
+    }
+    let mut s = String::from("Files:\n\n");
+    for (path, text) in files {
+        s.push_str(&fenced(path, text));
+        s.push_str("\n\n");
+    }
+    s.push_str("Task: ");
+    s.push_str(prompt.trim());
+    s
+}
+
+fn fenced(path: &str, text: &str) -> String {
+    let mut body = text.to_string();
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    format!("{path}\n```\n{body}```")
+}
+
+/// The worked examples shown before the conversation: a fix in a file the task shows, and a new file.
+pub fn examples() -> Vec<Message> {
+    let shapes = "def square(x):\n    return x + x\n\n\ndef cube(x):\n    return x * x * x\n";
+    let fixed = "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n";
+    vec![
+        Message::user(prompt_with_files(
+            "square(x) in shapes.py should return x times x. Fix it.",
+            &[("shapes.py".into(), shapes.into())],
+        )),
+        assistant_text(&fenced_lang("shapes.py", "python", fixed)),
+        Message::user(prompt_with_files(
+            "Create a file todo.txt that says: buy milk",
+            &[("notes.md".into(), "# Notes\n".into())],
+        )),
+        assistant_text(&fenced("todo.txt", "buy milk\n")),
+    ]
+}
+
+fn fenced_lang(path: &str, lang: &str, text: &str) -> String {
+    format!("{path}\n```{lang}\n{text}```")
+}
+
+fn assistant_text(text: &str) -> Message {
+    Message::Assistant(AssistantMessage {
+        content: vec![ContentBlock::Text { text: text.into() }],
+    })
+}
+
+/// One block of a reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Block {
+    /// A file's new text (whole, or the part that changes).
+    File { path: String, content: String },
+    /// A shell command.
+    Command(String),
+}
+
+/// Languages whose unnamed fenced block is a command to run.
+const SHELLS: [&str; 5] = ["bash", "sh", "shell", "console", "zsh"];
+
+/// The blocks of a reply, in order. A fence opened under a line that names a path (`calc.py`, `**src/a.rs**`,
+/// `` `VERSION` ``, `File: x.toml`) or that carries a path in its info string (```` ```python calc.py ````) is a file
+/// block; an unnamed `bash`/`sh` fence is a command (when `commands`); a fence never closed (the reply was cut)
+/// and any other fence are text. `files` are the workspace's files: a bare word that names one counts as a path
+/// even without a dot (`Makefile`).
+pub fn parse_blocks(text: &str, files: &[String], commands: bool) -> Vec<Block> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(info) = fence_open(lines[i]) else {
+            i += 1;
+            continue;
+        };
+        let Some(close) = (i + 1..lines.len()).find(|&k| lines[k].trim() == "```") else {
+            break;
+        };
+        let body: String = lines[i + 1..close]
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let mut words = info.split_whitespace();
+        let lang = words.next().unwrap_or("").to_ascii_lowercase();
+        let info_path = words.next().and_then(|w| path_word(w, files)).or_else(|| {
+            (lang.contains('.'))
+                .then(|| path_word(&lang, files))
+                .flatten()
+        });
+        let named = info_path.or_else(|| {
+            // The line above the fence, or the one above a blank line.
+            let above = (0..i).rev().find(|&k| !lines[k].trim().is_empty())?;
+            (i - above <= 2)
+                .then(|| path_line(lines[above], files))
+                .flatten()
+        });
+        match named {
+            Some(path) => out.push(Block::File {
+                path,
+                content: body,
+            }),
+            None if commands && SHELLS.contains(&lang.as_str()) && !body.trim().is_empty() => {
+                out.push(Block::Command(body.trim_end().to_string()))
+            }
+            None => {}
+        }
+        i = close + 1;
+    }
+    out
+}
+
+/// The info string of an opening fence (```` ```python ```` → `python`), `None` for another line.
+fn fence_open(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    if line.len() - t.len() > 3 {
+        return None;
+    }
+    let rest = t.strip_prefix("```")?;
+    (!rest.contains('`')).then(|| rest.trim())
+}
+
+/// The path a line names when it is nothing but a path (decorations aside).
+fn path_line(line: &str, files: &[String]) -> Option<String> {
+    let mut t = line.trim();
+    for prefix in ["File:", "file:", "Path:", "path:", "Filename:", "filename:"] {
+        if let Some(rest) = t.strip_prefix(prefix) {
+            t = rest.trim();
+        }
+    }
+    let t = t.trim_start_matches(['#', ' ']);
+    path_word(t, files)
+}
+
+/// `word` as a relative path when it looks like one: decorations (`*`, `` ` ``, quotes, a trailing `:`) stripped,
+/// no spaces, no `..` segment, not absolute, and either a workspace file or a name with an extension or a `/`.
+fn path_word(word: &str, files: &[String]) -> Option<String> {
+    let colon = word.trim().trim_end_matches(['*', '`']).ends_with(':');
+    let w = word
+        .trim()
+        .trim_matches(|c: char| matches!(c, '*' | '`' | '"' | '\'' | '[' | ']'))
+        .trim_end_matches(':')
+        .trim_matches(|c: char| matches!(c, '*' | '`' | '"' | '\''));
+    let w = w.strip_prefix("./").unwrap_or(w);
+    if w.is_empty() || w.len() > 200 || w.contains(char::is_whitespace) || w.starts_with('/') {
+        return None;
+    }
+    if w.split('/').any(|seg| seg.is_empty() || seg == "..") {
+        return None;
+    }
+    if files.iter().any(|f| f == w) {
+        return Some(w.to_string());
+    }
+    let name = w.rsplit('/').next().unwrap_or(w);
+    let looks_like_file = name
+        .rsplit_once('.')
+        .is_some_and(|(stem, ext)| {
+            !ext.is_empty() && ext.len() <= 10 && ext.chars().all(|c| c.is_ascii_alphanumeric())
+                && (!stem.is_empty() || name.starts_with('.'))
+        })
+        || w.contains('/')
+        // `VERSION`, `LICENSE`; not `NOTE:` before an example.
+        || (!colon && name.len() >= 3 && name.chars().all(|c| c.is_ascii_uppercase() || c == '_'));
+    let plain = w
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '+' | '@'));
+    (looks_like_file && plain).then(|| w.to_string())
+}
+
+/// The [`TextCalls`] of a blocks session: file blocks become `write_block` calls, `bash` blocks `bash` calls
+/// (when `bash` is offered). `files` lists the workspace's files when the reply is read.
+pub fn text_calls(files: Arc<dyn Fn() -> Vec<String> + Send + Sync>, bash: bool) -> TextCalls {
+    Arc::new(move |text: &str| {
+        if !text.contains("```") {
+            return Vec::new();
+        }
+        let listed = files();
+        parse_blocks(text, &listed, bash)
+            .into_iter()
+            .map(|block| {
+                let id = format!("{TEXT_CALL_PREFIX}{}", uuid::Uuid::new_v4().simple());
+                match block {
+                    Block::File { path, content } => {
+                        ToolCall::new(id, WRITE_BLOCK, json!({ "path": path, "content": content }))
+                    }
+                    Block::Command(command) => {
+                        ToolCall::new(id, "bash", json!({ "command": command }))
+                    }
+                }
+            })
+            .collect()
+    })
+}
+
+/// Sets `config` up for file blocks: no JSON tools offered, calls read from the reply's text (paths known from
+/// `state`'s listing), the transcript shown after the examples. `bash`: whether `bash` blocks run.
+pub fn install(
+    config: &mut crate::agent::hooks::AgentLoopConfig,
+    state: Option<crate::tools::workspace::WorkspaceState>,
+    bash: bool,
+) {
+    let files: Arc<dyn Fn() -> Vec<String> + Send + Sync> = match state {
+        Some(state) => Arc::new(move || state.listing().files),
+        None => Arc::new(Vec::new),
+    };
+    config.text_calls = Some(text_calls(files, bash));
+    config.offer_tools = false;
+    config.choose_tools = None;
+    config.convert_to_llm = convert_to_llm();
+}
+
+/// What the model sees of a blocks session: the examples, then the transcript with the calls made in text left
+/// out of the assistant messages (their text shows them) and their results as one user message per turn,
+/// ending with what to do next.
+pub fn convert_to_llm() -> ConvertToLlm {
+    Arc::new(|messages: &[AgentMessage]| {
+        let mut out = examples();
+        let mut results: Vec<String> = Vec::new();
+        let mut commands: std::collections::HashMap<String, String> = Default::default();
+        for m in crate::transcript::convert_to_llm(messages) {
+            match m {
+                Message::Assistant(mut a) => {
+                    flush(&mut out, &mut results);
+                    a.content.retain(|b| match b {
+                        ContentBlock::ToolCall(c) if c.id.starts_with(TEXT_CALL_PREFIX) => {
+                            if let Some(cmd) = c.arguments.get("command").and_then(|v| v.as_str()) {
+                                commands.insert(c.id.clone(), cmd.to_string());
+                            }
+                            false
+                        }
+                        _ => true,
+                    });
+                    if a.content.is_empty() {
+                        a.content.push(ContentBlock::Text {
+                            text: String::new(),
+                        });
+                    }
+                    out.push(Message::Assistant(a));
+                }
+                Message::ToolResult(r) if r.tool_call_id.starts_with(TEXT_CALL_PREFIX) => {
+                    let text = match commands.get(&r.tool_call_id) {
+                        Some(cmd) => format!("$ {cmd}\n{}", r.content.trim_end()),
+                        None => r.content.trim_end().to_string(),
+                    };
+                    results.push(text);
+                }
+                other => {
+                    flush(&mut out, &mut results);
+                    out.push(other);
+                }
+            }
+        }
+        flush(&mut out, &mut results);
+        out
+    })
+}
+
+/// The results gathered since the last assistant message, as one user message.
+fn flush(out: &mut Vec<Message>, results: &mut Vec<String>) {
+    if results.is_empty() {
+        return;
+    }
+    let mut text = results.join("\n\n");
+    text.push_str("\n\n");
+    text.push_str(NEXT_STEP);
+    out.push(Message::user(text));
+    results.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> Vec<String> {
+        vec!["calc.py".into(), "Makefile".into()]
+    }
+
+    #[test]
+    fn a_path_line_then_a_fence_is_a_file_block() {
+        let text = "calc.py\n```python\ndef add(a, b):\n    return a + b\n```\nDone.";
+        assert_eq!(
+            parse_blocks(text, &files(), true),
+            vec![Block::File {
+                path: "calc.py".into(),
+                content: "def add(a, b):\n    return a + b\n".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn decorated_paths_and_info_string_paths() {
+        let cases = [
+            "**src/app.py**\n```\nx\n```",
+            "`src/app.py`:\n```py\nx\n```",
+            "File: src/app.py\n\n```\nx\n```",
+            "```python src/app.py\nx\n```",
+            "### src/app.py\n```\nx\n```",
+        ];
+        for text in cases {
+            assert_eq!(
+                parse_blocks(text, &files(), true),
+                vec![Block::File {
+                    path: "src/app.py".into(),
+                    content: "x\n".into()
+                }],
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_without_extension_need_to_be_known_or_look_like_files() {
+        let block = |p: &str| format!("{p}\n```\nx\n```");
+        assert_eq!(parse_blocks(&block("Makefile"), &files(), true).len(), 1);
+        assert_eq!(parse_blocks(&block("VERSION"), &files(), true).len(), 1);
+        assert!(parse_blocks(&block("Here is the fix"), &files(), true).is_empty());
+        assert!(parse_blocks(&block("../etc/passwd"), &files(), true).is_empty());
+        assert!(parse_blocks(&block("/etc/passwd"), &files(), true).is_empty());
+        assert!(parse_blocks(&block("explanation"), &files(), true).is_empty());
+        assert!(parse_blocks(&block("NOTE:"), &files(), true).is_empty());
+    }
+
+    #[test]
+    fn bash_blocks_are_commands_and_unclosed_fences_are_dropped() {
+        let text = "```bash\nwc -l data.csv\n```\nnotes.txt\n```\nunfinished";
+        assert_eq!(
+            parse_blocks(text, &files(), true),
+            vec![Block::Command("wc -l data.csv".into())]
+        );
+        assert!(parse_blocks(text, &files(), false).is_empty());
+        // A plain code block with no path is only text.
+        assert!(parse_blocks("```python\nprint(1)\n```", &files(), true).is_empty());
+    }
+
+    #[test]
+    fn several_blocks_in_order() {
+        let text = "a.py\n```\n1\n```\n\nb.py\n```\n2\n```\n";
+        let got = parse_blocks(text, &files(), true);
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            got[1],
+            Block::File {
+                path: "b.py".into(),
+                content: "2\n".into()
+            }
+        );
+    }
+
+    #[test]
+    fn results_become_one_user_message_after_the_examples() {
+        let call = ToolCall::new(
+            format!("{TEXT_CALL_PREFIX}1"),
+            WRITE_BLOCK,
+            json!({"path": "a.py", "content": "x\n"}),
+        );
+        let turn = crate::transcript::AssistantTurn {
+            content: vec![
+                ContentBlock::Text {
+                    text: "a.py\n```\nx\n```".into(),
+                },
+                ContentBlock::ToolCall(call.clone()),
+            ],
+            stop_reason: crate::provider::StopReason::Stop,
+            usage: Default::default(),
+            model: String::new(),
+            error_message: None,
+            timestamp: 0,
+        };
+        let messages = vec![
+            AgentMessage::user("do it"),
+            AgentMessage::Assistant(turn),
+            AgentMessage::ToolResult(crate::transcript::ToolResult {
+                tool_call_id: call.id.clone(),
+                tool_name: WRITE_BLOCK.into(),
+                content: "Wrote a.py.".into(),
+                details: serde_json::Value::Null,
+                is_error: false,
+                timestamp: 0,
+            }),
+        ];
+        let out = convert_to_llm()(&messages);
+        let n = examples().len();
+        assert_eq!(out.len(), n + 3);
+        match &out[n + 1] {
+            Message::Assistant(a) => assert_eq!(a.content.len(), 1),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            out[n + 2],
+            Message::user(format!("Wrote a.py.\n\n{NEXT_STEP}"))
+        );
+    }
+}

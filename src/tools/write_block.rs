@@ -1,0 +1,380 @@
+//! `write_block {path, content}`: a file block the model wrote in its reply (the "file blocks" edit format,
+//! `app::edit_format`), applied. A new file is created with the block as its text; in an existing file the block
+//! is placed by [`super::block_place`] (the run of lines it rewrites is replaced, the lines it left out at its ends
+//! are kept), so a block holding only the fixed function does not delete the rest of the file. The write is
+//! atomic like `write`'s, and refused like `edit`'s when it would break the syntax of a JSON or Python file
+//! that parsed before.
+//!
+//! The result shows the file as it now reads (no byte counts or line numbers for a small model to copy), how
+//! the block was placed, and names the block took out of this file that other files of the workspace still use
+//! (a rename half done), then asks for a summary or the next block.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::block_place::{place, Placement};
+use super::file_access::{open_regular, read_at_most};
+use super::policy::resolve_path;
+use super::syntax_check::breaks_syntax;
+use super::tool::{
+    builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
+};
+use super::workspace::WorkspaceState;
+use super::write::atomic_write;
+use crate::schema::ToolSpec;
+
+/// The tool's name (the calls the file-blocks format makes from the model's text).
+pub const WRITE_BLOCK: &str = "write_block";
+/// How every successful result ends.
+pub const NEXT_STEP: &str =
+    "If the task is done, reply with a one-line summary; otherwise write the next block.";
+/// The largest file a block is placed in (the whole file is held in memory and aligned).
+const MAX_BLOCK_FILE: u64 = 2 * 1024 * 1024;
+
+/// Arguments of `write_block`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WriteBlockArgs {
+    /// Path of the file, relative to the working directory.
+    pub path: String,
+    /// The block's text: the whole file, or the part of it that changes.
+    pub content: String,
+}
+
+/// The `write_block` tool (not offered to the model as a JSON tool: its calls come from file blocks in text).
+pub struct WriteBlockTool {
+    spec: ToolSpec,
+}
+
+impl WriteBlockTool {
+    pub fn new() -> Self {
+        Self {
+            spec: builtin_spec::<WriteBlockArgs>(
+                WRITE_BLOCK,
+                "Apply a file block: create the file with the block as its text, or in an existing file replace \
+                 the lines the block rewrites (found by its matching lines) and keep the rest.",
+            ),
+        }
+    }
+}
+
+impl Default for WriteBlockTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What applying a block to a file's current text gives: the new text and the sentence saying how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockOutcome {
+    pub new_text: String,
+    /// How the block was placed, for the model (empty for a new file or a whole-file block).
+    pub how: String,
+}
+
+/// The text `block` leaves in a file that reads `old` (`None`: a new file), with CRLF line endings and a BOM
+/// kept as the file had them.
+pub fn apply_block(old: Option<&str>, block: &str) -> BlockOutcome {
+    let block = block.replace("\r\n", "\n");
+    let Some(old) = old else {
+        return BlockOutcome {
+            new_text: block,
+            how: String::new(),
+        };
+    };
+    let (bom, body) = match old.strip_prefix('\u{feff}') {
+        Some(rest) => ("\u{feff}", rest),
+        None => ("", old),
+    };
+    let crlf = body.contains("\r\n");
+    let lf = body.replace("\r\n", "\n");
+    let placed = place(&lf, &block);
+    let mut how = match placed.placement {
+        Placement::Whole => String::new(),
+        Placement::Region { start, end } => format!(
+            "Your block replaced {} and the rest of the file was kept.",
+            lines_phrase(start, end)
+        ),
+        Placement::Appended => {
+            "Your block matched no lines of the file, so it was added at its end.".into()
+        }
+    };
+    if !placed.deleted.is_empty() {
+        how.push_str(&format!(
+            " {} of the old file, between lines of your block, were left out of it and are gone.",
+            ranges_phrase(&placed.deleted)
+        ));
+    }
+    let mut new_text = placed.text;
+    if crlf {
+        new_text = new_text.replace('\n', "\r\n");
+    }
+    BlockOutcome {
+        new_text: format!("{bom}{new_text}"),
+        how: how.trim().to_string(),
+    }
+}
+
+fn lines_phrase(start: usize, end: usize) -> String {
+    if start == end {
+        format!("line {start}")
+    } else {
+        format!("lines {start}–{end}")
+    }
+}
+
+/// `[2, 3, 7]` → "Lines 2–3, 7".
+fn ranges_phrase(lines: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let mut j = i;
+        while j + 1 < lines.len() && lines[j + 1] == lines[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            lines[i].to_string()
+        } else {
+            format!("{}–{}", lines[i], lines[j])
+        });
+        i = j + 1;
+    }
+    let word = if lines.len() == 1 { "Line" } else { "Lines" };
+    format!("{word} {}", parts.join(", "))
+}
+
+/// The file as the result shows it: all of it when short, else its first lines.
+pub fn shown_text(text: &str) -> String {
+    const MAX_LINES: usize = 60;
+    const MAX_BYTES: usize = 3000;
+    if text.is_empty() {
+        return "(the file is empty)".into();
+    }
+    let mut shown = String::new();
+    for (i, line) in text.lines().enumerate() {
+        if i == MAX_LINES || shown.len() + line.len() > MAX_BYTES {
+            shown.push_str("… (the rest unchanged)\n");
+            break;
+        }
+        shown.push_str(line);
+        shown.push('\n');
+    }
+    format!("```\n{shown}```")
+}
+
+/// Identifiers (3+ characters) of `text`.
+fn identifiers(text: &str) -> std::collections::BTreeSet<&str> {
+    text.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| w.len() >= 3 && w.starts_with(|c: char| c.is_alphabetic() || c == '_'))
+        .collect()
+}
+
+/// Names that `old` had and `new` lost, with the other workspace files that still use them (a rename done in
+/// one file only): one line per name, at most three names and three files each.
+fn lost_names_still_used(state: &WorkspaceState, this: &Path, old: &str, new: &str) -> String {
+    let kept = identifiers(new);
+    let lost: Vec<&str> = identifiers(old)
+        .into_iter()
+        .filter(|w| !kept.contains(w))
+        .collect();
+    if lost.is_empty() || lost.len() > 8 {
+        // Nothing lost, or a rewrite too large to be a rename.
+        return String::new();
+    }
+    let this = std::fs::canonicalize(this).unwrap_or_else(|_| this.to_path_buf());
+    let mut out = String::new();
+    let mut named = 0;
+    for name in lost {
+        let mut users = Vec::new();
+        for rel in state.listing().files.iter().take(500) {
+            let path = state.root().join(rel);
+            if std::fs::canonicalize(&path).is_ok_and(|p| p == this) {
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if meta.len() > 256 * 1024 {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            if let Some(line) = text.lines().find(|l| identifiers(l).contains(name)) {
+                users.push(format!("{rel} (`{}`)", line.trim()));
+            }
+            if users.len() == 3 {
+                break;
+            }
+        }
+        if !users.is_empty() {
+            out.push_str(&format!(
+                "\n`{name}` is no longer in this file, but {} still {} it: {}.",
+                if users.len() == 1 {
+                    "another file"
+                } else {
+                    "other files"
+                },
+                if users.len() == 1 { "uses" } else { "use" },
+                users.join(", ")
+            ));
+            named += 1;
+            if named == 3 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Tool for WriteBlockTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn tags(&self) -> &[PolicyTag] {
+        &[PolicyTag::Write]
+    }
+
+    async fn call(
+        &self,
+        args: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let args: WriteBlockArgs = parse_arguments(WRITE_BLOCK, args)?;
+        let path = resolve_path(ctx, &args.path)?;
+        let label = args.path.trim_start_matches("./").to_string();
+        let (target, name, state) = (path.clone(), label.clone(), ctx.workspace_state.clone());
+        // Reading, placing, the syntax check (a `python3` child) and the write all block: off the async thread.
+        let done = ctx
+            .run_blocking(WRITE_BLOCK, move || {
+                write_block(&target, &name, &args.content, state)
+            })
+            .await?;
+        ctx.saw(&path);
+        if done.changed {
+            ctx.tree_changed();
+        }
+        Ok(ToolOutput::new(
+            done.content,
+            json!({ "path": path, "created": done.created, "noop": !done.changed }),
+        ))
+    }
+}
+
+/// What a block did to its file: the result text for the model.
+struct Written {
+    content: String,
+    created: bool,
+    changed: bool,
+}
+
+/// Applies `block` to `path` (named `label` for the model): the blocking part of the tool.
+fn write_block(
+    path: &Path,
+    label: &str,
+    block: &str,
+    state: Option<WorkspaceState>,
+) -> Result<Written, ToolError> {
+    let old = read_existing(path, label)?;
+    let outcome = apply_block(old.as_deref(), block);
+    if old.as_deref() == Some(outcome.new_text.as_str()) {
+        return Ok(Written {
+            content: format!("{label} already reads like that: nothing changed."),
+            created: false,
+            changed: false,
+        });
+    }
+    if let Some(old) = &old {
+        if let Some(why) = breaks_syntax(path, old, &outcome.new_text) {
+            return Err(ToolError::RespondToModel(format!(
+                "Not written: {label} would not parse after this block ({why}), so it is unchanged. It would have \
+                 read:\n{}\nWrite the block again, fixed.",
+                shown_text(&outcome.new_text)
+            )));
+        }
+    }
+    atomic_write(path, outcome.new_text.as_bytes())
+        .map_err(|e| ToolError::RespondToModel(format!("Cannot write {label}: {e}")))?;
+    let mut content = match &old {
+        None => format!("Created {label}."),
+        Some(_) if outcome.how.is_empty() => format!("Wrote {label}."),
+        Some(_) => format!("Wrote {label}. {}", outcome.how),
+    };
+    content.push_str(&format!(
+        " It now reads:\n{}",
+        shown_text(&outcome.new_text)
+    ));
+    if let (Some(old), Some(state)) = (&old, &state) {
+        content.push_str(&lost_names_still_used(state, path, old, &outcome.new_text));
+    }
+    Ok(Written {
+        content,
+        created: old.is_none(),
+        changed: true,
+    })
+}
+
+/// The current text of `path` (`None`: no such file). A directory, a special file, a binary or an oversized
+/// file is refused.
+fn read_existing(path: &Path, label: &str) -> Result<Option<String>, ToolError> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(ToolError::RespondToModel(format!(
+                "Cannot read {label}: {e}"
+            )))
+        }
+    };
+    if meta.is_dir() {
+        return Err(ToolError::RespondToModel(format!(
+            "{label} is a directory; a block needs a file path."
+        )));
+    }
+    if meta.len() > MAX_BLOCK_FILE {
+        return Err(ToolError::RespondToModel(format!(
+            "{label} is too large for a file block ({} bytes); change it with bash.",
+            meta.len()
+        )));
+    }
+    let (file, _) = open_regular(path, label, WRITE_BLOCK)?;
+    let bytes = read_at_most(&file, MAX_BLOCK_FILE)
+        .map_err(|e| ToolError::RespondToModel(format!("Cannot read {label}: {e}")))?
+        .ok_or_else(|| {
+            ToolError::RespondToModel(format!(
+                "{label} is too large for a file block; change it with bash."
+            ))
+        })?;
+    String::from_utf8(bytes).map(Some).map_err(|_| {
+        ToolError::RespondToModel(format!(
+            "{label} is not UTF-8 text; a file block cannot change it."
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crlf_and_bom_survive_a_placed_block() {
+        let old = "\u{feff}a = 1\r\nb = 2\r\nc = 3\r\n";
+        let out = apply_block(Some(old), "b = 5\n");
+        assert_eq!(out.new_text, "\u{feff}a = 1\r\nb = 5\r\nc = 3\r\n");
+        assert_eq!(
+            out.how,
+            "Your block replaced line 2 and the rest of the file was kept."
+        );
+    }
+
+    #[test]
+    fn ranges_read_as_ranges() {
+        assert_eq!(ranges_phrase(&[2, 3, 7]), "Lines 2–3, 7");
+        assert_eq!(ranges_phrase(&[4]), "Line 4");
+    }
+}

@@ -1,0 +1,285 @@
+//! The file-blocks edit format (`app::edit_format`) through the real agent loop, the real `write_block` and
+//! `bash` tools and real files, with a scripted provider whose replies are text: a file block is placed in its
+//! file (the lines it leaves out at its ends are kept), a new file is created, a `bash` block runs, the model
+//! sees no JSON tools, the examples first and the results as one user message; a block that would break a
+//! Python file is refused; a rename done in one file names the other files that still use the old name; a
+//! block that changes nothing after a change ends the run as completed; a path outside the workspace is text.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agentd::agent::{
+    agent_loop, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig, AgentMessage,
+};
+use agentd::app::edit_format::{self, EditFormat, TEXT_CALL_PREFIX};
+use agentd::app::loop_rules::{mutating_tools, LoopRules};
+use agentd::app::BackendKind;
+use agentd::provider::{Message, ScriptedProvider, ScriptedReply, ToolChoice};
+use agentd::tools::bash::BashTool;
+use agentd::tools::tool::Tool;
+use agentd::tools::workspace::WorkspaceState;
+use agentd::tools::write_block::{WriteBlockTool, NEXT_STEP, WRITE_BLOCK};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n";
+
+/// Runs the scripted text `replies` (then "done") in `dir` as a blocks session with the loop rules.
+async fn run(dir: &Path, replies: &[&str]) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
+    let mut scripted: Vec<ScriptedReply> = replies
+        .iter()
+        .map(|r| ScriptedReply::text_only(*r))
+        .collect();
+    scripted.push(ScriptedReply::text_only("Done: the change is made."));
+    let provider = Arc::new(ScriptedProvider::new(scripted));
+    let mut config = AgentLoopConfig::new(provider.clone());
+    config.cwd = dir.to_path_buf();
+    let state = WorkspaceState::new(dir);
+    config.workspace_state = Some(state.clone());
+    let tools: Vec<Arc<dyn Tool>> =
+        vec![Arc::new(WriteBlockTool::new()), Arc::new(BashTool::new())];
+    LoopRules::new(mutating_tools(&tools), dir.to_path_buf()).install(&mut config);
+    edit_format::install(&mut config, Some(state), true);
+    let context = AgentContext {
+        system_prompt: edit_format::instructions(true),
+        messages: vec![],
+        tools,
+    };
+    let events = agent_loop(
+        vec![AgentMessage::user("fix it")],
+        context,
+        config,
+        CancellationToken::new(),
+    )
+    .collect()
+    .await;
+    (events, provider)
+}
+
+fn executions(events: &[AgentEvent]) -> Vec<(String, String, bool)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolExecutionEnd {
+                tool_name, result, ..
+            } => Some((tool_name.clone(), result.content.clone(), result.is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn end_reason(events: &[AgentEvent]) -> AgentEndReason {
+    events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::AgentEnd { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .unwrap_or(AgentEndReason::Error)
+}
+
+fn user_text(m: &Message) -> Option<&str> {
+    match m {
+        Message::User(u) => Some(&u.content),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_partial_block_is_placed_and_the_model_sees_the_result_after_the_examples() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
+    let reply =
+        "The bug is the minus sign.\n\ncalc.py\n```python\ndef add(a, b):\n    return a + b\n```\n";
+    let (events, provider) = run(dir.path(), &[reply]).await;
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("calc.py")).unwrap(),
+        "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
+        "sub must survive a block that only holds add"
+    );
+    let done = executions(&events);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].0, WRITE_BLOCK);
+    assert!(!done[0].2, "{}", done[0].1);
+    assert!(
+        done[0]
+            .1
+            .contains("replaced lines 1–2 and the rest of the file was kept"),
+        "{}",
+        done[0].1
+    );
+    assert_eq!(end_reason(&events), AgentEndReason::Completed);
+
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        assert!(r.tools.is_empty(), "no JSON tools in a blocks session");
+        assert_eq!(r.tool_choice, ToolChoice::None);
+    }
+    let second = &requests[1].messages;
+    let examples = edit_format::examples();
+    assert_eq!(&second[..examples.len()], &examples[..]);
+    // The reply is sent back as written (no JSON call in it), the result follows as a user message.
+    let last = user_text(second.last().unwrap()).expect("results as a user message");
+    assert!(last.starts_with("Wrote calc.py."), "{last}");
+    assert!(last.ends_with(NEXT_STEP), "{last}");
+    match &second[second.len() - 2] {
+        Message::Assistant(a) => {
+            assert_eq!(a.content.len(), 1, "{a:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The call is in the transcript (and the session file) with an id of its own.
+    let call_ids: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolExecutionStart { tool_call_id, .. } => Some(tool_call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(call_ids.iter().all(|id| id.starts_with(TEXT_CALL_PREFIX)));
+}
+
+#[tokio::test]
+async fn new_files_bash_blocks_and_two_blocks_in_one_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("data.csv"), "a\nb\nc\n").unwrap();
+    let (events, provider) = run(
+        dir.path(),
+        &[
+            "```bash\nwc -l < data.csv\n```",
+            "count.txt\n```\n3\n```\n\nsub/notes.md\n```\n# Notes\n```",
+        ],
+    )
+    .await;
+    let done = executions(&events);
+    let names: Vec<&str> = done.iter().map(|d| d.0.as_str()).collect();
+    assert_eq!(names, ["bash", WRITE_BLOCK, WRITE_BLOCK]);
+    assert!(done[0].1.contains('3'), "{}", done[0].1);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("count.txt")).unwrap(),
+        "3\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("sub/notes.md")).unwrap(),
+        "# Notes\n"
+    );
+    assert!(done[1].1.starts_with("Created count.txt."), "{}", done[1].1);
+    // The command's output reaches the model with the command, then both writes as one message.
+    let requests = provider.requests();
+    let after_bash = user_text(requests[1].messages.last().unwrap()).unwrap();
+    assert!(
+        after_bash.starts_with("$ wc -l < data.csv\n"),
+        "{after_bash}"
+    );
+    let after_writes = user_text(requests[2].messages.last().unwrap()).unwrap();
+    assert!(
+        after_writes.contains("Created count.txt.")
+            && after_writes.contains("Created sub/notes.md."),
+        "{after_writes}"
+    );
+    assert_eq!(after_writes.matches(NEXT_STEP).count(), 1);
+}
+
+#[tokio::test]
+async fn a_block_that_breaks_python_is_refused_and_the_file_kept() {
+    if std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
+    let (events, _) = run(
+        dir.path(),
+        &["calc.py\n```python\ndef add(a, b)\n    return a + b\n```"],
+    )
+    .await;
+    let done = executions(&events);
+    assert!(done[0].2, "{}", done[0].1);
+    assert!(
+        done[0]
+            .1
+            .starts_with("Not written: calc.py would not parse"),
+        "{}",
+        done[0].1
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("calc.py")).unwrap(),
+        CALC
+    );
+}
+
+#[tokio::test]
+async fn a_rename_in_one_file_names_the_files_that_still_use_the_old_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("helpers.py"),
+        "def fmt_name(first, last):\n    return first.title() + \" \" + last.title()\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("app.py"),
+        "from helpers import fmt_name\n\n\ndef welcome(f, l):\n    return fmt_name(f, l)\n",
+    )
+    .unwrap();
+    let (events, _) = run(
+        dir.path(),
+        &["helpers.py\n```python\ndef format_name(first, last):\n    return first.title() + \" \" + last.title()\n```"],
+    )
+    .await;
+    let done = executions(&events);
+    assert!(
+        done[0]
+            .1
+            .contains("`fmt_name` is no longer in this file, but another file still uses it: app.py (`from helpers import fmt_name`)"),
+        "{}",
+        done[0].1
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_block_after_a_change_ends_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
+    let fix = "calc.py\n```python\ndef add(a, b):\n    return a + b\n```";
+    let (events, provider) = run(dir.path(), &[fix, fix, fix, fix]).await;
+    assert_eq!(end_reason(&events), AgentEndReason::Completed);
+    assert_eq!(
+        executions(&events).len(),
+        2,
+        "the repeat is answered and ends the run"
+    );
+    assert_eq!(provider.remaining(), 3);
+}
+
+#[tokio::test]
+async fn paths_outside_the_workspace_and_plain_code_are_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (events, _) = run(
+        dir.path(),
+        &["../escape.py\n```\nx = 1\n```\n\n/tmp/abs.py\n```\nx = 1\n```\n\n```python\nprint(1)\n```"],
+    )
+    .await;
+    assert!(executions(&events).is_empty());
+    assert!(!dir.path().join("../escape.py").exists());
+}
+
+#[test]
+fn the_local_engine_gets_blocks_and_other_backends_tools() {
+    assert_eq!(
+        EditFormat::for_backend(&BackendKind::Local),
+        EditFormat::Blocks
+    );
+    assert_eq!(
+        EditFormat::for_backend(&BackendKind::Remote {
+            base_url: "http://x".into()
+        }),
+        EditFormat::Tools
+    );
+    assert_eq!("blocks".parse::<EditFormat>(), Ok(EditFormat::Blocks));
+    assert!("diff".parse::<EditFormat>().is_err());
+}
