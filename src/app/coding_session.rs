@@ -167,6 +167,8 @@ struct Inner {
     /// What the session knows of its files (`None`: the workspace grammar is off).
     workspace_state: Option<WorkspaceState>,
     edit_format: EditFormat,
+    /// The files the running prompt named (blocks: asked about after a block lands).
+    named_files: edit_format::NamedFiles,
 }
 
 /// A session file being recorded.
@@ -372,9 +374,11 @@ impl CodingSession {
         if settings.workspace_grammar {
             config.choose_tools = Some(Arc::new(super::loop_rules::act_on_named_files));
         }
+        let named_files = edit_format::NamedFiles::new(&cwd);
         if edit_format == EditFormat::Blocks {
             let bash = tools.iter().any(|t| t.spec().name == "bash");
             edit_format::install(&mut config, workspace_state.clone(), bash);
+            named_files.install(&mut config);
         }
         if settings.loop_rules {
             LoopRules::new(mutating_tools(&tools), cwd.clone()).install(&mut config);
@@ -396,6 +400,7 @@ impl CodingSession {
                 approvals,
                 workspace_state,
                 edit_format,
+                named_files,
                 report: SetupReport {
                     context_files: context_files.into_iter().map(|f| f.path).collect(),
                     skills: found,
@@ -445,6 +450,7 @@ impl CodingSession {
             // File blocks: the named files first, in the format the model writes them back in.
             Some(state) if self.inner.edit_format == EditFormat::Blocks => {
                 let files = super::mentions::named_files(text, state);
+                self.inner.named_files.set(&files);
                 Ok(edit_format::prompt_with_files(&expanded, &files))
             }
             Some(state) => Ok(super::mentions::attach_named_files(&expanded, text, state)),

@@ -196,7 +196,32 @@ pub fn parse_blocks(text: &str, files: &[String], commands: bool) -> Vec<Block> 
         }
         i = close + 1;
     }
+    if out.is_empty() && !text.contains("```") {
+        out.extend(unfenced_new_file(&lines, files));
+    }
     out
+}
+
+/// A reply that is only a new file's path and, on the lines below, a short text with no fence at all (small
+/// models write `VERSION` then `1.2.3` so): that file's block. Only for a file that does not exist yet, so a
+/// reply that starts with an existing file's name and explains it never overwrites it.
+fn unfenced_new_file(lines: &[&str], files: &[String]) -> Option<Block> {
+    const MAX_LINES: usize = 20;
+    let first = lines.iter().position(|l| !l.trim().is_empty())?;
+    let path = path_line(lines[first], files)?;
+    if files.contains(&path) {
+        return None;
+    }
+    let body: Vec<&str> = lines[first + 1..]
+        .iter()
+        .skip_while(|l| l.trim().is_empty())
+        .copied()
+        .collect();
+    let body_len = body.iter().rposition(|l| !l.trim().is_empty())? + 1;
+    (body_len <= MAX_LINES).then(|| Block::File {
+        path,
+        content: body[..body_len].iter().map(|l| format!("{l}\n")).collect(),
+    })
 }
 
 /// The info string of an opening fence (```` ```python ```` → `python`), `None` for another line.
@@ -260,9 +285,6 @@ fn path_word(word: &str, files: &[String]) -> Option<String> {
 /// (when `bash` is offered). `files` lists the workspace's files when the reply is read.
 pub fn text_calls(files: Arc<dyn Fn() -> Vec<String> + Send + Sync>, bash: bool) -> TextCalls {
     Arc::new(move |text: &str| {
-        if !text.contains("```") {
-            return Vec::new();
-        }
         let listed = files();
         parse_blocks(text, &listed, bash)
             .into_iter()
@@ -296,6 +318,84 @@ pub fn install(
     config.offer_tools = false;
     config.choose_tools = None;
     config.convert_to_llm = convert_to_llm();
+}
+
+/// The files the prompt named (shown to the model with it) and their text then. After a block lands, the first
+/// of them still as it was is asked about: small models change the first file of a two-file job and stop
+/// (Qwen2.5-Coder-0.5B changed `pricing.py` and never the test that expects the old price).
+#[derive(Clone)]
+pub struct NamedFiles {
+    root: std::path::PathBuf,
+    files: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+impl NamedFiles {
+    pub fn new(root: impl Into<std::path::PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            files: Arc::default(),
+        }
+    }
+
+    /// The files of the prompt now running.
+    pub fn set(&self, files: &[(String, String)]) {
+        *self.files.lock().unwrap_or_else(|p| p.into_inner()) = files.to_vec();
+    }
+
+    /// The first named file, other than `written`, whose text is still what the prompt showed.
+    pub fn next_unchanged(&self, written: &str) -> Option<String> {
+        let files = self.files.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        files.into_iter().find_map(|(path, text)| {
+            let now = std::fs::read_to_string(self.root.join(&path)).ok()?;
+            (path != written && now == text).then_some(path)
+        })
+    }
+
+    /// The question appended to a landed block's result (`content`), if a named file is still as it was and the
+    /// result does not already speak of it.
+    pub fn question(&self, written: &str, content: &str) -> Option<String> {
+        self.next_unchanged(written)
+            .filter(|f| !content.contains(f.as_str()))
+            .map(|f| {
+            format!(
+                "Next: does {f} need a change for this task? If it does, write {f}; if not, reply with a one-line \
+                 summary."
+            )
+        })
+    }
+
+    /// Puts the question after `write_block` results, around `config`'s `after_tool_call`.
+    pub fn install(&self, config: &mut crate::agent::hooks::AgentLoopConfig) {
+        let next = config.after_tool_call.take();
+        let named = self.clone();
+        config.after_tool_call = Some(Arc::new(move |call, result| {
+            let (named, next) = (named.clone(), next.clone());
+            let (call, result) = (call.clone(), result.clone());
+            Box::pin(async move {
+                let mut change = match next {
+                    Some(next) => next(&call, &result).await,
+                    None => Default::default(),
+                };
+                let landed = call.name == WRITE_BLOCK
+                    && !change.is_error.unwrap_or(result.is_error)
+                    && result.details.get("noop").and_then(|v| v.as_bool()) == Some(false);
+                let written = call
+                    .arguments
+                    .get("path")
+                    .and_then(|p| p.as_str())
+                    .unwrap_or_default()
+                    .trim_start_matches("./")
+                    .to_string();
+                if landed {
+                    let content = change.content.clone().unwrap_or(result.content);
+                    if let Some(q) = named.question(&written, &content) {
+                        change.content = Some(format!("{content}\n\n{q}"));
+                    }
+                }
+                change
+            })
+        }));
+    }
 }
 
 /// What the model sees of a blocks session: the examples, then the transcript with the calls made in text left
@@ -349,7 +449,18 @@ fn flush(out: &mut Vec<Message>, results: &mut Vec<String>) {
     if results.is_empty() {
         return;
     }
-    let mut text = results.join("\n\n");
+    // Two blocks in one reply may ask the same question: once is enough.
+    let mut seen = std::collections::HashSet::new();
+    let kept: Vec<String> = results
+        .iter()
+        .map(|r| {
+            r.split("\n\n")
+                .filter(|part| !part.starts_with("Next: ") || seen.insert(part.to_string()))
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        })
+        .collect();
+    let mut text = kept.join("\n\n");
     text.push_str("\n\n");
     text.push_str(NEXT_STEP);
     out.push(Message::user(text));
@@ -419,6 +530,22 @@ mod tests {
         assert!(parse_blocks(text, &files(), false).is_empty());
         // A plain code block with no path is only text.
         assert!(parse_blocks("```python\nprint(1)\n```", &files(), true).is_empty());
+    }
+
+    #[test]
+    fn a_bare_path_then_a_short_text_creates_that_new_file_only() {
+        assert_eq!(
+            parse_blocks("VERSION\n1.2.3", &files(), true),
+            vec![Block::File {
+                path: "VERSION".into(),
+                content: "1.2.3\n".into()
+            }]
+        );
+        // An existing file is never overwritten by a reply that merely starts with its name.
+        assert!(parse_blocks("calc.py\nIt adds two numbers.", &files(), true).is_empty());
+        // Prose is not a path.
+        assert!(parse_blocks("The task is done.\nBye", &files(), true).is_empty());
+        assert!(parse_blocks("notes.txt", &files(), true).is_empty());
     }
 
     #[test]

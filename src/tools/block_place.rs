@@ -76,9 +76,12 @@ pub fn place(old: &str, block: &str) -> Placed {
         return whole();
     }
     let Some(span) = align(&a, &b).or_else(|| same_key(&a, &b)) else {
-        // Nothing matches: a rewrite of a short file, or something new.
+        // Nothing matches: a rewrite of a short file, or something new — a block that only defines names the
+        // file does not define, in a file that defines others, is new (a function added).
         let block_lines = b.iter().filter(|l| !l.trim().is_empty()).count();
-        if content_lines <= 3 || block_lines * 2 >= content_lines {
+        let (old_defs, new_defs) = (defined_names(&a), defined_names(&b));
+        let adds = !old_defs.is_empty() && !new_defs.is_empty() && old_defs.is_disjoint(&new_defs);
+        if !adds && (content_lines <= 3 || block_lines * 2 >= content_lines) {
             return whole();
         }
         let mut text = old.to_string();
@@ -258,7 +261,12 @@ fn extend_edges(a: &[&str], b: &[&str], span: &mut Span) {
         {
             k += 1;
         }
-        if k <= span.old.0 && k <= span.new.0 && loosely_same(a[span.old.0 - k], b[span.new.0 - k])
+        if k <= span.old.0
+            && k <= span.new.0
+            && (loosely_same(a[span.old.0 - k], b[span.new.0 - k])
+                || span.new.0 == k
+                    && same_statement(a[span.old.0 - k], b[0])
+                    && (span.old.0 == k || opens_scope(a[span.old.0 - k - 1], a[span.old.0 - k])))
         {
             span.old.0 -= k;
             span.new.0 -= k;
@@ -275,9 +283,13 @@ fn extend_edges(a: &[&str], b: &[&str], span: &mut Span) {
         {
             k += 1;
         }
-        if span.old.1 + k < a.len()
-            && span.new.1 + k < b.len()
-            && loosely_same(a[span.old.1 + k], b[span.new.1 + k])
+        let (i, j) = (span.old.1 + k, span.new.1 + k);
+        if i < a.len()
+            && j < b.len()
+            && (loosely_same(a[i], b[j])
+                || j + 1 == b.len()
+                    && same_statement(a[i], b[j])
+                    && (i + 1 == a.len() || opens_scope(a[i], a[i + 1])))
         {
             span.old.1 += k + 1;
             span.new.1 += k + 1;
@@ -285,6 +297,36 @@ fn extend_edges(a: &[&str], b: &[&str], span: &mut Span) {
             break;
         }
     }
+}
+
+/// Two lines that are one statement rewritten: the same indentation and the same first word (`    return 0` →
+/// `    return util.double(21)`). Only trusted at a block's first or last line, where the scope ends too.
+fn same_statement(x: &str, y: &str) -> bool {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let (hx, hy) = (head(x.trim()), head(y.trim()));
+    !x.trim().is_empty()
+        && indent(x) == indent(y)
+        && x[..indent(x)] == y[..indent(y)]
+        && !hx.is_empty()
+        && hx.first() == hy.first()
+}
+
+/// Whether `next` is outside the scope `line` is the last of: blank, or less indented.
+fn opens_scope(line: &str, next: &str) -> bool {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    next.trim().is_empty() || indent(next) < indent(line)
+}
+
+/// The names the top-level definitions of `lines` define (`def add`, `class Rect`, `function sub`, `fn main`).
+fn defined_names<'a>(lines: &[&'a str]) -> std::collections::BTreeSet<&'a str> {
+    lines
+        .iter()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+        .filter_map(|l| {
+            let h = head(l.trim());
+            (h.len() > 1 && DEFINES.contains(&h[0])).then(|| h[h.len() - 1])
+        })
+        .collect()
 }
 
 /// For a block of one line that matched nothing: the old line with the same key (`DEBUG=false` for
@@ -576,6 +618,29 @@ mod tests {
         assert_eq!(
             place(&with_tail, new).text,
             format!("{new}\n\ndef other():\n    return 1\n")
+        );
+    }
+
+    #[test]
+    fn a_new_function_in_a_short_file_is_added_not_swapped_in() {
+        let old = "def half(x):\n    return x / 2\n";
+        let p = place(old, "def double(x):\n    return x * 2\n");
+        assert_eq!(p.placement, Placement::Appended);
+        assert_eq!(
+            p.text,
+            "def half(x):\n    return x / 2\n\ndef double(x):\n    return x * 2\n"
+        );
+    }
+
+    #[test]
+    fn a_rewritten_last_statement_replaces_the_old_one() {
+        let old = "import util\n\n\ndef run():\n    return 0\n";
+        let block = "import util\n\n\ndef run():\n    return util.double(21)\n";
+        assert_eq!(place(old, block).text, block);
+        let old = "def run():\n    return 0\n\n\ndef other():\n    return 1\n";
+        assert_eq!(
+            place(old, "def run():\n    return util.double(21)\n").text,
+            "def run():\n    return util.double(21)\n\n\ndef other():\n    return 1\n"
         );
     }
 

@@ -5,6 +5,9 @@
 //! atomic like `write`'s, and refused like `edit`'s when it would break the syntax of a JSON or Python file
 //! that parsed before.
 //!
+//! A block for an existing file the session has not seen as it is now is not placed: the answer is the file's
+//! text (read before write), and the same block may then be sent again.
+//!
 //! The result shows the file as it now reads (no byte counts or line numbers for a small model to copy), how
 //! the block was placed, and names the block took out of this file that other files of the workspace still use
 //! (a rename half done), then asks for a summary or the next block.
@@ -17,6 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::block_place::{place, Placement};
+use super::edit::UNREAD_REFUSAL;
 use super::file_access::{open_regular, read_at_most};
 use super::policy::resolve_path;
 use super::syntax_check::breaks_syntax;
@@ -188,7 +192,7 @@ fn lost_names_still_used(state: &WorkspaceState, this: &Path, old: &str, new: &s
     let mut out = String::new();
     let mut named = 0;
     for name in lost {
-        let mut users = Vec::new();
+        let mut users: Vec<(String, String)> = Vec::new();
         for rel in state.listing().files.iter().take(500) {
             let path = state.root().join(rel);
             if std::fs::canonicalize(&path).is_ok_and(|p| p == this) {
@@ -204,22 +208,22 @@ fn lost_names_still_used(state: &WorkspaceState, this: &Path, old: &str, new: &s
                 continue;
             };
             if let Some(line) = text.lines().find(|l| identifiers(l).contains(name)) {
-                users.push(format!("{rel} (`{}`)", line.trim()));
+                users.push((rel.clone(), line.trim().to_string()));
             }
             if users.len() == 3 {
                 break;
             }
         }
         if !users.is_empty() {
+            let uses: Vec<String> = users.iter().map(|(f, l)| format!("{f} (`{l}`)")).collect();
+            let files: Vec<&str> = users.iter().map(|(f, _)| f.as_str()).collect();
             out.push_str(&format!(
-                "\n`{name}` is no longer in this file, but {} still {} it: {}.",
-                if users.len() == 1 {
-                    "another file"
-                } else {
-                    "other files"
-                },
+                "\n`{name}` is gone from this file, but {} still {} it: {}. If you renamed it, write {} with the \
+                 new name too.",
+                files.join(", "),
                 if users.len() == 1 { "uses" } else { "use" },
-                users.join(", ")
+                uses.join(", "),
+                files.join(" and ")
             ));
             named += 1;
             if named == 3 {
@@ -248,6 +252,26 @@ impl Tool for WriteBlockTool {
         let args: WriteBlockArgs = parse_arguments(WRITE_BLOCK, args)?;
         let path = resolve_path(ctx, &args.path)?;
         let label = args.path.trim_start_matches("./").to_string();
+        // Read before write (Claude Code's rule): a block for a file the model has not seen as it is now is not
+        // placed; the answer is the file's text, which now counts as seen, so the block may be sent again.
+        let unseen = ctx
+            .workspace_state
+            .as_ref()
+            .is_some_and(|s| !s.has_seen(&path));
+        if unseen && path.is_file() {
+            let text = std::fs::read_to_string(&path)
+                .ok()
+                .filter(|t| t.len() <= 64 * 1024);
+            if let Some(text) = text {
+                ctx.saw(&path);
+                return Err(ToolError::RespondToModel(format!(
+                    "{UNREAD_REFUSAL} {label} had not been shown in this session (or it changed since), so your \
+                     block was not placed in it. Its current text:\n{label}\n{}\nWrite the block for {label} \
+                     again, based on this text.",
+                    shown_text(&text.replace("\r\n", "\n"))
+                )));
+            }
+        }
         let (target, name, state) = (path.clone(), label.clone(), ctx.workspace_state.clone());
         // Reading, placing, the syntax check (a `python3` child) and the write all block: off the async thread.
         let done = ctx

@@ -26,6 +26,15 @@ const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    re
 
 /// Runs the scripted text `replies` (then "done") in `dir` as a blocks session with the loop rules.
 async fn run(dir: &Path, replies: &[&str]) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
+    run_named(dir, replies, &[]).await
+}
+
+/// As [`run`], with the prompt having named `named` (path, text).
+async fn run_named(
+    dir: &Path,
+    replies: &[&str],
+    named: &[(String, String)],
+) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
     let mut scripted: Vec<ScriptedReply> = replies
         .iter()
         .map(|r| ScriptedReply::text_only(*r))
@@ -35,11 +44,18 @@ async fn run(dir: &Path, replies: &[&str]) -> (Vec<AgentEvent>, Arc<ScriptedProv
     let mut config = AgentLoopConfig::new(provider.clone());
     config.cwd = dir.to_path_buf();
     let state = WorkspaceState::new(dir);
+    // The files are shown to the model with the prompt (as `run` attaches the files a prompt names).
+    for rel in state.listing().files {
+        state.saw(&dir.join(rel));
+    }
     config.workspace_state = Some(state.clone());
     let tools: Vec<Arc<dyn Tool>> =
         vec![Arc::new(WriteBlockTool::new()), Arc::new(BashTool::new())];
-    LoopRules::new(mutating_tools(&tools), dir.to_path_buf()).install(&mut config);
     edit_format::install(&mut config, Some(state), true);
+    let named_files = edit_format::NamedFiles::new(dir);
+    named_files.set(named);
+    named_files.install(&mut config);
+    LoopRules::new(mutating_tools(&tools), dir.to_path_buf()).install(&mut config);
     let context = AgentContext {
         system_prompt: edit_format::instructions(true),
         messages: vec![],
@@ -235,7 +251,7 @@ async fn a_rename_in_one_file_names_the_files_that_still_use_the_old_name() {
     assert!(
         done[0]
             .1
-            .contains("`fmt_name` is no longer in this file, but another file still uses it: app.py (`from helpers import fmt_name`)"),
+            .contains("`fmt_name` is gone from this file, but app.py still uses it: app.py (`from helpers import fmt_name`). If you renamed it, write app.py with the new name too."),
         "{}",
         done[0].1
     );
@@ -266,6 +282,83 @@ async fn paths_outside_the_workspace_and_plain_code_are_text() {
     .await;
     assert!(executions(&events).is_empty());
     assert!(!dir.path().join("../escape.py").exists());
+}
+
+#[tokio::test]
+async fn after_a_block_lands_the_next_named_file_still_unchanged_is_asked_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let pricing = "DISCOUNT = 10\n";
+    let test = "from pricing import DISCOUNT\n\nassert DISCOUNT == 10\n";
+    std::fs::write(dir.path().join("pricing.py"), pricing).unwrap();
+    std::fs::write(dir.path().join("test_pricing.py"), test).unwrap();
+    let named = vec![
+        ("pricing.py".to_string(), pricing.to_string()),
+        ("test_pricing.py".to_string(), test.to_string()),
+    ];
+    let (events, _) = run_named(
+        dir.path(),
+        &[
+            "pricing.py\n```python\nDISCOUNT = 15\n```",
+            "test_pricing.py\n```python\nfrom pricing import DISCOUNT\n\nassert DISCOUNT == 15\n```",
+        ],
+        &named,
+    )
+    .await;
+    let done = executions(&events);
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert!(
+        done[0]
+            .1
+            .ends_with("Next: does test_pricing.py need a change for this task? If it does, write test_pricing.py; if not, reply with a one-line summary."),
+        "{}",
+        done[0].1
+    );
+    assert!(
+        !done[1].1.contains("Next:"),
+        "every named file changed: {}",
+        done[1].1
+    );
+}
+
+#[tokio::test]
+async fn a_block_for_a_file_never_shown_gets_its_text_first() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
+    let state = WorkspaceState::new(dir.path());
+    let ctx = agentd::tools::tool::ToolContext::new(dir.path()).with_workspace_state(state.clone());
+    let tool = WriteBlockTool::new();
+    let args =
+        serde_json::json!({"path": "calc.py", "content": "def add(a, b):\n    return a + b\n"});
+    let first = tool.call(args.clone(), &ctx).await.unwrap_err().to_string();
+    assert!(
+        first.starts_with(agentd::tools::edit::UNREAD_REFUSAL),
+        "{first}"
+    );
+    assert!(first.contains("def sub(a, b):"), "{first}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("calc.py")).unwrap(),
+        CALC
+    );
+    // Now seen: the same block is placed.
+    let second = tool.call(args, &ctx).await.unwrap();
+    assert!(
+        second.content.starts_with("Wrote calc.py."),
+        "{}",
+        second.content
+    );
+    // A new file needs no reading.
+    let created = tool
+        .call(
+            serde_json::json!({"path": "new.txt", "content": "x\n"}),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    assert!(
+        created.content.starts_with("Created new.txt."),
+        "{}",
+        created.content
+    );
 }
 
 #[test]
