@@ -99,6 +99,23 @@ pub struct ServeArgs {
     /// top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, seed. Repeatable (merged).
     #[arg(long, value_name = "JSON")]
     pub override_generation_config: Vec<String>,
+    /// Another model name to answer to: `NAME=MODEL` (`claude-sonnet-4-5=qwen2.5-coder-0.5b-instruct`).
+    /// Repeatable. A name nobody mapped still reaches the model when the server serves only one.
+    #[arg(long, value_name = "NAME=MODEL")]
+    pub model_alias: Vec<String>,
+}
+
+/// `--model-alias NAME=MODEL` values as pairs.
+pub fn model_aliases(values: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    values
+        .iter()
+        .map(|v| match v.split_once('=') {
+            Some((name, model)) if !name.trim().is_empty() && !model.trim().is_empty() => {
+                Ok((name.trim().to_string(), model.trim().to_string()))
+            }
+            _ => anyhow::bail!("--model-alias {v}: expected NAME=MODEL"),
+        })
+        .collect()
 }
 
 /// `--override-generation-config` values merged into one set of sampling defaults (checked like a request's).
@@ -183,6 +200,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_running: args.max_running,
         max_queue: args.max_queue,
         generation_defaults: generation_defaults(&args.override_generation_config)?,
+        model_aliases: model_aliases(&args.model_alias)?,
         retry_after_secs: 1,
         shutdown_grace: Duration::from_secs_f64(args.shutdown_grace),
         sessions: SessionOptions {

@@ -1,4 +1,5 @@
-//! The optional bearer API key (`--api-key` or `AGENTD_API_KEY`). Every route needs it except the ones
+//! The optional API key (`--api-key` or `AGENTD_API_KEY`), sent as `Authorization: Bearer <key>` or as
+//! `x-api-key: <key>` (Anthropic's header). Every route needs it except the ones
 //! monitoring scrapes without credentials, as on vLLM: `/health`, `/version`, `/metrics`, and the web page
 //! (`/`, static: a browser cannot send a bearer key when it navigates; the page asks for the key and sends it
 //! with every API call).
@@ -22,6 +23,7 @@ pub async fn require_key(State(state): State<AppState>, req: Request, next: Next
     if OPEN.contains(&req.uri().path()) {
         return next.run(req).await;
     }
+    // Bearer (OpenAI clients) or `x-api-key` (Anthropic clients: Claude Code, the `anthropic` SDK).
     let given = req
         .headers()
         .get(AUTHORIZATION)
@@ -30,14 +32,15 @@ pub async fn require_key(State(state): State<AppState>, req: Request, next: Next
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("bearer "))
         })
+        .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()))
         .map(str::trim);
     match given {
         Some(k) if same(k.as_bytes(), key.as_bytes()) => next.run(req).await,
         Some(_) => ApiError::unauthorized("Incorrect API key provided.").into_response(),
-        None => {
-            ApiError::unauthorized("Missing API key: send it as `Authorization: Bearer <key>`.")
-                .into_response()
-        }
+        None => ApiError::unauthorized(
+            "Missing API key: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`.",
+        )
+        .into_response(),
     }
 }
 

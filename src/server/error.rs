@@ -186,6 +186,25 @@ impl ApiError {
         .unwrap_or_else(|_| serde_json::json!({"error": {"message": self.message}}))
     }
 
+    /// Anthropic's error `type` for this error's status.
+    pub fn anthropic_type(&self) -> &'static str {
+        match self.status.as_u16() {
+            400 | 405 | 409 | 415 | 422 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            _ => "api_error",
+        }
+    }
+
+    /// The body of this error in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`.
+    pub fn anthropic_body(&self) -> serde_json::Value {
+        serde_json::json!({"type": "error", "error": {"type": self.anthropic_type(), "message": self.message}})
+    }
+
     /// A provider failure, classified by its kind.
     pub fn from_provider(kind: ErrorKind, message: &str) -> Self {
         match kind {

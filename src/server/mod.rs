@@ -2,12 +2,16 @@
 //! port 0), and [`serve`], which runs it until a shutdown signal and then drains: new requests get 503, in-flight
 //! ones may finish for a grace period, and whatever is left is cancelled.
 //!
-//! Files: `openai/` (chat completions, completions, models, tokenize/detokenize, wire types), `sessions/` (agent
+//! Files: `openai/` (chat completions, the Responses API, completions, models, tokenize/detokenize, wire types),
+//! `anthropic/` (the Messages API and `count_tokens`, Anthropic's error shape), `answer` (one model answer for
+//! every chat-like door: admission, first-piece wait, whole or streamed through the door's renderer), `sessions/` (agent
 //! sessions over HTTP), `admission` (the bounded queue in front of the model), `metrics` (Prometheus text under
 //! vLLM's names), `auth` (bearer key), `error` (`ApiError` in OpenAI's shape), `sse` (event-stream helpers), `web` (the page
 //! at `/`).
 
 pub mod admission;
+pub mod answer;
+pub mod anthropic;
 pub mod auth;
 pub mod error;
 pub mod guard;
@@ -62,6 +66,9 @@ pub struct ServerOptions {
     pub allow_exec_without_key: bool,
     /// Bounds on what one request may ask for, checked before it is queued.
     pub limits: limits::RequestLimits,
+    /// Model names mapped to served models (`--model-alias NAME=MODEL`): what a client like Claude Code asks for
+    /// (`claude-sonnet-…`) and which served model answers.
+    pub model_aliases: Vec<(String, String)>,
     /// Sampling for requests that leave a setting out (vLLM's `--override-generation-config`): a client that
     /// sends no temperature (Pi's coding agent) gets this one.
     pub generation_defaults: crate::provider::Sampling,
@@ -81,6 +88,7 @@ impl Default for ServerOptions {
             allow_exec_without_key: false,
             limits: limits::RequestLimits::default(),
             generation_defaults: Default::default(),
+            model_aliases: Vec::new(),
         }
     }
 }
@@ -195,12 +203,15 @@ impl AppState {
 
 /// The whole HTTP API.
 pub fn router(state: AppState) -> Router {
-    use openai::{chat, completions, models, tokenize};
+    use openai::{chat, completions, models, responses, tokenize};
     Router::new()
         .route("/", get(web::page))
         .route("/index.html", get(web::page))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/responses", post(responses::responses))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{id}", get(models::get))
         .route("/tokenize", post(tokenize::tokenize))
@@ -220,6 +231,7 @@ pub fn router(state: AppState) -> Router {
             guard::browser_guard,
         ))
         .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
+        .layer(middleware::from_fn(anthropic::error_shape))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| {
                 ApiError::internal("internal error: the request handler panicked").into_response()

@@ -14,21 +14,16 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
-use std::time::Duration;
-
-use futures::StreamExt;
 
 use super::convert::{self, ChatOptions};
-use super::source::{self, Piece, PieceStream};
+use super::source::Piece;
 use super::types::{
     now_unix, response_id, ChatChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChoiceLogprobs, ChunkChoice, ChunkDelta, FunctionOut, ResponseMessage,
     ToolCallOut, UsageInfo,
 };
-use crate::provider::CompletionRequest;
-use crate::server::admission::Permit;
+use crate::server::answer::{Collected, Render};
 use crate::server::error::ApiError;
-use crate::server::metrics::{Finished, RequestTimer};
 use crate::server::{parse_json, sse, AppState};
 
 /// `POST /v1/chat/completions`.
@@ -71,132 +66,20 @@ pub async fn chat_completions(
         opts,
     };
     if opts.stream {
-        return stream(state, request, answer, timer).await;
+        let render = ChatStream {
+            answer,
+            logprobs: Vec::new(),
+        };
+        return crate::server::answer::stream(state, request, render, timer).await;
     }
-    let permit = state.admit().await?;
-    timer.admitted(permit.queued());
-    let cancel = state.shutdown.child_token();
-    let mut pieces = source::from_provider(state.provider.clone(), request, cancel);
-    // The first piece decides between an HTTP error and a 200.
-    let first = match pieces.next().await {
-        Some(Piece::Fail(e)) => {
-            timer.finish(Finished::Error, 0, 0);
-            return Err(e);
-        }
-        Some(p) => p,
-        None => return Err(ApiError::internal("the answer ended without a result")),
-    };
-    let response = collect(answer, first, pieces, &mut timer).await;
-    drop(permit);
-    response.map(|r| axum::Json(r).into_response())
+    let done = crate::server::answer::complete(&state, request, &mut timer).await?;
+    Ok(axum::Json(response(answer, done)).into_response())
 }
 
 /// 404 naming the served models.
 fn unknown_model(provider: &dyn crate::provider::Provider, name: &str) -> ApiError {
     let ids: Vec<String> = provider.models().into_iter().map(|m| m.id).collect();
     ApiError::unknown_model(name, &ids)
-}
-
-/// How long a streamed answer that got a slot at once may wait for its first piece before the response starts
-/// anyway (with keep-alive comments): a failure within it is still an HTTP error with its status.
-const FIRST_PIECE_WAIT: Duration = Duration::from_secs(5);
-
-/// A streamed answer (503 when the queue is full). With a free slot it starts as a plain answer would: a failure
-/// before the first piece (within [`FIRST_PIECE_WAIT`]) is an HTTP error. A request that has to wait gets its SSE headers at once and keep-alive
-/// comments while it waits and prefills, so no proxy drops it (a prompt longer than the context window is still
-/// a 400, checked before it queues); a failure after that is an `error` event.
-async fn stream(
-    state: AppState,
-    request: CompletionRequest,
-    answer: Answer,
-    mut timer: RequestTimer,
-) -> Result<Response, ApiError> {
-    if state.draining.is_cancelled() {
-        return Err(ApiError::unavailable("the server is shutting down", 1));
-    }
-    let shutdown = state.shutdown.clone();
-    let provider = state.provider.clone();
-    if let Some(permit) = state.admission.try_admit() {
-        timer.admitted(permit.queued());
-        let mut pieces = source::from_provider(provider, request, shutdown.child_token());
-        let pending = match tokio::time::timeout(FIRST_PIECE_WAIT, pieces.next()).await {
-            Ok(Some(Piece::Fail(e))) => {
-                timer.finish(Finished::Error, 0, 0);
-                return Err(e);
-            }
-            Ok(Some(p)) => Some(p),
-            Ok(None) => return Err(ApiError::internal("the answer ended without a result")),
-            Err(_) => None,
-        };
-        let stream = ChatStream {
-            answer,
-            pieces,
-            pending,
-            logprobs: Vec::new(),
-            timer,
-            _permit: permit,
-            started: false,
-            done: false,
-        };
-        return Ok(sse::response(stream.into_events()));
-    }
-    // Queued: the prompt's fit is checked now, while a 400 can still be sent (an admitted stream learns it from
-    // the provider's first piece instead, without a second tokenization).
-    check_fits(&state, &request).await?;
-    let ticket = state.admission.enter()?;
-    let events = futures::stream::once(async move {
-        let permit = match ticket.wait(&shutdown).await {
-            Ok(p) => p,
-            Err(e) => {
-                timer.finish(Finished::Error, 0, 0);
-                return futures::stream::iter([sse::json_event(&e.body()), sse::done()]).boxed();
-            }
-        };
-        timer.admitted(permit.queued());
-        let pieces = source::from_provider(provider, request, shutdown.child_token());
-        ChatStream {
-            answer,
-            pieces,
-            pending: None,
-            logprobs: Vec::new(),
-            timer,
-            _permit: permit,
-            started: false,
-            done: false,
-        }
-        .into_events()
-        .boxed()
-    })
-    .flatten();
-    Ok(sse::response(events))
-}
-
-/// 400 `context_length_exceeded` when the prompt alone fills the model's context window (known exactly from the
-/// provider's own count; nothing is said when the provider only estimates).
-async fn check_fits(state: &AppState, request: &CompletionRequest) -> Result<(), ApiError> {
-    // Tokenizing before admission is CPU work: one per core at a time, like the other checks.
-    let _cpu = state
-        .cpu
-        .acquire()
-        .await
-        .map_err(|_| ApiError::unavailable("the server is shutting down", 1))?;
-    let Ok(count) = state.provider.count_tokens(request).await else {
-        return Ok(());
-    };
-    let window = state
-        .provider
-        .models()
-        .into_iter()
-        .find(|m| m.id == request.model)
-        .map_or(0, |m| m.context_window);
-    if count.exact && window > 0 && count.tokens >= window {
-        return Err(ApiError::bad_request(format!(
-            "the prompt is {} tokens, but the model's context window is {window} tokens",
-            count.tokens
-        ))
-        .with_code("context_length_exceeded"));
-    }
-    Ok(())
 }
 
 /// What every chunk of one answer repeats.
@@ -207,131 +90,57 @@ struct Answer {
     opts: ChatOptions,
 }
 
-/// Folds the pieces into one `chat.completion`.
-async fn collect(
-    answer: Answer,
-    first: Piece,
-    mut pieces: PieceStream,
-    timer: &mut RequestTimer,
-) -> Result<ChatCompletionResponse, ApiError> {
-    let mut text = String::new();
-    let mut reasoning = String::new();
-    let mut calls: Vec<ToolCallOut> = Vec::new();
-    let mut logprobs = ChoiceLogprobs::default();
-    let mut next = Some(first);
-    loop {
-        let piece = match next.take() {
-            Some(p) => p,
-            None => match pieces.next().await {
-                Some(p) => p,
-                None => return Err(ApiError::internal("the answer ended without a result")),
+/// The whole answer as one `chat.completion`.
+fn response(answer: Answer, done: Collected) -> ChatCompletionResponse {
+    let calls: Vec<ToolCallOut> = done
+        .calls
+        .into_iter()
+        .map(|c| ToolCallOut {
+            index: None,
+            id: Some(c.id),
+            kind: Some("function"),
+            function: FunctionOut {
+                name: Some(c.name),
+                arguments: Some(c.arguments),
             },
-        };
-        match piece {
-            Piece::Text(t) => {
-                timer.output();
-                text.push_str(&t);
-            }
-            Piece::Reasoning(t) => {
-                timer.output();
-                reasoning.push_str(&t);
-            }
-            Piece::ToolStart { index, id, name } => {
-                timer.output();
-                calls.push(ToolCallOut {
-                    index: None,
-                    id: Some(id),
-                    kind: Some("function"),
-                    function: FunctionOut {
-                        name: Some(name),
-                        arguments: Some(String::new()),
-                    },
-                });
-                debug_assert_eq!(index + 1, calls.len());
-            }
-            Piece::ToolArgs { index, fragment } => {
-                timer.output();
-                if let Some(FunctionOut {
-                    arguments: Some(a), ..
-                }) = calls.get_mut(index).map(|c| &mut c.function)
-                {
-                    a.push_str(&fragment);
-                }
-            }
-            Piece::Logprobs(entries) => logprobs.content.extend(entries),
-            Piece::Finish { reason, usage } => {
-                timer.finish(
-                    finished(reason),
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                );
-                let content = if text.is_empty() && !calls.is_empty() {
-                    None
-                } else {
-                    Some(text)
-                };
-                return Ok(ChatCompletionResponse {
-                    id: answer.id,
-                    object: "chat.completion",
-                    created: answer.created,
-                    model: answer.model,
-                    choices: vec![ChatChoice {
-                        index: 0,
-                        message: ResponseMessage {
-                            role: "assistant",
-                            content,
-                            reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
-                            tool_calls: calls,
-                        },
-                        logprobs: answer.opts.logprobs.map(|_| logprobs),
-                        finish_reason: reason,
-                    }],
-                    usage,
-                });
-            }
-            Piece::Fail(e) => {
-                timer.finish(Finished::Error, 0, 0);
-                return Err(e);
-            }
-        }
+        })
+        .collect();
+    let content = if done.text.is_empty() && !calls.is_empty() {
+        None
+    } else {
+        Some(done.text)
+    };
+    ChatCompletionResponse {
+        id: answer.id,
+        object: "chat.completion",
+        created: answer.created,
+        model: answer.model,
+        choices: vec![ChatChoice {
+            index: 0,
+            message: ResponseMessage {
+                role: "assistant",
+                content,
+                reasoning_content: (!done.reasoning.is_empty()).then_some(done.reasoning),
+                tool_calls: calls,
+            },
+            logprobs: answer.opts.logprobs.map(|_| ChoiceLogprobs {
+                content: done.logprobs,
+            }),
+            finish_reason: done.reason,
+        }],
+        usage: done.usage,
     }
 }
 
-/// The metrics label of a `finish_reason`.
-pub fn finished(reason: &str) -> Finished {
-    match reason {
-        "length" => Finished::Length,
-        _ => Finished::Stop,
-    }
-}
-
-/// The state of one streamed answer.
+/// How one streamed answer is written: a role chunk, content / reasoning / tool-call deltas, the
+/// `finish_reason` chunk, the usage chunk when asked for, `[DONE]`; a failure as an `{"error": …}` event.
 struct ChatStream {
     answer: Answer,
-    pieces: PieceStream,
-    /// The piece read before the stream started.
-    pending: Option<Piece>,
     /// Log-probabilities waiting for the next chunk.
     logprobs: Vec<super::types::TokenLogprobOut>,
-    timer: RequestTimer,
-    /// Held until the stream ends or is dropped (the client went away).
-    _permit: Permit,
-    started: bool,
-    done: bool,
 }
 
 impl ChatStream {
-    fn into_events(self) -> impl futures::Stream<Item = Event> + Send {
-        futures::stream::unfold(self, |mut s| async move {
-            if s.done {
-                return None;
-            }
-            let events = s.step().await;
-            Some((futures::stream::iter(events), s))
-        })
-        .flatten()
-    }
-
     fn chunk(&mut self, delta: ChunkDelta, finish_reason: Option<&'static str>) -> Event {
         let logprobs = self.answer.opts.logprobs.map(|_| ChoiceLogprobs {
             content: std::mem::take(&mut self.logprobs),
@@ -352,27 +161,31 @@ impl ChatStream {
         sse::json_event(&chunk)
     }
 
-    /// The events for the next piece (several at the start and the end).
-    async fn step(&mut self) -> Vec<Event> {
-        let mut out = Vec::new();
-        if !self.started {
-            self.started = true;
-            out.push(self.chunk(
-                ChunkDelta {
-                    role: Some("assistant"),
-                    content: Some(String::new()),
-                    ..ChunkDelta::default()
-                },
-                None,
-            ));
+    fn usage_chunk(&self, usage: UsageInfo) -> ChatCompletionChunk {
+        ChatCompletionChunk {
+            id: self.answer.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.answer.created,
+            model: self.answer.model.clone(),
+            choices: Vec::new(),
+            usage: Some(Some(usage)),
         }
-        let piece = match self.pending.take() {
-            Some(p) => p,
-            None => match self.pieces.next().await {
-                Some(p) => p,
-                None => Piece::Fail(ApiError::internal("the answer ended without a result")),
+    }
+}
+
+impl Render for ChatStream {
+    fn start(&mut self) -> Vec<Event> {
+        vec![self.chunk(
+            ChunkDelta {
+                role: Some("assistant"),
+                content: Some(String::new()),
+                ..ChunkDelta::default()
             },
-        };
+            None,
+        )]
+    }
+
+    fn piece(&mut self, piece: Piece) -> Vec<Event> {
         let delta = match piece {
             Piece::Text(t) => ChunkDelta {
                 content: Some(t),
@@ -408,43 +221,18 @@ impl ChatStream {
             },
             Piece::Logprobs(entries) => {
                 self.logprobs.extend(entries);
-                return out;
+                return Vec::new();
             }
             Piece::Finish { reason, usage } => {
-                self.done = true;
-                self.timer.finish(
-                    finished(reason),
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                );
-                out.push(self.chunk(ChunkDelta::default(), Some(reason)));
+                let mut out = vec![self.chunk(ChunkDelta::default(), Some(reason))];
                 if self.answer.opts.include_usage {
                     out.push(sse::json_event(&self.usage_chunk(usage)));
                 }
                 out.push(sse::done());
                 return out;
             }
-            Piece::Fail(e) => {
-                self.done = true;
-                self.timer.finish(Finished::Error, 0, 0);
-                out.push(sse::json_event(&e.body()));
-                out.push(sse::done());
-                return out;
-            }
+            Piece::Fail(e) => return vec![sse::json_event(&e.body()), sse::done()],
         };
-        self.timer.output();
-        out.push(self.chunk(delta, None));
-        out
-    }
-
-    fn usage_chunk(&self, usage: UsageInfo) -> ChatCompletionChunk {
-        ChatCompletionChunk {
-            id: self.answer.id.clone(),
-            object: "chat.completion.chunk",
-            created: self.answer.created,
-            model: self.answer.model.clone(),
-            choices: Vec::new(),
-            usage: Some(Some(usage)),
-        }
+        vec![self.chunk(delta, None)]
     }
 }

@@ -16,7 +16,6 @@ use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::chat::finished;
 use super::convert::{self, MAX_TOP_LOGPROBS};
 use super::types::{
     now_unix, response_id, CompletionChoice, CompletionLogprobs, CompletionResponse,
@@ -27,6 +26,7 @@ use crate::provider::{
     TokenLogprob,
 };
 use crate::server::admission::Permit;
+use crate::server::answer::finished;
 use crate::server::error::ApiError;
 use crate::server::metrics::{Finished, RequestTimer};
 use crate::server::{parse_json, sse, AppState};

@@ -153,7 +153,7 @@ pub fn chat_request(
 /// The thinking level a chat request asks for: `reasoning_effort` (`none` = off), else
 /// `chat_template_kwargs.enable_thinking` (false = off, true = the model's default level, medium); `None` leaves
 /// the template's default. An unknown effort or a non-boolean `enable_thinking` is a 400.
-fn thinking_level(
+pub(crate) fn thinking_level(
     effort: Option<&str>,
     kwargs: Option<&serde_json::Map<String, Value>>,
 ) -> Result<Option<Thinking>, ApiError> {
@@ -183,7 +183,7 @@ fn thinking_level(
 }
 
 /// Validates tools, `tool_choice` and `response_format` together, as the engine will (400 on failure).
-fn check_constraint(request: &CompletionRequest) -> Result<(), ApiError> {
+pub(crate) fn check_constraint(request: &CompletionRequest) -> Result<(), ApiError> {
     crate::schema::check_request(
         &request.tools,
         &request.tool_choice,
@@ -344,7 +344,7 @@ fn messages(list: Vec<ChatMessage>) -> Result<(Option<String>, Vec<Message>), Ap
 
 /// A call from the transcript. Arguments that are not JSON are kept as written (an invalid call), so the
 /// prompt shows the model exactly what it wrote before.
-fn past_call(id: String, name: String, arguments: Value) -> ToolCall {
+pub(crate) fn past_call(id: String, name: String, arguments: Value) -> ToolCall {
     match arguments {
         Value::Null => ToolCall::new(id, name, Value::Object(Default::default())),
         Value::String(text) => match serde_json::from_str::<Value>(&text) {

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod completions;
 pub mod convert;
 pub mod models;
+pub mod responses;
 pub mod source;
 pub mod tokenize;
 pub mod types;

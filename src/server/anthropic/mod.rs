@@ -1,0 +1,170 @@
+//! The Anthropic Messages API (what Claude Code speaks): `POST /v1/messages`, streamed and not, and
+//! `POST /v1/messages/count_tokens` — a thin translation onto the same provider request as Chat Completions
+//! ([`request`] in, [`output`] out), so constrained tool calls, exact usage and the admission queue work as there.
+//! Errors are Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`), also for the 401, 404 and 413
+//! the middleware answers on these paths ([`error_shape`]); the key may come as `x-api-key`.
+//!
+//! Model names: Claude Code sends its own (`claude-sonnet-…`). A name this server does not serve maps through
+//! `--model-alias NAME=MODEL`, else to the served model when the server serves exactly one (vLLM and llama.cpp
+//! serve whatever is loaded the same way); the answer echoes the name the client sent.
+
+pub mod output;
+pub mod request;
+
+use axum::body::{to_bytes, Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::error::ApiError;
+use super::{answer, parse_json, AppState};
+use output::{Head, MessageStream};
+use request::{messages_request, MessagesRequest};
+
+/// An [`ApiError`] answered in Anthropic's shape.
+pub struct AnthropicError(pub ApiError);
+
+impl From<ApiError> for AnthropicError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let mut resp = self.0.clone().into_response();
+        let body = self.0.anthropic_body().to_string();
+        *resp.body_mut() = Body::from(body);
+        resp
+    }
+}
+
+/// The served model a request's `model` names: the model itself, an alias, or the one model served.
+pub fn resolve_model(state: &AppState, name: &str) -> Result<String, ApiError> {
+    if let Some(id) = state.provider.resolve_model(name) {
+        return Ok(id);
+    }
+    if let Some((_, target)) = state
+        .options
+        .model_aliases
+        .iter()
+        .find(|(alias, _)| alias == name)
+    {
+        return state.resolve_model(target);
+    }
+    match state.model_ids().as_slice() {
+        [only] => {
+            tracing::debug!(requested = name, served = %only, "model name mapped to the served model");
+            Ok(only.clone())
+        }
+        _ => state.resolve_model(name),
+    }
+}
+
+/// Parses and converts the body (CPU work, off the async workers).
+async fn convert(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+    count_only: bool,
+) -> Result<(crate::provider::CompletionRequest, bool, String), ApiError> {
+    let limits = state.options.limits.clone();
+    let max_body = state.options.max_body_bytes;
+    let resolver = state.clone();
+    state
+        .cpu_bound(move || {
+            let req: MessagesRequest = parse_json(body, max_body)?;
+            let asked = req.model.clone();
+            let model = resolve_model(&resolver, &asked)?;
+            let (request, stream) = messages_request(req, model, &limits, count_only)?;
+            Ok((request, stream, asked))
+        })
+        .await
+}
+
+/// `POST /v1/messages`.
+pub async fn messages(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AnthropicError> {
+    let mut timer = state.metrics.timer();
+    let (mut request, stream, asked) = convert(&state, body, false).await?;
+    request.sampling = request.sampling.or(&state.options.generation_defaults);
+    let user = request
+        .cache_key
+        .as_deref()
+        .and_then(|k| k.strip_prefix("openai-user:"));
+    request.cache_scope = Some(state.cache_scope(user));
+    let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+    if stream {
+        let input_tokens = state
+            .provider
+            .count_tokens(&request)
+            .await
+            .map_or(0, |c| c.tokens);
+        let head = Head {
+            id,
+            model: asked,
+            input_tokens,
+        };
+        return Ok(answer::stream(state, request, MessageStream::new(head), timer).await?);
+    }
+    let done = answer::complete(&state, request, &mut timer).await?;
+    let head = Head {
+        id,
+        model: asked,
+        input_tokens: done.usage.prompt_tokens,
+    };
+    Ok(axum::Json(output::collected(&head, done)).into_response())
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's exact size in the model's tokens (`input_tokens`).
+pub async fn count_tokens(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AnthropicError> {
+    let (request, _, _) = convert(&state, body, true).await?;
+    let count = state
+        .provider
+        .count_tokens(&request)
+        .await
+        .map_err(|e| ApiError::from_provider_error(&e))?;
+    Ok(axum::Json(json!({"input_tokens": count.tokens})).into_response())
+}
+
+/// Middleware: on the Anthropic paths, an error the rest of the stack answered in OpenAI's shape (a missing key,
+/// a body too large, a route that does not exist) is rewritten into Anthropic's.
+pub async fn error_shape(req: Request, next: Next) -> Response {
+    let anthropic = req.uri().path().starts_with("/v1/messages");
+    let resp = next.run(req).await;
+    if !anthropic || resp.status().is_success() {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = to_bytes(body, 1 << 20).await else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    if value.get("type").and_then(|t| t.as_str()) == Some("error") {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    let message = value
+        .pointer("/error/message")
+        .and_then(|m| m.as_str())
+        .unwrap_or("request failed")
+        .to_string();
+    let mut e = ApiError::bad_request(message);
+    e.status = parts.status;
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(e.anthropic_body().to_string()))
+}

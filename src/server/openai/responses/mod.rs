@@ -1,0 +1,54 @@
+//! `POST /v1/responses`: the OpenAI Responses API (what Codex CLI speaks), stateless, streamed and not, as a thin
+//! translation onto the same provider request as Chat Completions ([`request`] in, [`output`] out), so
+//! constrained tool calls, `text.format` schemas, exact usage and the admission queue work exactly as there.
+//! Errors are OpenAI's shape (a 400 names the field); after a stream started, `response.failed`.
+
+pub mod output;
+pub mod request;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+
+use crate::server::error::ApiError;
+use crate::server::{answer, parse_json, AppState};
+use output::{Head, ResponseStream};
+use request::{responses_request, ResponsesRequest};
+
+/// `POST /v1/responses`.
+pub async fn responses(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let mut timer = state.metrics.timer();
+    let limits = state.options.limits.clone();
+    let max_body = state.options.max_body_bytes;
+    let resolver = state.clone();
+    let (mut request, echo, model) = state
+        .cpu_bound(move || {
+            let req: ResponsesRequest = parse_json(body, max_body)?;
+            let model = resolver.resolve_model(&req.model)?;
+            let (request, echo) = responses_request(req, model.clone(), &limits)?;
+            Ok((request, echo, model))
+        })
+        .await?;
+    request.sampling = request.sampling.or(&state.options.generation_defaults);
+    let user = request
+        .cache_key
+        .as_deref()
+        .and_then(|k| k.strip_prefix("openai-user:"));
+    request.cache_scope = Some(state.cache_scope(user));
+    let stream = echo.stream;
+    let head = Head {
+        id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
+        created_at: super::types::now_unix(),
+        model,
+        echo,
+    };
+    if stream {
+        return answer::stream(state, request, ResponseStream::new(head), timer).await;
+    }
+    let done = answer::complete(&state, request, &mut timer).await?;
+    Ok(axum::Json(output::collected(&head, done)).into_response())
+}
