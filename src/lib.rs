@@ -10,6 +10,7 @@ pub mod config;
 pub mod engine;
 pub mod env;
 pub mod logging;
+pub mod mcp;
 pub mod provider;
 pub mod schema;
 pub mod server;

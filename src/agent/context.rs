@@ -48,25 +48,27 @@ pub fn prompt_request(
     messages: &[AgentMessage],
     config: &AgentLoopConfig,
 ) -> CompletionRequest {
+    let offered: Vec<&std::sync::Arc<dyn crate::tools::tool::Tool>> = context
+        .tools
+        .iter()
+        .filter(|t| !config.hidden_tools.contains(&t.spec().name))
+        .collect();
     CompletionRequest {
         model: config.model.clone(),
         system: (!context.system_prompt.is_empty()).then(|| context.system_prompt.clone()),
         messages: (config.convert_to_llm)(messages),
-        tools: context
-            .tools
+        tools: offered
             .iter()
-            .filter(|_| config.offer_tools)
             .map(|t| tool_spec(t.as_ref(), config))
             .collect(),
         tool_choice: match &config.choose_tools {
-            _ if context.tools.is_empty() || !config.offer_tools => ToolChoice::None,
+            _ if offered.is_empty() => ToolChoice::None,
             Some(choose) => choose(messages),
             None => ToolChoice::Auto,
         },
         sampling: config.sampling.clone(),
         max_tokens: config.max_tokens,
-        parallel_tool_calls: (!context.tools.is_empty() && config.offer_tools)
-            .then_some(config.parallel_tool_calls),
+        parallel_tool_calls: (!offered.is_empty()).then_some(config.parallel_tool_calls),
         cache_key: config.cache_key.clone(),
         // One conversation is one tenant: its KV prefixes are shared with no other.
         cache_scope: config.cache_key.clone(),

@@ -100,9 +100,9 @@ pub struct AgentLoopConfig {
     pub choose_tools: Option<ChooseTools>,
     /// Calls the model makes in its text (`None`: only tool calls count).
     pub text_calls: Option<TextCalls>,
-    /// Whether the tools are offered to the model as JSON tools. Off when it acts through `text_calls` only:
-    /// the tools still run those calls, but the request carries none (and no tool section in the prompt).
-    pub offer_tools: bool,
+    /// Tools that run the calls made in text (`text_calls`) but are not offered to the model as JSON tools: the
+    /// request leaves them out (with none left, it carries no tools and no tool section in the prompt).
+    pub hidden_tools: Vec<String>,
     pub before_tool_call: Option<BeforeToolCallHook>,
     pub after_tool_call: Option<AfterToolCallHook>,
     /// The context budget: checked when a run starts and at every `turn_end`, and asked to compact once after a
@@ -134,7 +134,7 @@ impl AgentLoopConfig {
             follow_up: None,
             choose_tools: None,
             text_calls: None,
-            offer_tools: true,
+            hidden_tools: Vec::new(),
             before_tool_call: None,
             after_tool_call: None,
             context_policy: None,

@@ -97,6 +97,8 @@ pub struct SessionSettings {
     /// How the model changes files: JSON tool calls, or file blocks in its reply ([`super::edit_format`]).
     /// `None`: [`EditFormat::for_backend`] (blocks on the local engine).
     pub edit_format: Option<EditFormat>,
+    /// MCP servers whose tools join the session's ([`super::mcp_servers`]).
+    pub mcp_servers: std::collections::BTreeMap<String, super::mcp_servers::McpServerConfig>,
 }
 
 impl SessionSettings {
@@ -123,6 +125,7 @@ impl SessionSettings {
             workspace_grammar: true,
             loop_rules: true,
             edit_format: None,
+            mcp_servers: Default::default(),
         }
     }
 }
@@ -295,7 +298,11 @@ impl CodingSession {
             edit_format: Some(edit_format),
             ..settings
         };
-        let (tools, mut warnings) = build_tools(&settings)?;
+        let (mut tools, mut warnings) = build_tools(&settings)?;
+        let (mcp_tools, mcp_warnings) =
+            super::mcp_servers::start(&settings.mcp_servers, &cwd, &settings.policy).await;
+        tools.extend(mcp_tools);
+        warnings.extend(mcp_warnings);
         let sessions_dir = settings
             .sessions_dir
             .clone()

@@ -303,19 +303,24 @@ pub fn text_calls(files: Arc<dyn Fn() -> Vec<String> + Send + Sync>, bash: bool)
     })
 }
 
-/// Sets `config` up for file blocks: no JSON tools offered, calls read from the reply's text (paths known from
-/// `state`'s listing), the transcript shown after the examples. `bash`: whether `bash` blocks run.
+/// Sets `config` up for file blocks: the built-in tools are not offered as JSON tools (other tools — an MCP
+/// server's — still are), calls are read from the reply's text (paths known from `state`'s listing), the
+/// transcript is shown after the examples. `bash`: whether `bash` blocks run.
 pub fn install(
     config: &mut crate::agent::hooks::AgentLoopConfig,
     state: Option<crate::tools::workspace::WorkspaceState>,
     bash: bool,
 ) {
+    config.hidden_tools = crate::tools::registry::BUILTIN_TOOL_NAMES
+        .iter()
+        .map(|n| n.to_string())
+        .chain([WRITE_BLOCK.to_string(), "recall".to_string()])
+        .collect();
     let files: Arc<dyn Fn() -> Vec<String> + Send + Sync> = match state {
         Some(state) => Arc::new(move || state.listing().files),
         None => Arc::new(Vec::new),
     };
     config.text_calls = Some(text_calls(files, bash));
-    config.offer_tools = false;
     config.choose_tools = None;
     config.convert_to_llm = convert_to_llm();
 }

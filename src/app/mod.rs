@@ -24,6 +24,7 @@ pub mod edit_format;
 mod error;
 pub mod export;
 pub mod loop_rules;
+pub mod mcp_servers;
 pub mod mentions;
 pub mod prompt;
 pub mod recorder;

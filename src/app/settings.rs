@@ -14,6 +14,10 @@
 //! temperature = 0.2
 //! edit_format = "blocks"         # blocks | tools | auto (blocks on the local engine)
 //!
+//! [mcp.servers.files]            # MCP servers whose tools the agent may call (see `app::mcp_servers`)
+//! command = "python3"
+//! args = ["files_server.py"]
+//!
 //! [approvals]                    # per tool tag: allow | ask | deny ("all" sets every tag)
 //! write = "allow"
 //! exec = "ask"
@@ -56,6 +60,16 @@ pub struct SettingsFile {
     /// Tag (`read_only`, `write`, `exec`, `network`, `all`) → mode.
     pub approvals: Option<BTreeMap<String, Approval>>,
     pub compaction: Option<CompactionFile>,
+    /// `[mcp.servers.NAME]` tables (see `app::mcp_servers`).
+    pub mcp: Option<McpFile>,
+}
+
+/// `[mcp]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpFile {
+    #[serde(default)]
+    pub servers: BTreeMap<String, super::mcp_servers::McpServerConfig>,
 }
 
 /// `[compaction]`.
@@ -119,6 +133,8 @@ pub struct FileSettings {
     pub reserve_tokens: Option<Sourced<u64>>,
     pub keep_recent_tokens: Option<Sourced<u64>>,
     pub summarize: Option<Sourced<bool>>,
+    /// MCP servers by name (the project's table replaces the user's of the same name).
+    pub mcp_servers: BTreeMap<String, super::mcp_servers::McpServerConfig>,
 }
 
 /// The user's settings file (see the module docs).
@@ -164,6 +180,14 @@ pub fn read(path: &Path) -> Result<Option<SettingsFile>, AppError> {
         for tag in approvals.keys() {
             tag.parse::<Policy>()
                 .map_err(|e| AppError::usage(format!("{}: [approvals] {e}", path.display())))?;
+        }
+    }
+    for (name, server) in file.mcp.iter().flat_map(|m| m.servers.iter()) {
+        if let Some(problem) = server.problem() {
+            return Err(AppError::usage(format!(
+                "{}: [mcp.servers.{name}] {problem}",
+                path.display()
+            )));
         }
     }
     if let Some(format) = file.edit_format.as_deref().map(str::trim) {
@@ -221,6 +245,9 @@ impl FileSettings {
         set(&mut self.max_tokens, file.max_tokens, source);
         set(&mut self.max_turns, file.max_turns, source);
         set(&mut self.temperature, file.temperature, source);
+        if let Some(mcp) = file.mcp.clone() {
+            self.mcp_servers.extend(mcp.servers);
+        }
         if let Some(format) = file.edit_format.as_deref().map(str::trim) {
             // Checked when the file is read (`load`), so a bad value never gets here.
             let value = format.parse().ok();

@@ -268,6 +268,7 @@ impl AgentArgs {
         settings.workspace_grammar = !self.no_workspace_grammar;
         settings.loop_rules = !self.no_loop_rules;
         settings.edit_format = eff.edit_format.value;
+        settings.mcp_servers = eff.mcp_servers.clone();
         settings.max_tokens = Some(eff.max_tokens.value);
         settings.max_turns = eff.max_turns.value.max(1);
         settings.thinking = eff.thinking.value;

@@ -9,6 +9,7 @@ pub mod file_access;
 pub mod find;
 pub mod grep;
 pub mod ls;
+pub mod mcp;
 pub mod policy;
 pub mod read;
 pub mod recall;

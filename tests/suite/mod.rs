@@ -18,6 +18,7 @@ mod generate;
 mod hf_folder;
 mod layers;
 mod loop_rules;
+mod mcp;
 mod provider;
 mod real_checkpoints;
 mod schemas;

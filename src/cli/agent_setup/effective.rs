@@ -61,6 +61,8 @@ pub struct Effective {
     pub temperature: Sourced<Option<f32>>,
     /// `None`: auto (blocks on the local engine, tools on a remote).
     pub edit_format: Sourced<Option<EditFormat>>,
+    /// `[mcp.servers.NAME]` of the settings files.
+    pub mcp_servers: std::collections::BTreeMap<String, agentd::app::mcp_servers::McpServerConfig>,
     pub compaction: CompactionSettings,
     /// Sources of `enabled`, `reserve_tokens`, `keep_recent_tokens`, `summarize`.
     pub compaction_sources: [Source; 4],
@@ -246,6 +248,7 @@ pub fn resolve(args: &AgentArgs, door: Door, cwd: &Path) -> anyhow::Result<Effec
         max_turns,
         temperature,
         edit_format,
+        mcp_servers: files.mcp_servers.clone(),
         compaction,
         compaction_sources,
     })

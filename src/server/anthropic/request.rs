@@ -90,7 +90,11 @@ pub fn messages_request(
             .and_then(Value::as_str)
             .is_some_and(|k| k != "custom")
         {
-            tracing::warn!(tool = %t, "a server tool this server does not serve was left out");
+            let kind = t.get("type").and_then(Value::as_str).unwrap_or("?");
+            tracing::debug!(
+                kind,
+                "a server tool this server does not serve was left out"
+            );
             continue;
         }
         let name = t

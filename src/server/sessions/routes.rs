@@ -294,6 +294,10 @@ async fn create(
     settings.sampling = sampling;
     settings.sessions_dir = Some(dir);
     settings.bash_timeout = state.sessions.options.bash_timeout;
+    // MCP servers of the user's and the workspace's settings files, as `agentd chat` there would start them.
+    settings.mcp_servers = crate::app::settings::load(&workspace)
+        .map(|f| f.mcp_servers)
+        .map_err(|e| ApiError::from_app(e, "workspace"))?;
     let provider: Arc<dyn crate::provider::Provider> = Arc::new(GatedProvider::new(
         state.provider.clone(),
         state.admission.clone(),

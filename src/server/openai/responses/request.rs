@@ -131,7 +131,13 @@ pub fn responses_request(
         let Some(chat_tool) =
             as_chat_tool(t).map_err(|m| ApiError::invalid_param(format!("tools[{i}]"), m))?
         else {
-            tracing::warn!(tool = %t, "a built-in tool type this server does not serve was left out");
+            let kind = t.get("type").and_then(Value::as_str).unwrap_or("?");
+            let name = t.get("name").and_then(Value::as_str).unwrap_or("");
+            tracing::debug!(
+                kind,
+                name,
+                "a built-in tool type this server does not serve was left out"
+            );
             continue;
         };
         tools.push(
