@@ -202,7 +202,13 @@ impl ApiError {
 
     /// The body of this error in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`.
     pub fn anthropic_body(&self) -> serde_json::Value {
-        serde_json::json!({"type": "error", "error": {"type": self.anthropic_type(), "message": self.message}})
+        // Claude Code recognises an over-long prompt by Anthropic's wording and compacts its conversation.
+        let message = if self.code == Some("context_length_exceeded") {
+            format!("prompt is too long: {}", self.message)
+        } else {
+            self.message.clone()
+        };
+        serde_json::json!({"type": "error", "error": {"type": self.anthropic_type(), "message": message}})
     }
 
     /// A provider failure, classified by its kind.

@@ -102,3 +102,17 @@ def test_errors_in_anthropic_shape(server, claude):
     assert r.status_code == 400 and r.json()["error"]["message"] == "`max_tokens` is required"
     r = raw.request("POST", "/v1/messages", {"model": CLAUDE, "max_tokens": 5, "messages": []})
     assert r.status_code == 401 and r.json()["type"] == "error", r.text
+
+
+def test_huge_max_tokens_and_a_prompt_over_the_window(claude):
+    # Claude Code asks for max_tokens 32000 whatever the model: the answer simply ends at the window.
+    m = claude.messages.create(model=CLAUDE, max_tokens=1_000_000, extra_body={"temperature": 0},
+                               stop_sequences=["."],
+                               messages=[{"role": "user", "content": "Say hello."}])
+    assert m.stop_reason in ("end_turn", "stop_sequence", "max_tokens")
+    # A prompt longer than any window this server serves: the error Claude Code compacts on, not a hang.
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model=CLAUDE, max_tokens=5,
+                               messages=[{"role": "user", "content": "word " * 300_000}])
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    assert e.value.body["error"]["message"].startswith("prompt is too long")

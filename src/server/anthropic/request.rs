@@ -80,7 +80,12 @@ pub fn messages_request(
         None | Some(Value::Null) => None,
         Some(v) => Some(text_blocks(v, "system")?).filter(|s| !s.is_empty()),
     };
-    let messages = conversation(&req.messages)?;
+    let (messages, more_system) = conversation(&req.messages)?;
+    let system = match (system, more_system.is_empty()) {
+        (s, true) => s,
+        (None, false) => Some(more_system.join("\n\n")),
+        (Some(s), false) => Some(format!("{s}\n\n{}", more_system.join("\n\n"))),
+    };
     let raw_tools = req.tools.unwrap_or_default();
     limits.check_tools(&raw_tools)?;
     let mut tools = Vec::new();
@@ -142,10 +147,12 @@ pub fn messages_request(
         Some(t) => match t.get("type").and_then(Value::as_str) {
             Some("enabled") => Some(Thinking::Medium),
             Some("disabled") => Some(Thinking::Off),
+            // The model decides (Claude Code's default): the template's own default.
+            Some("adaptive") => None,
             _ => {
                 return Err(ApiError::invalid_param(
                     "thinking.type",
-                    "thinking.type must be `enabled` or `disabled`",
+                    "thinking.type must be `enabled`, `disabled` or `adaptive`",
                 ))
             }
         },
@@ -223,9 +230,11 @@ fn text_blocks(v: &Value, param: &str) -> Result<String, ApiError> {
     }
 }
 
-/// The conversation: user text, tool results (answering earlier `tool_use` blocks) and assistant turns.
-fn conversation(list: &[AnthropicMessage]) -> Result<Vec<Message>, ApiError> {
+/// The conversation — user text, tool results (answering earlier `tool_use` blocks) and assistant turns — and the
+/// text of `system` messages among them (Claude Code sends some; they join the system prompt).
+fn conversation(list: &[AnthropicMessage]) -> Result<(Vec<Message>, Vec<String>), ApiError> {
     let mut out: Vec<Message> = Vec::new();
+    let mut system: Vec<String> = Vec::new();
     let mut names: HashMap<String, String> = HashMap::new();
     for (i, m) in list.iter().enumerate() {
         let param = format!("messages[{i}].content");
@@ -240,6 +249,7 @@ fn conversation(list: &[AnthropicMessage]) -> Result<Vec<Message>, ApiError> {
             }
         };
         match m.role.as_str() {
+            "system" => system.push(text_blocks(&m.content, &param)?),
             "user" => {
                 let mut text: Vec<String> = Vec::new();
                 for (j, b) in blocks.iter().enumerate() {
@@ -320,12 +330,12 @@ fn conversation(list: &[AnthropicMessage]) -> Result<Vec<Message>, ApiError> {
             other => {
                 return Err(ApiError::invalid_param(
                     format!("messages[{i}].role"),
-                    format!("role `{other}` is not one of user, assistant"),
+                    format!("role `{other}` is not one of user, assistant, system"),
                 ))
             }
         }
     }
-    Ok(out)
+    Ok((out, system))
 }
 
 /// A tool result's content: a string or text blocks (an image in a result is refused).
