@@ -11,8 +11,9 @@ use serde_json::{Map, Value};
 use super::{Result, SchemaError};
 
 /// Keywords JSON Schema defines but grammar-constrained decoding does not enforce. llguidance refuses most of
-/// them itself; listing them here lets the error name the location. Rejecting is the only honest answer: ignoring
-/// one would let the model produce documents the schema forbids.
+/// them itself; listing them here lets the error name the location. A `response_format` schema or a `strict` tool
+/// that uses one is refused (ignoring it would let the model produce documents the schema forbids); a tool that is
+/// not strict has them left out of its grammar ([`relax`]) and its calls validated afterwards.
 pub const UNSUPPORTED_KEYWORDS: &[&str] = &[
     "not",
     "if",
@@ -291,6 +292,55 @@ fn find_unsupported(schema: &Value, at: &str) -> Result<()> {
     Ok(())
 }
 
+/// `schema` without the keywords and string formats constrained decoding cannot enforce ([`UNSUPPORTED_KEYWORDS`],
+/// formats outside [`SUPPORTED_FORMATS`]), or `None` when it has none. Dropping one only widens the language: the
+/// grammar of the relaxed schema accepts every document the original accepts, and some it does not — what
+/// llama.cpp and vLLM do with every tool schema. Used for tools that are not `strict` (the schemas real clients
+/// send use `propertyNames`, `uniqueItems`, `format: uri-reference`…); the caller still validates calls against
+/// the original.
+pub fn relax(schema: &Value) -> Option<Value> {
+    let mut out = schema.clone();
+    relax_in_place(&mut out).then_some(out)
+}
+
+/// Removes unsupported keywords and formats under `node`; whether anything was removed.
+fn relax_in_place(node: &mut Value) -> bool {
+    let Value::Object(map) = node else {
+        return false;
+    };
+    let before = map.len();
+    map.retain(|key, _| !UNSUPPORTED_KEYWORDS.contains(&key.as_str()));
+    let bad_format = map
+        .get("format")
+        .and_then(Value::as_str)
+        .is_some_and(|name| !SUPPORTED_FORMATS.contains(&name));
+    if bad_format && may_be_string(map) {
+        map.remove("format");
+    }
+    let mut changed = map.len() != before;
+    for (key, value) in map.iter_mut() {
+        if SCHEMA_KEYS.contains(&key.as_str()) {
+            changed |= relax_in_place(value);
+        } else if SCHEMA_MAP_KEYS.contains(&key.as_str()) {
+            if let Value::Object(entries) = value {
+                for sub in entries.values_mut() {
+                    changed |= relax_in_place(sub);
+                }
+            }
+        } else if SCHEMA_ARRAY_KEYS.contains(&key.as_str()) || key == "items" {
+            match value {
+                Value::Array(items) => {
+                    for sub in items.iter_mut() {
+                        changed |= relax_in_place(sub);
+                    }
+                }
+                other => changed |= relax_in_place(other),
+            }
+        }
+    }
+    changed
+}
+
 /// Whether a schema object's `type` allows strings (no `type` allows everything).
 fn may_be_string(map: &Map<String, Value>) -> bool {
     match map.get("type") {
@@ -439,6 +489,37 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn relaxing_drops_only_what_cannot_be_enforced() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "tags": {"type": "array", "items": {"type": "string", "format": "uri-reference"}, "uniqueItems": true},
+                "meta": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}},
+                "port": {"type": "integer", "format": "uint16", "minimum": 1},
+                "when": {"type": "string", "format": "date"}
+            },
+            "required": ["tags"]
+        });
+        let relaxed = relax(&schema).unwrap();
+        assert_eq!(
+            relaxed,
+            serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "meta": {"type": "object"},
+                    "port": {"type": "integer", "format": "uint16", "minimum": 1},
+                    "when": {"type": "string", "format": "date"}
+                },
+                "required": ["tags"]
+            })
+        );
+        check(&relaxed, "t").unwrap();
+        assert!(check(&schema, "t").is_err());
+        assert_eq!(relax(&relaxed), None);
     }
 
     #[test]

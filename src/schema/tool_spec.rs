@@ -35,6 +35,11 @@ pub struct ToolSpec {
     /// branches on a value. `None`: `parameters`. Never shown to the model nor sent to a remote server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grammar: Option<Value>,
+    /// Every keyword of `parameters` must be enforced exactly (OpenAI's and Anthropic's `strict: true`): a
+    /// keyword constrained decoding cannot enforce is refused. Otherwise such keywords are left out of the
+    /// grammar (see [`schema::relax`]) and calls are still validated against `parameters`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict: bool,
     /// The compiled validator for `parameters` (rebuilt if `parameters` changes).
     #[serde(skip)]
     compiled: ValidatorCache,
@@ -77,6 +82,25 @@ impl ToolSpec {
         description: impl Into<String>,
         parameters: Value,
     ) -> Result<Self> {
+        Self::build(name, description, parameters, false)
+    }
+
+    /// [`new`](Self::new) for a `strict` tool: a keyword the grammar cannot enforce is an error
+    /// ([`SchemaError::UnsupportedSchemaKeyword`]) instead of being left out of the grammar.
+    pub fn new_strict(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+    ) -> Result<Self> {
+        Self::build(name, description, parameters, true)
+    }
+
+    fn build(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+        strict: bool,
+    ) -> Result<Self> {
         let (parameters, grammar) = match super::extensions::has_extensions(&parameters) {
             true => {
                 super::extensions::check_extensions(&parameters)?;
@@ -89,6 +113,12 @@ impl ToolSpec {
         };
         let mut spec = Self::new_unchecked(name, description, parameters);
         spec.grammar = grammar;
+        spec.strict = strict;
+        if !strict {
+            if let Some(relaxed) = schema::relax(spec.grammar_schema()) {
+                spec.grammar = Some(relaxed);
+            }
+        }
         spec.validate()?;
         Ok(spec)
     }
@@ -117,6 +147,7 @@ impl ToolSpec {
             description: description.into(),
             parameters,
             grammar: None,
+            strict: false,
             compiled: Arc::default(),
         }
     }
@@ -175,7 +206,9 @@ impl ToolSpec {
             None | Some(Value::Null) => empty_object_schema(),
             Some(p) => p.clone(),
         };
-        Self::new(name, description, parameters)
+        let strict =
+            function.get("strict").or_else(|| tool.get("strict")) == Some(&Value::Bool(true));
+        Self::build(name, description, parameters, strict)
     }
 
     /// Parses an OpenAI `tools` array.
@@ -236,7 +269,16 @@ impl ToolSpec {
                 })
             }
         }
-        schema::check(&self.parameters, &format!("tool `{}`", self.name))
+        let what = format!("tool `{}`", self.name);
+        match schema::relax(&self.parameters) {
+            // Keywords the grammar leaves out (not strict): `parameters` must still be a valid schema, and what
+            // the grammar enforces must compile.
+            Some(relaxed) if !self.strict => {
+                schema::validator(&self.parameters)?;
+                schema::check(&relaxed, &what)
+            }
+            _ => schema::check(&self.parameters, &what),
+        }
     }
 
     /// Checks a call's arguments against `parameters`. `Err` lists every violation as `"/path: message"`
@@ -325,13 +367,23 @@ mod tests {
             ),
             Err(SchemaError::InvalidSchema { .. })
         ));
+        // A keyword the grammar cannot enforce: refused for a strict tool, left out of the grammar otherwise
+        // (calls are still validated against the schema as given).
+        let unique =
+            json!({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}});
         assert!(matches!(
-            ToolSpec::new(
-                "t",
-                "",
-                json!({"type": "object", "properties": {"a": {"uniqueItems": true}}})
-            ),
+            ToolSpec::new_strict("t", "", unique.clone()),
             Err(SchemaError::UnsupportedSchemaKeyword { .. })
         ));
+        let strict = json!({"type": "function", "function": {"name": "t", "parameters": unique, "strict": true}});
+        assert!(ToolSpec::from_openai(&strict).is_err());
+        let lenient = ToolSpec::new("t", "", unique.clone()).unwrap();
+        assert_eq!(lenient.parameters, unique);
+        assert_eq!(
+            lenient.grammar_schema(),
+            &json!({"type": "object", "properties": {"a": {"type": "array"}}})
+        );
+        assert!(lenient.validate_arguments(&json!({"a": [1, 1]})).is_err());
+        assert!(lenient.validate_arguments(&json!({"a": [1, 2]})).is_ok());
     }
 }
