@@ -4,6 +4,7 @@
 //! and runs the CUDA/Metal path.
 
 pub mod act;
+pub mod attention;
 pub mod isa;
 pub mod kernels;
 pub mod kv;

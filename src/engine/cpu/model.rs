@@ -15,6 +15,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 
 use super::act::{grow, ActKind, Acts, SyncPtr};
+use super::attention;
 use super::isa::Isa;
 use super::kv::{CpuKv, KvBlocks, BLOCK_TOKENS};
 use super::ops;
@@ -577,12 +578,10 @@ impl CpuModel {
         }
         grow(&mut s.gate, t_all * ff);
         grow(&mut s.up, t_all * ff);
-        let max_len = batch
-            .iter()
-            .map(|b| (b.pos + b.tokens.len()).next_multiple_of(BLOCK_TOKENS))
-            .max()
-            .unwrap_or(0);
-        grow(&mut s.scores, self.pool.threads() * max_len);
+        grow(
+            &mut s.scores,
+            self.pool.threads() * attention::scratch_per_thread(cfg.n_head, cfg.head_dim),
+        );
         let mut r = 0;
         for b in batch.iter() {
             for &tok in b.tokens {
@@ -624,7 +623,7 @@ impl CpuModel {
                     &s.v[row * kvw..(row + 1) * kvw],
                 );
             }
-            self.attention(s, kv, batch, li, max_len);
+            self.attention(s, kv, batch, li);
             let att = &s.att;
             s.acts.reset(t_all, qw, &[layer.o.act_kind()]);
             s.acts.fill(&self.pool, &|r, row| {
@@ -867,65 +866,34 @@ impl CpuModel {
         });
     }
 
-    /// Causal grouped-query attention of every row over its own sequence's blocks, into `s.att`: scores block by
-    /// block, one softmax over all of them, then the values block by block (the same sums, in the same order,
-    /// whatever the batch).
-    fn attention(
-        &self,
-        s: &mut Scratch,
-        kv: &KvBlocks,
-        batch: &[BatchSeq<'_>],
-        layer: usize,
-        max_len: usize,
-    ) {
+    /// Causal grouped-query attention of every row over its own sequence's blocks, into `s.att` (see
+    /// [`attention::attend`]: tiles of rows per KV head, an online softmax over fixed chunks of positions, so the
+    /// same sums in the same order whatever the batch).
+    fn attention(&self, s: &mut Scratch, kv: &KvBlocks, batch: &[BatchSeq<'_>], layer: usize) {
         let cfg = &self.config;
-        let d = cfg.head_dim;
-        let (n_head, n_kv) = (cfg.n_head, cfg.n_kv_head);
-        let n_rep = n_head / n_kv;
-        let qw = n_head * d;
-        let scale = cfg.attn_scale;
+        let heads = attention::Heads {
+            head_dim: cfg.head_dim,
+            n_head: cfg.n_head,
+            n_kv: cfg.n_kv_head,
+            scale: cfg.attn_scale,
+        };
         let window = match self.layers[layer].swa {
             true => cfg.sliding_window.as_ref(),
             false => None,
         };
-        let items = s.rows.len() * n_kv;
-        let (att, scores) = (SyncPtr(s.att.as_mut_ptr()), SyncPtr(s.scores.as_mut_ptr()));
-        let (q, rows, isa) = (&s.q, &s.rows, self.isa);
-        self.pool.run(items, &|item, thread| {
-            // SAFETY: thread `thread` alone uses scores[thread * max_len..][..max_len] (sized in forward_batch).
-            let sc = unsafe { scores.slice(thread * max_len, max_len) };
-            {
-                let (r, kvh) = (item / n_kv, item % n_kv);
-                let (si, pos) = rows[r];
-                let len = pos + 1;
-                // Keys before `start` are outside the sliding window (none without one).
-                let start = window.map_or(0, |w| w.start(pos));
-                let blocks = &batch[si].blocks[..len.div_ceil(BLOCK_TOKENS)];
-                let first = start / BLOCK_TOKENS;
-                let run = |bi: usize| {
-                    let n = (len - bi * BLOCK_TOKENS).min(BLOCK_TOKENS);
-                    (n, kv.run(blocks[bi], layer, kvh, n))
-                };
-                for hh in kvh * n_rep..(kvh + 1) * n_rep {
-                    let qh = &q[r * qw + hh * d..r * qw + (hh + 1) * d];
-                    for bi in first..blocks.len() {
-                        let (n, (keys, _)) = run(bi);
-                        let at = bi * BLOCK_TOKENS;
-                        ops::scores(isa, qh, keys, scale, &mut sc[at..at + n]);
-                    }
-                    ops::softmax(&mut sc[start..len]);
-                    // SAFETY: (row r, head hh) is written by this item only.
-                    let out = unsafe { att.slice(r * qw + hh * d, d) };
-                    out.fill(0.0);
-                    for bi in first..blocks.len() {
-                        let (n, (_, values)) = run(bi);
-                        let at = bi * BLOCK_TOKENS;
-                        // The first block may begin before the window.
-                        let skip = start.saturating_sub(at);
-                        ops::accumulate(isa, out, &sc[at + skip..at + n], &values[skip * d..]);
-                    }
-                }
-            }
-        });
+        let tables: Vec<&[u32]> = batch.iter().map(|b| b.blocks).collect();
+        attention::attend(
+            &self.pool,
+            self.isa,
+            &heads,
+            kv,
+            layer,
+            window,
+            &tables,
+            &s.rows,
+            &s.q,
+            &mut s.att,
+            &mut s.scores,
+        );
     }
 }
