@@ -190,7 +190,7 @@ pub fn messages_request(
             .as_ref()
             .and_then(|m| m.get("user_id"))
             .and_then(Value::as_str)
-            .map(|u| format!("openai-user:{u}")),
+            .map(|u| format!("openai-user:{}", user_scope(u))),
         thinking,
         ..CompletionRequest::default()
     };
@@ -227,6 +227,20 @@ fn text_blocks(v: &Value, param: &str) -> Result<String, ApiError> {
             param,
             format!("expected a string or text blocks, got {other}"),
         )),
+    }
+}
+
+/// The part of `metadata.user_id` that names who may share cached prefixes. Claude Code sends a JSON object of
+/// `device_id`, `account_uuid` and a `session_id` new on every run: the session is left out, so the runs of one
+/// user share the prefill of its 19k-token system prompt (each would recompute it otherwise), while different
+/// devices and accounts stay apart. Any other id is used as it is.
+fn user_scope(user_id: &str) -> String {
+    match serde_json::from_str::<Value>(user_id) {
+        Ok(Value::Object(mut map)) if map.contains_key("session_id") => {
+            map.remove("session_id");
+            Value::Object(map).to_string()
+        }
+        _ => user_id.to_string(),
     }
 }
 
@@ -383,6 +397,20 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_session_id_in_user_id_does_not_split_the_prefix_cache() {
+        let run = |session: &str| {
+            let user =
+                format!(r#"{{"device_id":"d1","account_uuid":"","session_id":"{session}"}}"#);
+            user_scope(&user)
+        };
+        assert_eq!(run("a"), run("b"));
+        assert!(run("a").contains("d1"));
+        let other = user_scope(r#"{"device_id":"d2","account_uuid":"","session_id":"a"}"#);
+        assert_ne!(run("a"), other);
+        assert_eq!(user_scope("alice"), "alice");
     }
 
     #[test]
