@@ -172,6 +172,17 @@ impl AppState {
         }
     }
 
+    /// What the server adds to a chat-like request from any door: the generation defaults under the request's own
+    /// sampling, and its prefix-cache scope (the user its `cache_key` names, else every plain API request).
+    pub fn complete_request(&self, request: &mut crate::provider::CompletionRequest) {
+        request.sampling = request.sampling.or(&self.options.generation_defaults);
+        let user = request
+            .cache_key
+            .as_deref()
+            .and_then(|k| k.strip_prefix("openai-user:"));
+        request.cache_scope = Some(self.cache_scope(user));
+    }
+
     /// Reports the response cache's counters on `/metrics`.
     pub fn with_cache_stats(mut self, stats: Option<Arc<CacheStats>>) -> Self {
         self.cache = stats;

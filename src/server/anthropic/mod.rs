@@ -91,12 +91,7 @@ pub async fn messages(
 ) -> Result<Response, AnthropicError> {
     let mut timer = state.metrics.timer();
     let (mut request, stream, asked) = convert(&state, body, false).await?;
-    request.sampling = request.sampling.or(&state.options.generation_defaults);
-    let user = request
-        .cache_key
-        .as_deref()
-        .and_then(|k| k.strip_prefix("openai-user:"));
-    request.cache_scope = Some(state.cache_scope(user));
+    state.complete_request(&mut request);
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
     if stream {
         let input_tokens = state

@@ -47,18 +47,13 @@ pub async fn chat_completions(
             Ok((request, opts, model))
         })
         .await?;
-    request.sampling = request.sampling.or(&state.options.generation_defaults);
+    state.complete_request(&mut request);
     if opts.logprobs.is_some() && !state.provider.supports_logprobs() {
         return Err(ApiError::invalid_param(
             "logprobs",
             "logprobs are not available from this server's provider",
         ));
     }
-    let user = request
-        .cache_key
-        .as_deref()
-        .and_then(|k| k.strip_prefix("openai-user:"));
-    request.cache_scope = Some(state.cache_scope(user));
     let answer = Answer {
         id: response_id("chatcmpl"),
         created: now_unix(),

@@ -33,12 +33,7 @@ pub async fn responses(
             Ok((request, echo, model))
         })
         .await?;
-    request.sampling = request.sampling.or(&state.options.generation_defaults);
-    let user = request
-        .cache_key
-        .as_deref()
-        .and_then(|k| k.strip_prefix("openai-user:"));
-    request.cache_scope = Some(state.cache_scope(user));
+    state.complete_request(&mut request);
     let stream = echo.stream;
     let head = Head {
         id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
