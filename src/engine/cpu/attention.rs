@@ -15,6 +15,37 @@ use super::kv::{KvBlocks, BLOCK_TOKENS};
 use super::pool::ThreadPool;
 use crate::engine::model::SlidingWindow;
 
+/// `fn NAME(isa, args…)`: runs `GENERIC(args…)` compiled for AVX-512F or AVX2+FMA when `isa` allows (the
+/// compiler vectorizes the generic body for the widest one), else as built.
+macro_rules! dispatch {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? = $generic:ident) => {
+        $(#[$m])*
+        fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma,avx512f")]
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    $generic($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    $generic($($arg),*)
+                }
+                if isa.has_avx512() {
+                    // SAFETY: `has_avx512` checked that the processor has AVX-512F (and AVX2, FMA).
+                    return unsafe { avx512($($arg),*) };
+                }
+                if isa.has_avx2() {
+                    // SAFETY: `has_avx2` checked that the processor has AVX2 and FMA.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            let _ = isa;
+            $generic($($arg),*)
+        }
+    };
+}
+
 /// Rows of one sequence attended together (they share every key chunk they both see).
 pub const TILE_ROWS: usize = 8;
 /// Key positions scored per online-softmax step (a whole number of KV blocks).
@@ -161,34 +192,10 @@ pub fn attend(
     });
 }
 
-/// `scores[j] = q · k_j` for the chunk's [`CHUNK`] keys, given transposed (`keys_t[c * CHUNK + j]`): the
-/// [`CHUNK`] sums stay in registers while each of q's values is broadcast over a row.
-fn chunk_scores(isa: Isa, q: &[f32], keys_t: &[f32], scores: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if isa.has_avx512() {
-            // SAFETY: `has_avx512` checked that the processor has AVX-512F.
-            return unsafe { chunk_scores_avx512(q, keys_t, scores) };
-        }
-        if isa.has_avx2() {
-            // SAFETY: `has_avx2` checked that the processor has AVX2 and FMA.
-            return unsafe { chunk_scores_avx2(q, keys_t, scores) };
-        }
-    }
-    let _ = isa;
-    chunk_scores_generic(q, keys_t, scores)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512f")]
-unsafe fn chunk_scores_avx512(q: &[f32], keys_t: &[f32], scores: &mut [f32]) {
-    chunk_scores_generic(q, keys_t, scores)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn chunk_scores_avx2(q: &[f32], keys_t: &[f32], scores: &mut [f32]) {
-    chunk_scores_generic(q, keys_t, scores)
+dispatch! {
+    /// `scores[j] = q · k_j` for the chunk's [`CHUNK`] keys, given transposed (`keys_t[c * CHUNK + j]`): the
+    /// [`CHUNK`] sums stay in registers while each of q's values is broadcast over a row.
+    fn chunk_scores(q: &[f32], keys_t: &[f32], scores: &mut [f32]) = chunk_scores_generic
 }
 
 #[inline(always)]
@@ -202,34 +209,10 @@ fn chunk_scores_generic(q: &[f32], keys_t: &[f32], scores: &mut [f32]) {
     scores[..CHUNK].copy_from_slice(&acc);
 }
 
-/// One online-softmax step over a chunk's raw scores: with `m` the running maximum so far, returns the new maximum
-/// `m'` (of `m` and every `s[j] · scale`) and `Σ_j exp(s[j] · scale − m')`, each `s[j]` replaced by its term.
-fn chunk_softmax(isa: Isa, s: &mut [f32], scale: f32, m: f32) -> (f32, f32) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if isa.has_avx512() {
-            // SAFETY: `has_avx512` checked that the processor has AVX-512F.
-            return unsafe { chunk_softmax_avx512(s, scale, m) };
-        }
-        if isa.has_avx2() {
-            // SAFETY: `has_avx2` checked that the processor has AVX2 and FMA.
-            return unsafe { chunk_softmax_avx2(s, scale, m) };
-        }
-    }
-    let _ = isa;
-    chunk_softmax_generic(s, scale, m)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512f")]
-unsafe fn chunk_softmax_avx512(s: &mut [f32], scale: f32, m: f32) -> (f32, f32) {
-    chunk_softmax_generic(s, scale, m)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn chunk_softmax_avx2(s: &mut [f32], scale: f32, m: f32) -> (f32, f32) {
-    chunk_softmax_generic(s, scale, m)
+dispatch! {
+    /// One online-softmax step over a chunk's raw scores: with `m` the running maximum so far, returns the new maximum
+    /// `m'` (of `m` and every `s[j] · scale`) and `Σ_j exp(s[j] · scale − m')`, each `s[j]` replaced by its term.
+    fn chunk_softmax(s: &mut [f32], scale: f32, m: f32) -> (f32, f32) = chunk_softmax_generic
 }
 
 /// Lanes of the reductions below (independent accumulators the compiler turns into one vector).
@@ -289,34 +272,10 @@ fn exp(x: f32) -> f32 {
     p * f32::from_bits(bits)
 }
 
-/// `out += Σ_j w[j] · v_j` over the `w.len()` rows of `values` (rows of `out.len()`), [`CHUNK`] columns of `out`
-/// at a time held in registers.
-fn chunk_accumulate(isa: Isa, out: &mut [f32], w: &[f32], values: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if isa.has_avx512() {
-            // SAFETY: `has_avx512` checked that the processor has AVX-512F.
-            return unsafe { chunk_accumulate_avx512(out, w, values) };
-        }
-        if isa.has_avx2() {
-            // SAFETY: `has_avx2` checked that the processor has AVX2 and FMA.
-            return unsafe { chunk_accumulate_avx2(out, w, values) };
-        }
-    }
-    let _ = isa;
-    chunk_accumulate_generic(out, w, values)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512f")]
-unsafe fn chunk_accumulate_avx512(out: &mut [f32], w: &[f32], values: &[f32]) {
-    chunk_accumulate_generic(out, w, values)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn chunk_accumulate_avx2(out: &mut [f32], w: &[f32], values: &[f32]) {
-    chunk_accumulate_generic(out, w, values)
+dispatch! {
+    /// `out += Σ_j w[j] · v_j` over the `w.len()` rows of `values` (rows of `out.len()`), [`CHUNK`] columns of `out`
+    /// at a time held in registers.
+    fn chunk_accumulate(out: &mut [f32], w: &[f32], values: &[f32]) = chunk_accumulate_generic
 }
 
 #[inline(always)]
