@@ -77,6 +77,9 @@ pub struct EngineConfig {
     pub kv_cache_memory: String,
     /// Keep and share the KV blocks of prompts that start the same way.
     pub prefix_caching: bool,
+    /// Speculative decoding (`[engine.speculative]`: `method` = `ngram` | `off`, `num_speculative_tokens`,
+    /// `prompt_lookup_min`, `prompt_lookup_max`; vLLM's `speculative_config` names).
+    pub speculative: crate::engine::speculative::SpeculativeConfig,
     /// A Jinja chat template file used instead of the model's own.
     pub chat_template: Option<String>,
     /// Show a progress bar while a model is fetched (set by the command line, not the file).
@@ -96,6 +99,7 @@ impl Default for EngineConfig {
             max_num_batched_tokens: crate::engine::scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS,
             kv_cache_memory: "1GiB".into(),
             prefix_caching: true,
+            speculative: Default::default(),
             chat_template: None,
             progress: false,
         }
@@ -211,6 +215,7 @@ impl Config {
             kv_cache_bytes: parse_bytes(&e.kv_cache_memory)
                 .map_err(|err| format!("engine.kv_cache_memory: {err}"))?,
             prefix_caching: e.prefix_caching,
+            speculative: e.speculative.clone(),
         };
         scheduler
             .validate()

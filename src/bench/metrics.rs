@@ -51,6 +51,10 @@ pub struct RequestSample {
     pub prompt_tokens: Option<u64>,
     /// `usage.prompt_tokens_details.cached_tokens`, when the server sent it.
     pub cached_prompt_tokens: Option<u64>,
+    /// `usage.completion_tokens_details`' accepted and rejected prediction tokens (speculative decoding's
+    /// drafts), when the server sent them.
+    #[serde(default)]
+    pub drafts: Option<(u64, u64)>,
     pub finish_reason: Option<String>,
     /// Streamed text content.
     pub text: String,
@@ -123,6 +127,9 @@ pub struct Summary {
     pub missing_calls: usize,
     /// `valid_calls / (calls + missing_calls)`; `None` when that is 0.
     pub valid_share: Option<f64>,
+    /// Speculative decoding, summed over the requests that reported it: draft tokens accepted and rejected.
+    #[serde(default)]
+    pub drafts: Option<(u64, u64)>,
 }
 
 impl Summary {
@@ -164,6 +171,10 @@ impl Summary {
             valid_calls,
             missing_calls,
             valid_share: (judged > 0).then(|| valid_calls as f64 / judged as f64),
+            drafts: ok
+                .iter()
+                .filter_map(|s| s.drafts)
+                .reduce(|a, b| (a.0 + b.0, a.1 + b.1)),
         }
     }
 }

@@ -258,6 +258,10 @@ impl Accumulator {
                 .prompt_tokens_details
                 .as_ref()
                 .and_then(|d| d.cached_tokens);
+            self.sample.drafts = u
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| Some((d.accepted_prediction_tokens?, d.rejected_prediction_tokens?)));
         }
         for choice in chunk.choices {
             let delta = choice.delta;

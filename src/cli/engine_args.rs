@@ -7,6 +7,7 @@ use agentd::engine::device::DeviceSpec;
 use agentd::engine::fetch::{FetchOptions, ModelSelector};
 use agentd::engine::model::WeightFormat;
 use agentd::engine::scheduler::SchedulerConfig;
+use agentd::engine::speculative::SpecMethod;
 use agentd::engine::{Engine, EngineOptions};
 use anyhow::Context;
 
@@ -54,11 +55,28 @@ pub struct BatchArgs {
     /// Do not keep or share the KV blocks of prompt prefixes.
     #[arg(long)]
     pub no_prefix_caching: bool,
+    /// Speculative decoding: ngram (drafts looked up in the sequence's own prompt and output, verified in the
+    /// batch; the output is unchanged) or off (default ngram on the CPU engine and CUDA).
+    #[arg(long, value_name = "ngram|off")]
+    pub speculative: Option<SpecMethod>,
+    /// The most draft tokens verified per step (default 8).
+    #[arg(long)]
+    pub num_speculative_tokens: Option<usize>,
+    /// The shortest n-gram a draft lookup matches (default 2).
+    #[arg(long)]
+    pub prompt_lookup_min: Option<usize>,
+    /// The longest n-gram a draft lookup tries first (default 5).
+    #[arg(long)]
+    pub prompt_lookup_max: Option<usize>,
+    /// vLLM's form of the settings above, as JSON: {"method": "ngram", "num_speculative_tokens": 8,
+    /// "prompt_lookup_min": 2, "prompt_lookup_max": 5}; the single flags win over it.
+    #[arg(long, value_name = "JSON")]
+    pub speculative_config: Option<String>,
 }
 
 impl BatchArgs {
-    /// Writes the flags given into an `[engine]` config section.
-    pub fn apply(&self, engine: &mut agentd::config::EngineConfig) {
+    /// Writes the single flags given into an `[engine]` config section.
+    fn apply_flags(&self, engine: &mut agentd::config::EngineConfig) {
         if let Some(n) = self.max_num_seqs {
             engine.max_num_seqs = n;
         }
@@ -71,18 +89,42 @@ impl BatchArgs {
         if self.no_prefix_caching {
             engine.prefix_caching = false;
         }
+        let spec = &mut engine.speculative;
+        if let Some(m) = self.speculative {
+            spec.method = m;
+        }
+        if let Some(n) = self.num_speculative_tokens {
+            spec.num_speculative_tokens = n;
+        }
+        if let Some(n) = self.prompt_lookup_min {
+            spec.prompt_lookup_min = n;
+        }
+        if let Some(n) = self.prompt_lookup_max {
+            spec.prompt_lookup_max = n;
+        }
+    }
+
+    /// Writes the flags given into an `[engine]` config section; a malformed `--speculative-config` is an error.
+    pub fn apply(&self, engine: &mut agentd::config::EngineConfig) -> anyhow::Result<()> {
+        if let Some(json) = &self.speculative_config {
+            engine.speculative = serde_json::from_str(json)
+                .map_err(|e| anyhow::anyhow!("--speculative-config: {e}"))?;
+        }
+        self.apply_flags(engine);
+        Ok(())
     }
 
     /// The scheduler settings these flags give over the defaults.
     pub fn scheduler(&self) -> anyhow::Result<SchedulerConfig> {
         let mut engine = agentd::config::EngineConfig::default();
-        self.apply(&mut engine);
+        self.apply(&mut engine)?;
         let config = SchedulerConfig {
             max_num_seqs: engine.max_num_seqs,
             max_num_batched_tokens: engine.max_num_batched_tokens,
             kv_cache_bytes: agentd::config::parse_bytes(&engine.kv_cache_memory)
                 .map_err(|e| anyhow::anyhow!("--kv-cache-memory: {e}"))?,
             prefix_caching: engine.prefix_caching,
+            speculative: engine.speculative,
         };
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)

@@ -222,6 +222,15 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
                 total * 1e3
             );
         }
+        if let Some(s) = &summary.speculative {
+            eprintln!(
+                "[speculative: {} drafts, {} draft tokens, {} accepted ({:.0}%)]",
+                s.drafts,
+                s.draft_tokens,
+                s.accepted_tokens,
+                100.0 * s.accepted_tokens as f64 / s.draft_tokens.max(1) as f64
+            );
+        }
     }
     Ok(())
 }

@@ -189,7 +189,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.cache {
         config.cache.enabled = true;
     }
-    args.batch.apply(&mut config.engine);
+    args.batch.apply(&mut config.engine)?;
     config.engine.progress = true;
     if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
         anyhow::bail!("--shutdown-grace must be a number of seconds >= 0");

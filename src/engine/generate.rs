@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::constraint::{ConstraintSpec, ConstraintStats};
 use super::error::{EngineError, Result};
 use super::sampler::SamplingParams;
+use super::speculative::SpecStats;
 
 /// Within this many tokens of `max_tokens`, a constrained call in progress is watched: each step keeps a way to
 /// close it in the budget left (see [`super::constraint::close`]), and a step that would lose the last one is
@@ -79,6 +80,8 @@ pub struct GenerateSummary {
     pub ttft_secs: f64,
     /// What the grammar cost, when there was one.
     pub constraint: Option<ConstraintStats>,
+    /// What speculative decoding drafted and got accepted, when it was on.
+    pub speculative: Option<SpecStats>,
 }
 
 #[derive(Debug)]
@@ -114,5 +117,6 @@ pub fn cancelled_before_start(req: &GenerateRequest) -> GenerateSummary {
         decode_secs: 0.0,
         ttft_secs: 0.0,
         constraint: None,
+        speculative: None,
     }
 }

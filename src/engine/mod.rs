@@ -29,6 +29,7 @@ pub mod reasoning;
 pub mod sampler;
 pub mod scheduler;
 pub mod sequence;
+pub mod speculative;
 pub mod spm;
 pub mod staging;
 pub mod synth;

@@ -36,6 +36,7 @@ use super::model::Model;
 use super::paged_kv::PagedStore;
 use super::prefix_cache::{common_prefix, PrefixCache};
 use super::sequence::{Outcome, Sequence};
+use super::speculative::{SpeculativeConfig, StepCost, MAX_SPECULATIVE_TOKENS};
 use super::tokenizer::Tokenizer;
 
 /// How the scheduler batches (vLLM's names).
@@ -49,6 +50,8 @@ pub struct SchedulerConfig {
     pub kv_cache_bytes: usize,
     /// Whether full blocks of a prompt are kept and shared with later prompts that start the same way.
     pub prefix_caching: bool,
+    /// Speculative decoding: drafts verified in the batched step (the paged store only).
+    pub speculative: SpeculativeConfig,
 }
 
 /// Defaults for a CPU: enough sequences that 50 clients all start within a few steps, and prompt chunks small
@@ -65,6 +68,7 @@ impl Default for SchedulerConfig {
             max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
             kv_cache_bytes: DEFAULT_KV_CACHE_BYTES,
             prefix_caching: true,
+            speculative: SpeculativeConfig::default(),
         }
     }
 }
@@ -85,7 +89,7 @@ impl SchedulerConfig {
         if self.kv_cache_bytes == 0 {
             return Err("kv_cache_bytes must be more than 0".into());
         }
-        Ok(())
+        self.speculative.validate()
     }
 }
 
@@ -102,6 +106,14 @@ pub struct SchedulerStats {
     pub steps: AtomicU64,
     /// Tokens fed, over all steps.
     pub batched_tokens: AtomicU64,
+    /// Speculative decoding: verify steps that carried drafts, per sequence (vLLM's `num_drafts`).
+    pub spec_drafts: AtomicU64,
+    /// Draft tokens verified.
+    pub spec_draft_tokens: AtomicU64,
+    /// Draft tokens accepted.
+    pub spec_accepted_tokens: AtomicU64,
+    /// Draft tokens accepted at each position of a draft (the first, the second, …).
+    pub spec_accepted_per_pos: [AtomicU64; MAX_SPECULATIVE_TOKENS],
 }
 
 /// A request on its way to the engine thread.
@@ -130,6 +142,8 @@ struct Entry {
     computed: usize,
     /// Pending tokens are the output of its last step (fed whole, outside the prefill budget).
     decoding: bool,
+    /// Speculative drafts fed after the pending tokens in this step (not part of the sequence's tokens).
+    drafts: Vec<u32>,
     /// Prefix-cache use was counted (at the first admission; not again after a preemption).
     counted: bool,
     cache_key: Option<String>,
@@ -155,7 +169,15 @@ pub(crate) struct Scheduler {
     space: Space,
     prefix: Arc<PrefixCacheStats>,
     stats: Arc<SchedulerStats>,
+    /// What decode steps cost here: the price of a speculative draft token.
+    cost: StepCost,
 }
+
+/// Before any verify step is measured: what one more token costs a single-token step, on the CPU engine (a
+/// 2-core CPU is compute-bound even at one token: 0.5–0.7 measured by `cargo bench --bench verify_step`) and on
+/// a GPU (bandwidth-bound decode).
+const CPU_TOKEN_PRICE: f64 = 0.5;
+const DEVICE_TOKEN_PRICE: f64 = 0.1;
 
 /// Why blocks could not be had.
 struct NoBlocks;
@@ -186,7 +208,12 @@ impl Scheduler {
                 prefix.clone(),
             )),
         };
+        let cost = StepCost::new(match model.cpu_engine() {
+            Some(_) => CPU_TOKEN_PRICE,
+            None => DEVICE_TOKEN_PRICE,
+        });
         Ok(Self {
+            cost,
             model,
             tokenizer,
             config,
@@ -249,12 +276,26 @@ impl Scheduler {
             return;
         }
         let ctx = self.model.config.context_length;
-        match Sequence::new(req, constraint, cancel, reply.clone(), &self.tokenizer, ctx) {
+        // Drafts are verified in the paged batch; candle's per-sequence pass returns one row of logits.
+        let spec = match self.space {
+            Space::Paged { .. } => self.config.speculative.clone(),
+            Space::Own(_) => SpeculativeConfig::off(),
+        };
+        match Sequence::new(
+            req,
+            constraint,
+            cancel,
+            reply.clone(),
+            &self.tokenizer,
+            ctx,
+            &spec,
+        ) {
             Ok(seq) => self.waiting.push_back(Entry {
                 seq,
                 kv: Kv::None,
                 computed: 0,
                 decoding: false,
+                drafts: Vec::new(),
                 counted: false,
                 cache_key,
             }),
@@ -303,6 +344,7 @@ impl Scheduler {
         }
         e.computed = 0;
         e.decoding = false;
+        e.drafts.clear();
     }
 
     /// Makes sure `e`'s blocks cover `positions` positions.
@@ -374,11 +416,41 @@ impl Scheduler {
     fn schedule(&mut self) -> Vec<(usize, usize)> {
         let mut budget = self.config.max_num_batched_tokens;
         let mut plan = Vec::new();
-        // Running sequences first, in arrival order: decode tokens always, prompt chunks within the budget.
+        // The decode tokens of every running sequence come first; drafts only take what they leave.
+        let mut reserved: usize = self
+            .running
+            .iter()
+            .filter(|e| e.decoding)
+            .map(|e| e.seq.tokens().len() - e.computed)
+            .sum();
+        let decoding = self.running.iter().filter(|e| e.decoding).count();
+        let price = self.cost.price(decoding);
+        // Running sequences first, in arrival order: decode tokens always (and drafts within the budget),
+        // prompt chunks within the budget.
         let mut i = 0;
         while i < self.running.len() {
             let e = &mut self.running[i];
             let need = e.seq.tokens().len() - e.computed;
+            e.drafts.clear();
+            if e.decoding {
+                reserved = reserved.saturating_sub(need);
+                let spare = budget.saturating_sub(need + reserved);
+                if spare > 0 {
+                    match e.seq.propose(spare, price) {
+                        Ok(d) => e.drafts = d,
+                        Err(err) => {
+                            let e = self.running.remove(i);
+                            self.end(e, Err(err));
+                            continue;
+                        }
+                    }
+                }
+                // Drafts never cost a block another sequence needs: without room for them they are dropped.
+                let with = e.computed + need + e.drafts.len();
+                if !e.drafts.is_empty() && Self::ensure(&mut self.space, e, with).is_err() {
+                    e.drafts.clear();
+                }
+            }
             let n = if e.decoding { need } else { need.min(budget) };
             if n == 0 {
                 i += 1;
@@ -386,6 +458,7 @@ impl Scheduler {
             }
             let positions = e.computed + n;
             if Self::ensure(&mut self.space, e, positions).is_ok() {
+                let n = n + e.drafts.len();
                 plan.push((i, n));
                 budget = budget.saturating_sub(n);
                 i += 1;
@@ -443,7 +516,8 @@ impl Scheduler {
         }
     }
 
-    /// Runs one forward pass over the plan, then samples every sequence that got logits.
+    /// Runs one forward pass over the plan, then samples every sequence that got logits (verifying its drafts),
+    /// then records what is in the cache.
     fn execute(&mut self, plan: &[(usize, usize)]) {
         let fed: usize = plan.iter().map(|p| p.1).sum();
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
@@ -451,17 +525,74 @@ impl Scheduler {
             .batched_tokens
             .fetch_add(fed as u64, Ordering::Relaxed);
         // A panic inside a tensor op must not take the engine down with it: report it as an error.
+        let started = std::time::Instant::now();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.forward(plan)));
+        // Decode steps (no prompt chunk) teach the cost model what a token costs.
+        if plan.iter().all(|&(i, _)| self.running[i].decoding) {
+            self.cost.observe(fed, started.elapsed().as_secs_f64());
+        }
         let logits = match outcome {
             Ok(Ok(l)) => l,
             Ok(Err(e)) => return self.fail_plan(plan, &e.to_string()),
             Err(_) => return self.fail_plan(plan, "the engine panicked during generation"),
         };
-        // Bookkeeping: positions computed, full blocks registered for reuse.
+        // Sampling, in parallel across the sequences that got logits: each running entry paired with its own.
+        let mut by_index: Vec<Option<Vec<f32>>> = vec![None; self.running.len()];
+        for (&(i, _), l) in plan.iter().zip(logits) {
+            if !l.is_empty() {
+                by_index[i] = Some(l);
+            }
+        }
+        let tokenizer = &self.tokenizer;
+        let mut work: Vec<(usize, &mut Entry, Vec<f32>)> = self
+            .running
+            .iter_mut()
+            .zip(by_index)
+            .enumerate()
+            .filter_map(|(i, (e, l))| l.map(|l| (i, e, l)))
+            .collect();
+        let step = |(i, e, l): &mut (usize, &mut Entry, Vec<f32>)| {
+            (*i, e.seq.verify(l, &e.drafts, tokenizer))
+        };
+        let results: Vec<(usize, Result<(Outcome, usize)>)> = if work.len() > 1 {
+            work.par_iter_mut().map(step).collect()
+        } else {
+            work.iter_mut().map(step).collect()
+        };
+        drop(work);
+        let mut accepted = vec![0; self.running.len()];
+        let mut ended = Vec::new();
+        for (i, r) in results {
+            match r {
+                Ok((outcome, a)) => {
+                    accepted[i] = a;
+                    match outcome {
+                        Outcome::Continue => self.running[i].decoding = true,
+                        Outcome::Finished(f) => ended.push((i, Ok(f))),
+                    }
+                }
+                Err(e) => ended.push((i, Err(e))),
+            }
+        }
+        // Positions computed (fed drafts count up to the last one confirmed; the keys and values past it are
+        // overwritten when those positions are fed again), full blocks registered for reuse.
         for &(i, n) in plan {
             let e = &mut self.running[i];
+            let drafts = std::mem::take(&mut e.drafts);
+            if !drafts.is_empty() {
+                self.stats.spec_drafts.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .spec_draft_tokens
+                    .fetch_add(drafts.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .spec_accepted_tokens
+                    .fetch_add(accepted[i] as u64, Ordering::Relaxed);
+                for pos in &self.stats.spec_accepted_per_pos[..accepted[i]] {
+                    pos.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             let before = e.computed;
-            e.computed += n;
+            e.computed += n - drafts.len() + accepted[i];
             if let (Space::Paged { manager, .. }, Kv::Paged { blocks, hashes }) =
                 (&mut self.space, &mut e.kv)
             {
@@ -481,47 +612,27 @@ impl Scheduler {
                 }
             }
         }
-        // Sampling, in parallel across the sequences that got logits: each running entry paired with its own.
-        let mut by_index: Vec<Option<Vec<f32>>> = vec![None; self.running.len()];
-        for (&(i, _), l) in plan.iter().zip(logits) {
-            if !l.is_empty() {
-                by_index[i] = Some(l);
-            }
-        }
-        let tokenizer = &self.tokenizer;
-        let mut work: Vec<(usize, &mut Entry, Vec<f32>)> = self
-            .running
-            .iter_mut()
-            .zip(by_index)
-            .enumerate()
-            .filter_map(|(i, (e, l))| l.map(|l| (i, e, l)))
-            .collect();
-        let step = |(i, e, l): &mut (usize, &mut Entry, Vec<f32>)| (*i, e.seq.step(l, tokenizer));
-        let results: Vec<(usize, Result<Outcome>)> = if work.len() > 1 {
-            work.par_iter_mut().map(step).collect()
-        } else {
-            work.iter_mut().map(step).collect()
-        };
-        drop(work);
-        let mut ended = Vec::new();
-        for (i, r) in results {
-            match r {
-                Ok(Outcome::Continue) => self.running[i].decoding = true,
-                Ok(Outcome::Finished(f)) => ended.push((i, Ok(f))),
-                Err(e) => ended.push((i, Err(e))),
-            }
-        }
+        ended.sort_by_key(|x| x.0);
         for (i, how) in ended.into_iter().rev() {
             let e = self.running.remove(i);
             self.end(e, how);
         }
     }
 
-    /// The forward pass of a plan: per planned sequence, its last token's logits (empty when not asked for).
+    /// The forward pass of a plan: per planned sequence, the logits of its last pending token and of each of its
+    /// drafts, row after row (empty when it is mid-prompt).
     fn forward(&mut self, plan: &[(usize, usize)]) -> Result<Vec<Vec<f32>>> {
         let running = &mut self.running;
         match &mut self.space {
             Space::Paged { store, .. } => {
+                // A sequence with drafts feeds its pending tokens, then the drafts.
+                let fed_with_drafts: Vec<Vec<u32>> = running
+                    .iter()
+                    .map(|e| match e.drafts.is_empty() {
+                        true => Vec::new(),
+                        false => [&e.seq.tokens()[e.computed..], &e.drafts].concat(),
+                    })
+                    .collect();
                 let batch: Vec<BatchSeq> = plan
                     .iter()
                     .map(|&(i, n)| {
@@ -530,12 +641,19 @@ impl Scheduler {
                             Kv::Paged { blocks, .. } => blocks.as_slice(),
                             _ => &[],
                         };
-                        let tokens = &e.seq.tokens()[e.computed..e.computed + n];
+                        let all = e.seq.tokens().len();
+                        let tokens: &[u32] = match e.drafts.is_empty() {
+                            true => &e.seq.tokens()[e.computed..e.computed + n],
+                            false => fed_with_drafts[i].as_slice(),
+                        };
                         BatchSeq {
                             tokens,
                             blocks,
                             pos: e.computed,
-                            logits: e.computed + n == e.seq.tokens().len(),
+                            logits: match e.computed + n - e.drafts.len() == all {
+                                true => 1 + e.drafts.len(),
+                                false => 0,
+                            },
                         }
                     })
                     .collect();

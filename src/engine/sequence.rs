@@ -24,6 +24,7 @@ use super::generate::{
     CLOSE_WINDOW_TOKENS,
 };
 use super::sampler::{logprobs, Sampler};
+use super::speculative::{Drafter, SpeculativeConfig};
 use super::tokenizer::Tokenizer;
 
 /// What a step left the sequence doing.
@@ -52,6 +53,8 @@ pub struct Sequence {
     close_plan: Option<Vec<u32>>,
     started: Option<Instant>,
     decode_start: Option<Instant>,
+    /// Speculative decoding's drafts (none when it is off).
+    drafter: Option<Drafter>,
 }
 
 impl Sequence {
@@ -63,6 +66,7 @@ impl Sequence {
         reply: UnboundedSender<GenerateEvent>,
         tokenizer: &Tokenizer,
         ctx_len: usize,
+        spec: &SpeculativeConfig,
     ) -> Result<Self> {
         super::generate::validate(&req, ctx_len)?;
         let sampler = Sampler::new(req.sampling.clone())?;
@@ -86,6 +90,7 @@ impl Sequence {
             close_plan: None,
             started: None,
             decode_start: None,
+            drafter: Drafter::new(spec),
         })
     }
 
@@ -244,6 +249,75 @@ impl Sequence {
         Ok(Outcome::Continue)
     }
 
+    /// Draft tokens to verify after the pending ones (speculative decoding), at most `limit`, when verifying one
+    /// more token costs `price` of a step (see [`super::speculative::Drafter`]): the drafter's lookup, cut where the output would end anyway (an end-of-generation token, `max_tokens`) and where the
+    /// grammar, if there is one, rejects a token — a grammar-invalid draft is never verified.
+    pub fn propose(&mut self, limit: usize, price: f64) -> Result<Vec<u32>> {
+        // Verifying k drafts yields up to k + 1 tokens.
+        let room = self.max_new.saturating_sub(self.generated() + 1);
+        let Some(d) = self.drafter.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let mut drafts = d.propose(&self.tokens, limit.min(room), price);
+        if let Some(cut) = drafts.iter().position(|t| self.eos.contains(t)) {
+            drafts.truncate(cut);
+        }
+        if let (Some(c), false) = (self.constraint.as_deref_mut(), drafts.is_empty()) {
+            let valid = c.valid_prefix(&drafts)?;
+            drafts.truncate(valid);
+        }
+        Ok(drafts)
+    }
+
+    /// Takes the logits of the last pending token and of each draft fed after it (`rows`: `1 + drafts.len()`
+    /// rows of the vocabulary, in position order) and keeps exactly what plain decoding would have produced:
+    /// row 0 is sampled as by [`step`](Self::step); while the tokens appended so far equal the drafts, the next
+    /// row holds the model's own logits for the next position and is sampled in turn; the first token that
+    /// differs from its draft ends the step (it is kept — its logits were valid). Returns the outcome and how
+    /// many drafts were confirmed: the fed positions whose keys and values stay valid.
+    ///
+    /// Sampled output keeps plain decoding's distribution, and with a seed its very tokens: every position is
+    /// sampled from the model's own distribution with the same random draws, and a draft only counts where the
+    /// sample equals it. For a draft with probability 1 (a lookup) that is the standard rejection rule: accept
+    /// with probability p(draft), else sample from p without the draft.
+    pub fn verify(
+        &mut self,
+        rows: &mut [f32],
+        drafts: &[u32],
+        tokenizer: &Tokenizer,
+    ) -> Result<(Outcome, usize)> {
+        let n_rows = drafts.len() + 1;
+        if rows.is_empty() || !rows.len().is_multiple_of(n_rows) {
+            return Err(EngineError::Internal(format!(
+                "{} logits for {n_rows} rows",
+                rows.len()
+            )));
+        }
+        let vocab = rows.len() / n_rows;
+        let base = self.tokens.len();
+        let mut row = 0;
+        let outcome = loop {
+            let outcome = self.step(&mut rows[row * vocab..(row + 1) * vocab], tokenizer)?;
+            let new = &self.tokens[base..];
+            if outcome != Outcome::Continue
+                || new.len() > drafts.len()
+                || new != &drafts[..new.len()]
+            {
+                break outcome;
+            }
+            row = new.len();
+        };
+        let accepted = self.tokens[base..]
+            .iter()
+            .zip(drafts)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if let Some(d) = self.drafter.as_mut() {
+            d.record(drafts.len(), accepted);
+        }
+        Ok((outcome, accepted))
+    }
+
     /// Ends the generation with `finish` and sends the summary (exact usage: the whole prompt, every token
     /// generated; text held back at the end goes into `trailing_text`).
     pub fn finish(mut self, finish: FinishReason) {
@@ -261,6 +335,7 @@ impl Sequence {
             (None, None) => {}
         }
         self.out.constraint = self.constraint.map(|mut c| std::mem::take(&mut c.stats));
+        self.out.speculative = self.drafter.map(|d| d.stats);
         let _ = self.reply.send(GenerateEvent::Done(self.out));
     }
 

@@ -200,6 +200,16 @@ pub struct Usage {
     pub cached_input: u64,
     /// `input + output`.
     pub total: u64,
+    /// Speculative decoding: draft tokens verified, and those accepted (output tokens that cost no decode step
+    /// of their own). Zero where nothing was drafted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub draft_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub accepted_draft_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -209,6 +219,8 @@ impl Usage {
             output,
             cached_input,
             total: input + output,
+            draft_tokens: 0,
+            accepted_draft_tokens: 0,
         }
     }
 }
@@ -557,6 +569,22 @@ pub struct EngineLoad {
     pub kv_cache_usage: f64,
     /// Sequences preempted since start.
     pub preemptions: u64,
+    /// Speculative decoding since start (vLLM's `spec_decode` counters).
+    #[serde(default)]
+    pub spec: SpecDecodeCounts,
+}
+
+/// Speculative decoding's counters (vLLM's `vllm:spec_decode_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecDecodeCounts {
+    /// Verify steps that carried drafts, counted per sequence.
+    pub drafts: u64,
+    /// Draft tokens verified.
+    pub draft_tokens: u64,
+    /// Draft tokens accepted.
+    pub accepted_tokens: u64,
+    /// Draft tokens accepted at each position of a draft (0 = the first).
+    pub accepted_per_pos: [u64; crate::engine::speculative::MAX_SPECULATIVE_TOKENS],
 }
 
 /// A prompt's size in tokens. `exact: false` marks an estimate (no tokenizer for the model was available).

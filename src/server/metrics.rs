@@ -263,6 +263,44 @@ fn render_engine_load(out: &mut String, model: &str, load: EngineLoad) {
             load.preemptions,
         )],
     );
+    let spec = load.spec;
+    render_counters(
+        out,
+        model,
+        &[
+            (
+                "vllm:spec_decode_num_drafts_total",
+                "Number of spec decoding drafts.",
+                spec.drafts,
+            ),
+            (
+                "vllm:spec_decode_num_draft_tokens_total",
+                "Number of draft tokens.",
+                spec.draft_tokens,
+            ),
+            (
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "Number of accepted tokens.",
+                spec.accepted_tokens,
+            ),
+        ],
+    );
+    // Per draft position, up to the last position that ever accepted a token (at least the first).
+    let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+    let _ = writeln!(out, "# HELP {name} Accepted tokens per draft position.");
+    let _ = writeln!(out, "# TYPE {name} counter");
+    let used = spec
+        .accepted_per_pos
+        .iter()
+        .rposition(|&n| n > 0)
+        .map_or(1, |i| i + 1);
+    for (pos, n) in spec.accepted_per_pos[..used].iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{name}{{model_name=\"{}\",position=\"{pos}\"}} {n}",
+            escape_label(model)
+        );
+    }
 }
 
 /// vLLM's prefix-cache counters (in tokens): prompt tokens looked up and tokens whose KV state was reused.

@@ -167,6 +167,7 @@ fn a_request_larger_than_the_kv_cache_is_refused_or_cut() {
         max_num_seqs: 4,
         max_num_batched_tokens: 64,
         prefix_caching: true,
+        ..SchedulerConfig::default()
     });
     let big: Vec<u32> = (0..100).map(|i| 300 + i).collect();
     match collect(engine.generate(greedy(big, 4), None, CancellationToken::new())) {

@@ -88,7 +88,7 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
             tokens: p,
             blocks: t,
             pos: 0,
-            logits: true,
+            logits: 1,
         })
         .collect();
     let together = cpu.forward_batch(&mut store, &batch).unwrap();
@@ -107,7 +107,7 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
             tokens: std::slice::from_ref(n),
             blocks: t,
             pos: p.len(),
-            logits: i != 1,
+            logits: usize::from(i != 1),
         })
         .collect();
     let stepped = cpu.forward_batch(&mut store, &batch).unwrap();
@@ -125,7 +125,7 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
         tokens: &prompts[1],
         blocks: &[2],
         pos: 0,
-        logits: true,
+        logits: 1,
     }];
     assert!(cpu.forward_batch(&mut store, &short).is_err());
 }

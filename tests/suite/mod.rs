@@ -24,6 +24,7 @@ mod real_checkpoints;
 mod schemas;
 mod server;
 mod session;
+mod speculative;
 mod synth;
 mod template;
 mod tokenizer;

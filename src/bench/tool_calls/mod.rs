@@ -3,6 +3,7 @@
 //! runs → report arithmetic ([`metrics`]). The CLI parses the flags, starts `--local`'s server, draws the progress
 //! bar and prints the report; everything measured is here.
 
+pub mod copy_heavy;
 pub mod metrics;
 pub mod scenarios;
 

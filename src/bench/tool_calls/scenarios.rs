@@ -1,4 +1,5 @@
-//! The three workloads of `agentd bench tool-calls`, each run as "units" (one request, or one agent session):
+//! The workloads of `agentd bench tool-calls` (the copy-heavy `edit`, `rewrite` and the `chat` control are in
+//! [`super::copy_heavy`]), each run as "units" (one request, or one agent session):
 //!
 //! - `forced`: the llama.cpp anchor's request (`../shared/refbench/server_probe.py`): system "You are a helpful
 //!   assistant.", user "What's the weather like in Paris today?", one `get_weather` tool, `tool_choice` naming it,
@@ -35,19 +36,38 @@ pub enum Scenario {
     Auto,
     /// A scripted 10-turn coding session whose transcript grows with real tool results.
     Agent,
+    /// One SEARCH/REPLACE block quoting a 16-line block of the file in the prompt (copy-heavy).
+    Edit,
+    /// The whole file in the prompt rewritten in a fenced block (copy-heavy).
+    Rewrite,
+    /// Open-ended text, no tools (copies nothing).
+    Chat,
 }
 
 impl Scenario {
     /// Every request must produce a call (a named `tool_choice`).
     pub fn call_expected(self) -> bool {
-        !matches!(self, Scenario::Auto)
+        matches!(self, Scenario::Forced | Scenario::Agent)
+    }
+
+    /// The reply budget when `--max-tokens` is not given: room for a whole copied block or file.
+    pub fn default_max_tokens(self) -> u32 {
+        match self {
+            Scenario::Edit | Scenario::Rewrite => 1024,
+            Scenario::Chat => 320,
+            Scenario::Forced | Scenario::Auto | Scenario::Agent => 128,
+        }
     }
 
     /// Requests per unit.
     pub fn turns(self) -> usize {
         match self {
             Scenario::Agent => AGENT_SCRIPT.len(),
-            Scenario::Forced | Scenario::Auto => 1,
+            Scenario::Forced
+            | Scenario::Auto
+            | Scenario::Edit
+            | Scenario::Rewrite
+            | Scenario::Chat => 1,
         }
     }
 
@@ -56,6 +76,9 @@ impl Scenario {
             Scenario::Forced => "forced",
             Scenario::Auto => "auto",
             Scenario::Agent => "agent",
+            Scenario::Edit => "edit",
+            Scenario::Rewrite => "rewrite",
+            Scenario::Chat => "chat",
         }
     }
 }
@@ -93,7 +116,7 @@ pub async fn run_unit(
     on_request: &(dyn Fn() + Sync),
 ) -> Result<Vec<Turn>, BenchError> {
     let turns = match scenario {
-        Scenario::Forced | Scenario::Auto => {
+        Scenario::Forced | Scenario::Auto | Scenario::Edit | Scenario::Rewrite | Scenario::Chat => {
             let request = single_request(scenario, unit, settings)?;
             let body = request_body(&request, target.model, None);
             let sample = target.client.stream_chat(&body, &request.tools).await;
@@ -152,7 +175,14 @@ fn single_request(
     unit: usize,
     settings: &RequestSettings,
 ) -> Result<CompletionRequest, BenchError> {
+    let copy = |kind| {
+        let system = system(CODING_AGENT, settings);
+        super::copy_heavy::request(kind, system, settings.max_tokens)
+    };
     let (system_base, user, tools, tool_choice) = match scenario {
+        Scenario::Edit => return copy(super::copy_heavy::Kind::Edit),
+        Scenario::Rewrite => return copy(super::copy_heavy::Kind::Rewrite),
+        Scenario::Chat => return copy(super::copy_heavy::Kind::Chat),
         Scenario::Forced => (
             ASSISTANT,
             "What's the weather like in Paris today?",
@@ -204,34 +234,8 @@ edition = "2021"
 [dependencies]
 "#;
 
-const FIXTURE_MAIN: &str = r#"use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(path) = args.first() else {
-        eprintln!("usage: wordfreq FILE [--top N]");
-        return ExitCode::FAILURE;
-    };
-    let top = args
-        .iter()
-        .position(|a| a == "--top")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10);
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            for (word, n) in wordfreq::top_words(&text, top) {
-                println!("{n:>6} {word}");
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{path}: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-"#;
+/// `src/main.rs` of the fixture (also the file the copy-heavy scenarios show).
+pub(super) const FIXTURE_MAIN: &str = super::copy_heavy::FILE;
 
 const FIXTURE_LIB: &str = r#"//! Word counting.
 

@@ -330,6 +330,17 @@ impl Constraint {
         Ok(tok)
     }
 
+    /// How many of `tokens` (in order, from the current state) the grammar accepts, without consuming them:
+    /// speculative drafts are cut there.
+    pub fn valid_prefix(&mut self, tokens: &[u32]) -> Result<usize> {
+        if self.matcher.is_stopped() {
+            return Ok(0);
+        }
+        self.matcher
+            .validate_tokens(tokens)
+            .map_err(|e| self.grammar_error(e))
+    }
+
     /// Whether `tok` ends generation (an EOS the grammar accepted).
     pub fn is_eos(&self, tok: u32) -> bool {
         self.eos.contains(&tok)

@@ -32,8 +32,9 @@ pub struct BatchSeq<'a> {
     pub blocks: &'a [u32],
     /// Positions already in the cache (the first token's position).
     pub pos: usize,
-    /// Whether to compute the logits of the last token.
-    pub logits: bool,
+    /// How many of the last tokens to compute logits for: 0 (a prompt chunk), 1 (decode), `1 + k` (a pending
+    /// token and `k` speculative drafts to verify).
+    pub logits: usize,
 }
 
 /// The widest head QK-norm handles (Qwen3's are 128).
@@ -523,7 +524,7 @@ impl CpuModel {
             tokens,
             blocks: &kv.table,
             pos,
-            logits: true,
+            logits: 1,
         }];
         Ok(self
             .forward_batch(&mut kv.store, &batch)?
@@ -532,7 +533,7 @@ impl CpuModel {
     }
 
     /// Runs every sequence's tokens through the model in one batch and returns, per sequence, the logits of its
-    /// last token (an empty vector for a sequence that did not ask for them). Each sequence's blocks gain the
+    /// last `logits` tokens, row after row (an empty vector for a sequence that asked for none). Each sequence's blocks gain the
     /// keys and values of its tokens.
     pub fn forward_batch(
         &self,
@@ -673,14 +674,13 @@ impl CpuModel {
             );
             self.residual(s, layer.post_norms.as_ref().map(|[_, b]| b), t_all);
         }
-        // The last row of every sequence that wants logits: final norm and the output head.
+        // The last rows of every sequence that wants logits: final norm and the output head.
         s.last.clear();
         let mut end = 0;
         for b in batch.iter() {
             end += b.tokens.len();
-            if b.logits {
-                s.last.push(end - 1);
-            }
+            let rows = b.logits.min(b.tokens.len());
+            s.last.extend(end - rows..end);
         }
         if s.last.is_empty() {
             return Ok(vec![Vec::new(); batch.len()]);
@@ -699,12 +699,13 @@ impl CpuModel {
         if batch.len() == 1 {
             return Ok(vec![logits]);
         }
-        let mut rows = logits.chunks_exact(self.vocab_size);
+        let mut at = 0;
         Ok(batch
             .iter()
-            .map(|b| match b.logits {
-                true => rows.next().map(<[f32]>::to_vec).unwrap_or_default(),
-                false => Vec::new(),
+            .map(|b| {
+                let n = b.logits.min(b.tokens.len()) * self.vocab_size;
+                at += n;
+                logits[at - n..at].to_vec()
             })
             .collect())
     }

@@ -14,7 +14,7 @@ use crate::engine::paged_kv::DeviceBlocks;
 
 impl CandleModel {
     /// One step over `batch`: writes every new token's keys and values into its sequence's blocks and returns,
-    /// per sequence, the logits of its last token when it asks for them (empty otherwise).
+    /// per sequence, the logits of its last `logits` tokens, row after row (empty when it asks for none).
     pub(super) fn forward_batch(
         &self,
         store: &DeviceBlocks,
@@ -78,14 +78,13 @@ impl CandleModel {
             };
             x = layer.forward(&x, &step, cache)?;
         }
-        // The last row of each sequence that wants logits.
+        // The last rows of each sequence that wants logits.
         let mut rows = Vec::new();
         let mut end = 0;
         for b in batch {
             end += b.tokens.len();
-            if b.logits {
-                rows.push((end - 1) as u32);
-            }
+            let n = b.logits.min(b.tokens.len());
+            rows.extend((end - n..end).map(|r| r as u32));
         }
         let mut out = vec![Vec::new(); batch.len()];
         if rows.is_empty() {
@@ -107,10 +106,11 @@ impl CandleModel {
             .to_vec2::<f32>()?
             .into_iter();
         for (slot, b) in out.iter_mut().zip(batch) {
-            if b.logits {
-                *slot = logits.next().ok_or_else(|| {
+            for _ in 0..b.logits.min(b.tokens.len()) {
+                let row = logits.next().ok_or_else(|| {
                     EngineError::Internal(format!("{n} logit rows for the batch"))
                 })?;
+                slot.extend_from_slice(&row);
             }
         }
         Ok(out)

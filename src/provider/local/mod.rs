@@ -22,8 +22,8 @@ use super::events::{spawn_stream, EventSender};
 use super::remote::wire;
 use super::{
     CompletionRequest, EngineLoad, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError,
-    ProviderStream, RawCompletionRequest, ResponseFormat, StopReason, Thinking, TokenCount,
-    TokenLogprob, TokenizeRequest, Tokenized, ToolChoice, TopLogprob, Usage,
+    ProviderStream, RawCompletionRequest, ResponseFormat, SpecDecodeCounts, StopReason, Thinking,
+    TokenCount, TokenLogprob, TokenizeRequest, Tokenized, ToolChoice, TopLogprob, Usage,
 };
 use crate::engine::constraint::assemble::{OutputAssembler, OutputDelta};
 use crate::engine::constraint::format::ToolCallFormat;
@@ -159,6 +159,12 @@ impl Provider for LocalProvider {
             waiting: s.waiting.load(Relaxed),
             kv_cache_usage: self.engine.prefix_cache_stats().usage(),
             preemptions: s.preemptions.load(Relaxed),
+            spec: SpecDecodeCounts {
+                drafts: s.spec_drafts.load(Relaxed),
+                draft_tokens: s.spec_draft_tokens.load(Relaxed),
+                accepted_tokens: s.spec_accepted_tokens.load(Relaxed),
+                accepted_per_pos: std::array::from_fn(|i| s.spec_accepted_per_pos[i].load(Relaxed)),
+            },
         })
     }
 
@@ -305,19 +311,11 @@ impl LocalProvider {
                     }
                 }
                 GenerateEvent::Done(s) if calls.repeated => {
-                    let usage = Usage::new(
-                        s.prompt_tokens as u64,
-                        s.completion_tokens as u64,
-                        s.cached_tokens as u64,
-                    );
+                    let usage = summary_usage(&s);
                     return out.done(StopReason::Stop, usage);
                 }
                 GenerateEvent::Done(s) => {
-                    let usage = Usage::new(
-                        s.prompt_tokens as u64,
-                        s.completion_tokens as u64,
-                        s.cached_tokens as u64,
-                    );
+                    let usage = summary_usage(&s);
                     // A call the limit cut and left open is marked as such (one closed early already is).
                     let cut_open = s.finish == FinishReason::Length && assembler.in_call();
                     calls.flush(&mut out);
@@ -536,4 +534,19 @@ pub fn render_prompt(
         request.thinking.map(|t| t != Thinking::Off),
     )
     .map_err(ProviderError::from_engine)
+}
+
+/// The exact usage of a local generation: its prompt, output and reused tokens, and what speculative decoding
+/// drafted and got accepted.
+fn summary_usage(s: &generate::GenerateSummary) -> Usage {
+    let mut usage = Usage::new(
+        s.prompt_tokens as u64,
+        s.completion_tokens as u64,
+        s.cached_tokens as u64,
+    );
+    if let Some(spec) = &s.speculative {
+        usage.draft_tokens = spec.draft_tokens as u64;
+        usage.accepted_draft_tokens = spec.accepted_tokens as u64;
+    }
+    usage
 }

@@ -152,11 +152,7 @@ impl LocalProvider {
                 }
                 GenerateEvent::Done(s) => {
                     out.text(&s.trailing_text);
-                    let usage = Usage::new(
-                        s.prompt_tokens as u64,
-                        s.completion_tokens as u64,
-                        s.cached_tokens as u64,
-                    );
+                    let usage = super::summary_usage(&s);
                     return match s.finish {
                         FinishReason::Eos | FinishReason::StopString => {
                             out.done(StopReason::Stop, usage)

@@ -142,6 +142,8 @@ fn usage(u: &WireUsage) -> Usage {
         .and_then(|d| d.cached_tokens)
         .unwrap_or(0);
     Usage {
+        draft_tokens: 0,
+        accepted_draft_tokens: 0,
         input: u.prompt_tokens,
         output: u.completion_tokens,
         cached_input: cached,

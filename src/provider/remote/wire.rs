@@ -349,6 +349,16 @@ pub struct WireUsage {
     pub completion_tokens: u64,
     pub total_tokens: Option<u64>,
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// Speculative decoding's draft tokens, where the server reports them (agentd, OpenAI's Predicted Outputs).
+    #[serde(default)]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CompletionTokensDetails {
+    pub accepted_prediction_tokens: Option<u64>,
+    pub rejected_prediction_tokens: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -90,7 +90,7 @@ fn piece_of(ev: ProviderEvent) -> Option<Piece> {
                 StopReason::Length => "length",
                 _ => "stop",
             },
-            usage: UsageInfo::new(usage.input, usage.output, usage.cached_input),
+            usage: UsageInfo::from_usage(&usage),
         }),
         ProviderEvent::Error {
             reason,

@@ -214,6 +214,16 @@ pub struct UsageInfo {
     pub total_tokens: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// Speculative decoding's drafts, in the fields OpenAI uses for Predicted Outputs: draft tokens the model
+    /// confirmed and those it did not. Only when something was drafted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletionTokensDetails {
+    pub accepted_prediction_tokens: u64,
+    pub rejected_prediction_tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,7 +240,20 @@ impl UsageInfo {
             prompt_tokens_details: Some(PromptTokensDetails {
                 cached_tokens: cached,
             }),
+            completion_tokens_details: None,
         }
+    }
+
+    /// A provider's usage, drafts included.
+    pub fn from_usage(u: &crate::provider::Usage) -> Self {
+        let mut info = Self::new(u.input, u.output, u.cached_input);
+        if u.draft_tokens > 0 {
+            info.completion_tokens_details = Some(CompletionTokensDetails {
+                accepted_prediction_tokens: u.accepted_draft_tokens,
+                rejected_prediction_tokens: u.draft_tokens.saturating_sub(u.accepted_draft_tokens),
+            });
+        }
+        info
     }
 }
 

@@ -111,15 +111,7 @@ async fn streams_text_and_reasoning_with_usage_and_sends_the_openai_body() {
     assert_eq!(c.stop_reason, StopReason::Stop);
     assert_eq!(c.message.text(), "Hello!");
     assert_eq!(c.message.thinking(), "The user greets.");
-    assert_eq!(
-        c.usage,
-        Usage {
-            input: 31,
-            output: 4,
-            cached_input: 16,
-            total: 35
-        }
-    );
+    assert_eq!(c.usage, Usage::new(31, 4, 16));
     assert_eq!(
         c.events[..3],
         [

@@ -492,3 +492,42 @@ async fn cached_tokens_never_cross_users() {
         "alice's own prefix is reused: {again}"
     );
 }
+
+/// Speculative decoding through the API: a reply that copies its prompt reports its accepted and rejected draft
+/// tokens in `usage.completion_tokens_details`, and `/metrics` counts them (vLLM's `spec_decode` counters).
+#[tokio::test]
+async fn drafts_show_in_usage_and_metrics() {
+    let server = TestServer::local_own(ServerOptions::default()).await;
+    let file = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n\n\n\
+                def mul(a, b):\n    return a * b\n";
+    let body = chat(
+        &format!(
+            "Here is calc.py:\n\n```python\n{file}```\n\nFix the bug in add (it subtracts). Reply with the \
+             whole corrected file, all three functions, in one ```python block."
+        ),
+        json!({"max_tokens": 200}),
+    );
+    let (status, v) = post(&server.url("/v1/chat/completions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    let details = &v["usage"]["completion_tokens_details"];
+    let accepted = details["accepted_prediction_tokens"].as_u64().unwrap();
+    let rejected = details["rejected_prediction_tokens"].as_u64().unwrap();
+    assert!(accepted > 0, "{v}");
+    assert!(accepted < v["usage"]["completion_tokens"].as_u64().unwrap());
+    let (_, m) = get(&server.url("/metrics")).await;
+    let counted = metric(&m, "vllm:spec_decode_num_accepted_tokens_total");
+    assert_eq!(counted, accepted as f64, "{m}");
+    assert_eq!(
+        metric(&m, "vllm:spec_decode_num_draft_tokens_total"),
+        (accepted + rejected) as f64,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "vllm:spec_decode_num_drafts_total") >= 1.0,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "vllm:spec_decode_num_accepted_tokens_per_pos_total") >= 1.0,
+        "{m}"
+    );
+}

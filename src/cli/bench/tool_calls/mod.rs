@@ -32,6 +32,13 @@ enum ScenarioArg {
     Auto,
     /// A scripted 10-turn coding session whose transcript grows with real tool results.
     Agent,
+    /// An edit as one SEARCH/REPLACE block quoting 16 lines of the file in the prompt (copy-heavy: speculative
+    /// decoding).
+    Edit,
+    /// The whole file in the prompt rewritten in one fenced block (copy-heavy).
+    Rewrite,
+    /// Open-ended text without tools (the control for speculative decoding).
+    Chat,
 }
 
 impl From<ScenarioArg> for Scenario {
@@ -40,6 +47,9 @@ impl From<ScenarioArg> for Scenario {
             ScenarioArg::Forced => Scenario::Forced,
             ScenarioArg::Auto => Scenario::Auto,
             ScenarioArg::Agent => Scenario::Agent,
+            ScenarioArg::Edit => Scenario::Edit,
+            ScenarioArg::Rewrite => Scenario::Rewrite,
+            ScenarioArg::Chat => Scenario::Chat,
         }
     }
 }
@@ -106,9 +116,12 @@ pub struct ToolCallsBenchArgs {
     /// Sent to both endpoints as `Authorization: Bearer KEY`.
     #[arg(long, value_name = "KEY")]
     api_key: Option<String>,
-    /// Most tokens per reply.
-    #[arg(long, default_value_t = 128)]
-    max_tokens: u32,
+    /// --local: the scheduler's flags (batching, KV memory, speculative decoding).
+    #[command(flatten)]
+    batch: crate::cli::engine_args::BatchArgs,
+    /// Most tokens per reply (default 128; 1024 for edit and rewrite, 320 for chat).
+    #[arg(long)]
+    max_tokens: Option<u32>,
     /// Send identical prompts (no random nonce at the start of the system message): shows what a server's
     /// prompt-prefix cache gives. Without it every prompt is cold.
     #[arg(long)]
@@ -123,6 +136,7 @@ struct Config {
     args: ToolCallsBenchArgs,
     scenario: Scenario,
     reps: usize,
+    max_tokens: u32,
 }
 
 impl Config {
@@ -131,10 +145,12 @@ impl Config {
         let reps = args.reps.unwrap_or(match scenario {
             Scenario::Agent => 3,
             Scenario::Forced | Scenario::Auto => 20,
+            Scenario::Edit | Scenario::Rewrite | Scenario::Chat => 5,
         });
+        let max_tokens = args.max_tokens.unwrap_or(scenario.default_max_tokens());
         anyhow::ensure!(reps >= 1, "--reps must be at least 1");
         anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
-        anyhow::ensure!(args.max_tokens >= 1, "--max-tokens must be at least 1");
+        anyhow::ensure!(max_tokens >= 1, "--max-tokens must be at least 1");
         anyhow::ensure!(args.timeout >= 1, "--timeout must be at least 1 second");
         anyhow::ensure!(
             args.plot.is_none() || scenario == Scenario::Agent,
@@ -144,6 +160,7 @@ impl Config {
             args,
             scenario,
             reps,
+            max_tokens,
         })
     }
 
@@ -161,7 +178,7 @@ impl Config {
             weights: self.args.weights,
             offline: self.args.offline,
             chat_template: self.args.chat_template.clone(),
-            batch: Default::default(),
+            batch: self.args.batch.clone(),
         }
     }
 }
@@ -235,7 +252,7 @@ async fn run_config(config: Config) -> anyhow::Result<()> {
         warmup: args.warmup,
         concurrency: args.concurrency,
         settings: RequestSettings {
-            max_tokens: args.max_tokens,
+            max_tokens: config.max_tokens,
             nonce: !args.warm,
         },
     };

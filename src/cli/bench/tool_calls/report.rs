@@ -63,6 +63,14 @@ fn summary_rows(out: &mut String, s: &Summary) {
     if let Some(p) = s.prompt_tokens {
         let _ = writeln!(out, "  prompt tokens (server) p50 {:.0}", p.p50);
     }
+    if let Some((accepted, rejected)) = s.drafts {
+        let _ = writeln!(
+            out,
+            "  speculative drafts: {accepted} of {} draft tokens accepted ({:.0}%)",
+            accepted + rejected,
+            100.0 * accepted as f64 / (accepted + rejected).max(1) as f64
+        );
+    }
 }
 
 fn p50(d: Option<Distribution>) -> String {

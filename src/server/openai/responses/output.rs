@@ -31,11 +31,17 @@ fn item_id(prefix: &str) -> String {
 
 /// The `usage` object of a response.
 pub fn usage(u: &UsageInfo) -> Value {
+    let mut out_details = json!({"reasoning_tokens": 0});
+    // Speculative decoding's drafts, as Chat Completions reports them.
+    if let Some(d) = &u.completion_tokens_details {
+        out_details["accepted_prediction_tokens"] = d.accepted_prediction_tokens.into();
+        out_details["rejected_prediction_tokens"] = d.rejected_prediction_tokens.into();
+    }
     json!({
         "input_tokens": u.prompt_tokens,
         "input_tokens_details": {"cached_tokens": u.prompt_tokens_details.as_ref().map_or(0, |d| d.cached_tokens)},
         "output_tokens": u.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": out_details,
         "total_tokens": u.total_tokens,
     })
 }
