@@ -417,24 +417,22 @@ impl Scheduler {
         let mut budget = self.config.max_num_batched_tokens;
         let mut plan = Vec::new();
         // The decode tokens of every running sequence come first; drafts only take what they leave.
-        let mut reserved: usize = self
-            .running
-            .iter()
-            .filter(|e| e.decoding)
-            .map(|e| e.seq.tokens().len() - e.computed)
-            .sum();
+        let pending = |e: &Entry| match e.decoding {
+            true => e.seq.tokens().len() - e.computed,
+            false => 0,
+        };
         let decoding = self.running.iter().filter(|e| e.decoding).count();
         let price = self.cost.price(decoding);
         // Running sequences first, in arrival order: decode tokens always (and drafts within the budget),
         // prompt chunks within the budget.
         let mut i = 0;
         while i < self.running.len() {
+            let later: usize = self.running[i + 1..].iter().map(pending).sum();
             let e = &mut self.running[i];
             let need = e.seq.tokens().len() - e.computed;
             e.drafts.clear();
             if e.decoding {
-                reserved = reserved.saturating_sub(need);
-                let spare = budget.saturating_sub(need + reserved);
+                let spare = budget.saturating_sub(need + later);
                 if spare > 0 {
                     match e.seq.propose(spare, price) {
                         Ok(d) => e.drafts = d,
@@ -612,7 +610,6 @@ impl Scheduler {
                 }
             }
         }
-        ended.sort_by_key(|x| x.0);
         for (i, how) in ended.into_iter().rev() {
             let e = self.running.remove(i);
             self.end(e, how);

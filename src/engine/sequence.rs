@@ -250,8 +250,9 @@ impl Sequence {
     }
 
     /// Draft tokens to verify after the pending ones (speculative decoding), at most `limit`, when verifying one
-    /// more token costs `price` of a step (see [`super::speculative::Drafter`]): the drafter's lookup, cut where the output would end anyway (an end-of-generation token, `max_tokens`) and where the
-    /// grammar, if there is one, rejects a token — a grammar-invalid draft is never verified.
+    /// more token costs `price` of a step (see [`super::speculative::Drafter`]): the drafter's lookup, cut where
+    /// the output would end anyway (an end-of-generation token, `max_tokens`) and where the grammar, if there is
+    /// one, rejects a token — a grammar-invalid draft is never verified.
     pub fn propose(&mut self, limit: usize, price: f64) -> Result<Vec<u32>> {
         // Verifying k drafts yields up to k + 1 tokens.
         let room = self.max_new.saturating_sub(self.generated() + 1);

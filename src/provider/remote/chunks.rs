@@ -141,15 +141,23 @@ fn usage(u: &WireUsage) -> Usage {
         .as_ref()
         .and_then(|d| d.cached_tokens)
         .unwrap_or(0);
+    // Draft tokens, where the server reports them (an agentd upstream does; vLLM does not).
+    let drafts = u.completion_tokens_details.as_ref();
+    let accepted = drafts
+        .and_then(|d| d.accepted_prediction_tokens)
+        .unwrap_or(0);
+    let rejected = drafts
+        .and_then(|d| d.rejected_prediction_tokens)
+        .unwrap_or(0);
     Usage {
-        draft_tokens: 0,
-        accepted_draft_tokens: 0,
         input: u.prompt_tokens,
         output: u.completion_tokens,
         cached_input: cached,
         total: u
             .total_tokens
             .unwrap_or(u.prompt_tokens + u.completion_tokens),
+        draft_tokens: accepted + rejected,
+        accepted_draft_tokens: accepted,
     }
 }
 
