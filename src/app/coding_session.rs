@@ -293,9 +293,17 @@ impl CodingSession {
         let edit_format = settings
             .edit_format
             .unwrap_or_else(|| EditFormat::for_backend(&backend.kind));
+        // File blocks (the small local models' format) decode greedily unless a temperature is set, as Aider
+        // runs its models at temperature 0: on benches/agent_tasks Qwen2.5-Coder-0.5B passed 62% of the tasks at
+        // temperature 0 and 53% at its generation config's 0.7 (the notes of issue 29).
+        let mut sampling = settings.sampling.clone();
+        if edit_format == EditFormat::Blocks && sampling.temperature.is_none() {
+            sampling.temperature = Some(0.0);
+        }
         let settings = SessionSettings {
             policy: Policy::from_tags(settings.policy.allowed().filter(|t| denied_free.allows(*t))),
             edit_format: Some(edit_format),
+            sampling,
             ..settings
         };
         let (mut tools, mut warnings) = build_tools(&settings)?;
@@ -457,7 +465,7 @@ impl CodingSession {
             // File blocks: the named files first, in the format the model writes them back in.
             Some(state) if self.inner.edit_format == EditFormat::Blocks => {
                 let files = super::mentions::named_files(text, state);
-                self.inner.named_files.set(&files);
+                self.inner.named_files.set(text, &files);
                 Ok(edit_format::prompt_with_files(&expanded, &files))
             }
             Some(state) => Ok(super::mentions::attach_named_files(&expanded, text, state)),

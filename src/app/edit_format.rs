@@ -109,7 +109,9 @@ fn fenced(path: &str, text: &str) -> String {
     format!("{path}\n```\n{body}```")
 }
 
-/// The worked examples shown before the conversation: a fix in a file the task shows, and a new file.
+/// The worked examples shown before the conversation: a fix in a file the task shows, and a new file. (A third,
+/// a command whose output the answer needs, was measured and dropped: Qwen2.5-Coder-0.5B still wrote no command
+/// for the tasks that need one, and began writing blocks without a path and files named like the example's.)
 pub fn examples() -> Vec<Message> {
     let shapes = "def square(x):\n    return x + x\n\n\ndef cube(x):\n    return x * x * x\n";
     let fixed = "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n";
@@ -144,6 +146,8 @@ pub enum Block {
     File { path: String, content: String },
     /// A shell command.
     Command(String),
+    /// A fenced block with no path (not a command): a file's text when [`super::block_owner`] finds its file.
+    Unnamed(String),
 }
 
 /// Languages whose unnamed fenced block is a command to run.
@@ -192,11 +196,14 @@ pub fn parse_blocks(text: &str, files: &[String], commands: bool) -> Vec<Block> 
             None if commands && SHELLS.contains(&lang.as_str()) && !body.trim().is_empty() => {
                 out.push(Block::Command(body.trim_end().to_string()))
             }
+            None if !SHELLS.contains(&lang.as_str()) && !body.trim().is_empty() => {
+                out.push(Block::Unnamed(body))
+            }
             None => {}
         }
         i = close + 1;
     }
-    if out.is_empty() && !text.contains("```") {
+    if !text.contains("```") {
         out.extend(unfenced_new_file(&lines, files));
     }
     out
@@ -282,20 +289,36 @@ fn path_word(word: &str, files: &[String]) -> Option<String> {
 }
 
 /// The [`TextCalls`] of a blocks session: file blocks become `write_block` calls, `bash` blocks `bash` calls
-/// (when `bash` is offered). `files` lists the workspace's files when the reply is read.
-pub fn text_calls(files: Arc<dyn Fn() -> Vec<String> + Send + Sync>, bash: bool) -> TextCalls {
+/// (when `bash` is offered), a block with no path a `write_block` call for the file it clearly rewrites, if any.
+/// `root` is the workspace; `files` lists its files when the reply is read.
+pub fn text_calls(
+    root: Option<std::path::PathBuf>,
+    files: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
+    bash: bool,
+) -> TextCalls {
     Arc::new(move |text: &str| {
         let listed = files();
         parse_blocks(text, &listed, bash)
             .into_iter()
-            .map(|block| {
+            .filter_map(|block| {
                 let id = format!("{TEXT_CALL_PREFIX}{}", uuid::Uuid::new_v4().simple());
+                let write = |path: String, content: String| {
+                    ToolCall::new(
+                        id.clone(),
+                        WRITE_BLOCK,
+                        json!({ "path": path, "content": content }),
+                    )
+                };
                 match block {
-                    Block::File { path, content } => {
-                        ToolCall::new(id, WRITE_BLOCK, json!({ "path": path, "content": content }))
-                    }
-                    Block::Command(command) => {
-                        ToolCall::new(id, "bash", json!({ "command": command }))
+                    Block::File { path, content } => Some(write(path, content)),
+                    Block::Command(command) => Some(ToolCall::new(
+                        id.clone(),
+                        "bash",
+                        json!({ "command": command }),
+                    )),
+                    Block::Unnamed(content) => {
+                        let path = super::block_owner::owner(root.as_deref()?, &listed, &content)?;
+                        Some(write(path, content))
                     }
                 }
             })
@@ -316,22 +339,34 @@ pub fn install(
         .map(|n| n.to_string())
         .chain([WRITE_BLOCK.to_string(), "recall".to_string()])
         .collect();
+    let root = state.as_ref().map(|s| s.root().to_path_buf());
     let files: Arc<dyn Fn() -> Vec<String> + Send + Sync> = match state {
         Some(state) => Arc::new(move || state.listing().files),
         None => Arc::new(Vec::new),
     };
-    config.text_calls = Some(text_calls(files, bash));
+    config.text_calls = Some(text_calls(root, files, bash));
     config.choose_tools = None;
     config.convert_to_llm = convert_to_llm();
 }
 
-/// The files the prompt named (shown to the model with it) and their text then. After a block lands, the first
-/// of them still as it was is asked about: small models change the first file of a two-file job and stop
-/// (Qwen2.5-Coder-0.5B changed `pricing.py` and never the test that expects the old price).
+/// The prompt now running, the files it named (shown to the model with it) and their text then. After a block
+/// lands, the first of them still as it was is asked about: small models change the first file of a two-file job
+/// and stop (Qwen2.5-Coder-0.5B changed `pricing.py` and never the test that expects the old price). A block
+/// that changes nothing before any change landed (the model copied the file it was shown, bug included) is
+/// answered as the failure it is, with the task restated: told only "nothing changed", Qwen2.5-Coder-0.5B
+/// repeated that sentence as its answer and the run ended with the bug in place.
 #[derive(Clone)]
 pub struct NamedFiles {
     root: std::path::PathBuf,
-    files: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    files: Arc<std::sync::Mutex<Prompted>>,
+}
+
+#[derive(Default, Clone)]
+struct Prompted {
+    task: String,
+    files: Vec<(String, String)>,
+    /// A block changed a file since the prompt started.
+    landed: bool,
 }
 
 impl NamedFiles {
@@ -342,14 +377,39 @@ impl NamedFiles {
         }
     }
 
-    /// The files of the prompt now running.
-    pub fn set(&self, files: &[(String, String)]) {
-        *self.files.lock().unwrap_or_else(|p| p.into_inner()) = files.to_vec();
+    /// The prompt now running (`task`, as the user wrote it) and the files it named.
+    pub fn set(&self, task: &str, files: &[(String, String)]) {
+        *self.lock() = Prompted {
+            task: task.trim().to_string(),
+            files: files.to_vec(),
+            landed: false,
+        };
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Prompted> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What a block that left `path` as it was is answered with while no change has landed yet.
+    pub fn unchanged_answer(&self, path: &str) -> Option<String> {
+        let p = self.lock();
+        if p.landed {
+            return None;
+        }
+        let task = if p.task.is_empty() {
+            String::new()
+        } else {
+            format!(" The task: {}", p.task)
+        };
+        Some(format!(
+            "Your block for {path} is the same as the file: nothing changed, so the task is not done yet.{task}\n\
+             Find the line that must change and write {path} again with that line changed."
+        ))
     }
 
     /// The first named file, other than `written`, whose text is still what the prompt showed.
     pub fn next_unchanged(&self, written: &str) -> Option<String> {
-        let files = self.files.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let files = self.lock().files.clone();
         files.into_iter().find_map(|(path, text)| {
             let now = std::fs::read_to_string(self.root.join(&path)).ok()?;
             (path != written && now == text).then_some(path)
@@ -381,9 +441,8 @@ impl NamedFiles {
                     Some(next) => next(&call, &result).await,
                     None => Default::default(),
                 };
-                let landed = call.name == WRITE_BLOCK
-                    && !change.is_error.unwrap_or(result.is_error)
-                    && result.details.get("noop").and_then(|v| v.as_bool()) == Some(false);
+                let ok = call.name == WRITE_BLOCK && !change.is_error.unwrap_or(result.is_error);
+                let noop = result.details.get("noop").and_then(|v| v.as_bool());
                 let written = call
                     .arguments
                     .get("path")
@@ -391,10 +450,16 @@ impl NamedFiles {
                     .unwrap_or_default()
                     .trim_start_matches("./")
                     .to_string();
-                if landed {
+                if ok && noop == Some(false) {
+                    named.lock().landed = true;
                     let content = change.content.clone().unwrap_or(result.content);
                     if let Some(q) = named.question(&written, &content) {
                         change.content = Some(format!("{content}\n\n{q}"));
+                    }
+                } else if ok && noop == Some(true) {
+                    if let Some(answer) = named.unchanged_answer(&written) {
+                        change.content = Some(answer);
+                        change.is_error = Some(true);
                     }
                 }
                 change
@@ -518,11 +583,19 @@ mod tests {
         let block = |p: &str| format!("{p}\n```\nx\n```");
         assert_eq!(parse_blocks(&block("Makefile"), &files(), true).len(), 1);
         assert_eq!(parse_blocks(&block("VERSION"), &files(), true).len(), 1);
-        assert!(parse_blocks(&block("Here is the fix"), &files(), true).is_empty());
-        assert!(parse_blocks(&block("../etc/passwd"), &files(), true).is_empty());
-        assert!(parse_blocks(&block("/etc/passwd"), &files(), true).is_empty());
-        assert!(parse_blocks(&block("explanation"), &files(), true).is_empty());
-        assert!(parse_blocks(&block("NOTE:"), &files(), true).is_empty());
+        for not_a_path in [
+            "Here is the fix",
+            "../etc/passwd",
+            "/etc/passwd",
+            "explanation",
+            "NOTE:",
+        ] {
+            assert_eq!(
+                parse_blocks(&block(not_a_path), &files(), true),
+                vec![Block::Unnamed("x\n".into())],
+                "{not_a_path}"
+            );
+        }
     }
 
     #[test]
@@ -533,8 +606,11 @@ mod tests {
             vec![Block::Command("wc -l data.csv".into())]
         );
         assert!(parse_blocks(text, &files(), false).is_empty());
-        // A plain code block with no path is only text.
-        assert!(parse_blocks("```python\nprint(1)\n```", &files(), true).is_empty());
+        // A plain code block with no path is left for `block_owner` to place, or to stay text.
+        assert_eq!(
+            parse_blocks("```python\nprint(1)\n```", &files(), true),
+            vec![Block::Unnamed("print(1)\n".into())]
+        );
     }
 
     #[test]

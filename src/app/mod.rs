@@ -6,7 +6,8 @@
 //!
 //! Files: `approvals` (allow / ask / deny per tool tag, and the requests a door answers), `coding_session` ([`CodingSession`] and its tree operations), `backend` ([`Backend`]: the provider
 //! built from a [`crate::config::Config`], or one the caller made), `prompt` (the system prompt, the workspace's file tree and context
-//! files), `loop_rules` (repeats answered, a shrinking rewrite stopped), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
+//! files), `loop_rules` (repeats answered, a shrinking rewrite stopped), `edit_format` (JSON tool calls or file blocks in
+//! the reply), `block_owner` (the file a block written without its path rewrites), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
 //! `settings.toml`), `recorder`
 //! ([`Recorder`]: the glue between an `Agent` and a `SessionStore`), `error` ([`AppError`]).
 //!
@@ -19,6 +20,7 @@
 
 pub mod approvals;
 pub mod backend;
+pub mod block_owner;
 pub mod coding_session;
 pub mod edit_format;
 mod error;

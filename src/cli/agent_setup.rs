@@ -200,7 +200,7 @@ pub struct AgentArgs {
     /// Model calls per prompt before the run stops (default 50).
     #[arg(long)]
     pub max_turns: Option<usize>,
-    /// Sampling temperature (default: the backend's).
+    /// Sampling temperature (default: 0 with file blocks, the local engine's edit format; else the backend's).
     #[arg(long)]
     pub temperature: Option<f32>,
     /// Sampling seed.

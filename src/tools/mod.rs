@@ -14,6 +14,7 @@ pub mod policy;
 pub mod read;
 pub mod recall;
 pub mod registry;
+pub mod rename_follow;
 pub mod resources;
 pub mod syntax_check;
 pub mod tool;

@@ -23,6 +23,7 @@ use super::block_place::{place, Placement};
 use super::edit::UNREAD_REFUSAL;
 use super::file_access::{open_regular, read_at_most};
 use super::policy::resolve_path;
+use super::rename_follow;
 use super::syntax_check::breaks_syntax;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
@@ -305,13 +306,20 @@ fn write_block(
     state: Option<WorkspaceState>,
 ) -> Result<Written, ToolError> {
     let old = read_existing(path, label)?;
-    let outcome = apply_block(old.as_deref(), block);
+    let mut outcome = apply_block(old.as_deref(), block);
     if old.as_deref() == Some(outcome.new_text.as_str()) {
         return Ok(Written {
             content: format!("{label} already reads like that: nothing changed."),
             created: false,
             changed: false,
         });
+    }
+    // A definition renamed with uses of the old name left behind: those in this file are renamed with it.
+    let followed = old
+        .as_deref()
+        .and_then(|o| rename_follow::follow(state.as_ref(), path, label, o, &outcome.new_text));
+    if let Some(f) = &followed {
+        outcome.new_text = f.text.clone();
     }
     if let Some(old) = &old {
         if let Some(why) = breaks_syntax(path, old, &outcome.new_text) {
@@ -333,8 +341,12 @@ fn write_block(
         " It now reads:\n{}",
         shown_text(&outcome.new_text)
     ));
-    if let (Some(old), Some(state)) = (&old, &state) {
-        content.push_str(&lost_names_still_used(state, path, old, &outcome.new_text));
+    match (&followed, &old, &state) {
+        (Some(f), _, _) => content.push_str(&f.note),
+        (None, Some(old), Some(state)) => {
+            content.push_str(&lost_names_still_used(state, path, old, &outcome.new_text))
+        }
+        _ => {}
     }
     Ok(Written {
         content,

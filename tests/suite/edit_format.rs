@@ -53,7 +53,7 @@ async fn run_named(
         vec![Arc::new(WriteBlockTool::new()), Arc::new(BashTool::new())];
     edit_format::install(&mut config, Some(state), true);
     let named_files = edit_format::NamedFiles::new(dir);
-    named_files.set(named);
+    named_files.set("fix it", named);
     named_files.install(&mut config);
     LoopRules::new(mutating_tools(&tools), dir.to_path_buf()).install(&mut config);
     let context = AgentContext {
@@ -230,11 +230,12 @@ async fn a_block_that_breaks_python_is_refused_and_the_file_kept() {
 }
 
 #[tokio::test]
-async fn a_rename_in_one_file_names_the_files_that_still_use_the_old_name() {
+async fn a_rename_is_followed_in_its_file_and_the_other_files_are_shown_renamed() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("helpers.py"),
-        "def fmt_name(first, last):\n    return first.title() + \" \" + last.title()\n",
+        "def fmt_name(first, last):\n    return first.title() + \" \" + last.title()\n\n\n\
+         def shout(first, last):\n    return fmt_name(first, last).upper()\n",
     )
     .unwrap();
     std::fs::write(
@@ -242,19 +243,99 @@ async fn a_rename_in_one_file_names_the_files_that_still_use_the_old_name() {
         "from helpers import fmt_name\n\n\ndef welcome(f, l):\n    return fmt_name(f, l)\n",
     )
     .unwrap();
-    let (events, _) = run(
-        dir.path(),
-        &["helpers.py\n```python\ndef format_name(first, last):\n    return first.title() + \" \" + last.title()\n```"],
-    )
-    .await;
+    // The block renames the definition only; the use below it in the same file is left behind.
+    let rename = "helpers.py\n```python\ndef format_name(first, last):\n    return first.title() + \" \" + last.title()\n```";
+    // The model writes back app.py as the result showed it.
+    let app = "app.py\n```python\nfrom helpers import format_name\n\n\ndef welcome(f, l):\n    return format_name(f, l)\n```";
+    let (events, _) = run(dir.path(), &[rename, app]).await;
     let done = executions(&events);
+    assert!(!done[0].2, "{}", done[0].1);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("helpers.py")).unwrap(),
+        "def format_name(first, last):\n    return first.title() + \" \" + last.title()\n\n\n\
+         def shout(first, last):\n    return format_name(first, last).upper()\n",
+        "the use left in the written file is renamed with its definition"
+    );
     assert!(
-        done[0]
-            .1
-            .contains("`fmt_name` is gone from this file, but app.py still uses it: app.py (`from helpers import fmt_name`). If you renamed it, write app.py with the new name too."),
+        done[0].1.contains(
+            "Your block renamed `fmt_name` to `format_name`; the other uses of `fmt_name` in helpers.py were \
+             renamed too (line 6)."
+        ),
         "{}",
         done[0].1
     );
+    // app.py is not written by the rule (its own call is), but shown as it would read.
+    assert!(
+        done[0].1.contains(
+            "`fmt_name` is no longer defined, but app.py still uses it. With the new name it would read:\n\n\
+             app.py\n```\nfrom helpers import format_name\n\n\ndef welcome(f, l):\n    return format_name(f, l)\n```"
+        ),
+        "{}",
+        done[0].1
+    );
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert!(!done[1].2, "{}", done[1].1);
+    let app_now = std::fs::read_to_string(dir.path().join("app.py")).unwrap();
+    assert!(!app_now.contains("fmt_name"), "{app_now}");
+}
+
+#[tokio::test]
+async fn a_block_without_a_path_goes_to_the_file_it_clearly_rewrites() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
+    std::fs::write(dir.path().join("notes.py"), "print('notes')\n").unwrap();
+    // The path line is missing (a bare fence), or is not a path (a function's name).
+    for reply in [
+        "```python\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n```",
+        "add\n```\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n```",
+    ] {
+        std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
+        let (events, _) = run(dir.path(), &[reply]).await;
+        let done = executions(&events);
+        assert_eq!(done.len(), 1, "{reply}: {done:?}");
+        assert_eq!(done[0].0, WRITE_BLOCK);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("calc.py")).unwrap(),
+            "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+        );
+    }
+    // Code that matches no file stays text.
+    let (events, _) = run(
+        dir.path(),
+        &["```python\nimport os\nprint(os.getcwd())\n```"],
+    )
+    .await;
+    assert!(executions(&events).is_empty());
+}
+
+#[tokio::test]
+async fn a_first_block_that_changes_nothing_is_a_failure_with_the_task_restated() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
+    let named = vec![("calc.py".to_string(), CALC.to_string())];
+    let copy = format!("calc.py\n```python\n{CALC}```");
+    let fix = "calc.py\n```python\ndef add(a, b):\n    return a + b\n```";
+    let (events, _) = run_named(dir.path(), &[&copy, fix, fix], &named).await;
+    let done = executions(&events);
+    assert!(
+        done[0].2,
+        "a copy of the file is a failed block: {}",
+        done[0].1
+    );
+    assert!(
+        done[0].1.starts_with(
+            "Your block for calc.py is the same as the file: nothing changed, so the task is not done yet. \
+             The task: fix it\n"
+        ),
+        "{}",
+        done[0].1
+    );
+    // The fix that follows lands; its repeat (no change after a change) ends the run as before.
+    assert!(!done[1].2, "{}", done[1].1);
+    assert!(std::fs::read_to_string(dir.path().join("calc.py"))
+        .unwrap()
+        .contains("a + b"));
+    assert_eq!(end_reason(&events), AgentEndReason::Completed);
 }
 
 #[tokio::test]
@@ -375,4 +456,32 @@ fn the_local_engine_gets_blocks_and_other_backends_tools() {
     );
     assert_eq!("blocks".parse::<EditFormat>(), Ok(EditFormat::Blocks));
     assert!("diff".parse::<EditFormat>().is_err());
+}
+
+/// The sampling temperature of the first request a session with `edit_format` and `temperature` sends.
+async fn first_temperature(edit_format: EditFormat, temperature: Option<f32>) -> Option<f32> {
+    use agentd::app::{Backend, CodingSession, SessionChoice, SessionSettings};
+    let dir = tempfile::tempdir().unwrap();
+    let provider = Arc::new(ScriptedProvider::new(vec![ScriptedReply::text_only(
+        "Nothing to do.",
+    )]));
+    let mut settings = SessionSettings::new(dir.path());
+    settings.edit_format = Some(edit_format);
+    settings.sampling.temperature = temperature;
+    let backend = Backend::given(provider.clone(), "scripted", "scripted");
+    let session = CodingSession::start(settings, backend, &SessionChoice::InMemory)
+        .await
+        .unwrap();
+    session.prompt("hello").await.unwrap();
+    provider.requests()[0].sampling.temperature
+}
+
+#[tokio::test]
+async fn file_blocks_decode_greedily_unless_a_temperature_is_set() {
+    assert_eq!(first_temperature(EditFormat::Blocks, None).await, Some(0.0));
+    assert_eq!(
+        first_temperature(EditFormat::Blocks, Some(0.5)).await,
+        Some(0.5)
+    );
+    assert_eq!(first_temperature(EditFormat::Tools, None).await, None);
 }

@@ -333,9 +333,10 @@ impl Effective {
         );
         row(
             "temperature",
-            self.temperature
-                .value
-                .map_or_else(|| unset("the backend's default"), |t| t.to_string()),
+            self.temperature.value.map_or_else(
+                || unset("0 with file blocks, else the backend's default"),
+                |t| t.to_string(),
+            ),
             &self.temperature.source,
         );
         row(
