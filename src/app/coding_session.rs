@@ -172,6 +172,8 @@ struct Inner {
     edit_format: EditFormat,
     /// The files the running prompt named (blocks: asked about after a block lands).
     named_files: edit_format::NamedFiles,
+    /// `bash` blocks run (file blocks with the `bash` tool offered).
+    bash_blocks: bool,
 }
 
 /// A session file being recorded.
@@ -390,9 +392,10 @@ impl CodingSession {
             config.choose_tools = Some(Arc::new(super::loop_rules::act_on_named_files));
         }
         let named_files = edit_format::NamedFiles::new(&cwd);
+        let bash_blocks =
+            edit_format == EditFormat::Blocks && tools.iter().any(|t| t.spec().name == "bash");
         if edit_format == EditFormat::Blocks {
-            let bash = tools.iter().any(|t| t.spec().name == "bash");
-            edit_format::install(&mut config, workspace_state.clone(), bash);
+            edit_format::install(&mut config, workspace_state.clone(), bash_blocks);
             named_files.install(&mut config);
         }
         if settings.loop_rules {
@@ -416,6 +419,7 @@ impl CodingSession {
                 workspace_state,
                 edit_format,
                 named_files,
+                bash_blocks,
                 report: SetupReport {
                     context_files: context_files.into_iter().map(|f| f.path).collect(),
                     skills: found,
@@ -466,7 +470,12 @@ impl CodingSession {
             Some(state) if self.inner.edit_format == EditFormat::Blocks => {
                 let files = super::mentions::named_files(text, state);
                 self.inner.named_files.set(text, &files);
-                Ok(edit_format::prompt_with_files(&expanded, &files))
+                let mut prompt = edit_format::prompt_with_files(&expanded, &files);
+                if self.inner.bash_blocks && edit_format::asks_for_a_command(text) {
+                    prompt.push('\n');
+                    prompt.push_str(edit_format::COMMAND_CUE);
+                }
+                Ok(prompt)
             }
             Some(state) => Ok(super::mentions::attach_named_files(&expanded, text, state)),
             None => Ok(expanded),

@@ -101,6 +101,21 @@ pub fn prompt_with_files(prompt: &str, files: &[(String, String)]) -> String {
     s
 }
 
+/// What a prompt that asks for a command's output gets appended, when `bash` blocks run.
+pub const COMMAND_CUE: &str =
+    "First write the command the task needs in a ```bash block; you will see its output before you go on.";
+
+/// Whether `prompt` asks to run something (`run`, `execute`, a `wc` count): small models otherwise guess the
+/// output (Qwen2.5-Coder-0.5B wrote a line count of 3 for a 7-line file, and 121 for a script that prints 140)
+/// instead of writing the command. (Measured and dropped: a cue that also said "then write the file the task asks
+/// for", a note after the command's output, and the task restated there: each made the model repeat the command
+/// or skip the redirect it wrote with this cue.)
+pub fn asks_for_a_command(prompt: &str) -> bool {
+    prompt
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .any(|w| matches!(w.to_ascii_lowercase().as_str(), "run" | "execute" | "wc"))
+}
+
 fn fenced(path: &str, text: &str) -> String {
     let mut body = text.to_string();
     if !body.ends_with('\n') {
@@ -429,7 +444,8 @@ impl NamedFiles {
         })
     }
 
-    /// Puts the question after `write_block` results, around `config`'s `after_tool_call`.
+    /// Puts the question after `write_block` results (and the task after a block that changed nothing), around
+    /// `config`'s `after_tool_call`.
     pub fn install(&self, config: &mut crate::agent::hooks::AgentLoopConfig) {
         let next = config.after_tool_call.take();
         let named = self.clone();
@@ -627,6 +643,22 @@ mod tests {
         // Prose is not a path.
         assert!(parse_blocks("The task is done.\nBye", &files(), true).is_empty());
         assert!(parse_blocks("notes.txt", &files(), true).is_empty());
+    }
+
+    #[test]
+    fn prompts_that_ask_to_run_something() {
+        assert!(asks_for_a_command("Run python3 test_prices.py: it fails."));
+        assert!(asks_for_a_command(
+            "Count the lines (for example with wc -l)."
+        ));
+        assert!(asks_for_a_command(
+            "execute the script and record what it prints"
+        ));
+        assert!(!asks_for_a_command(
+            "Running python3 test_calc.py must succeed."
+        ));
+        assert!(!asks_for_a_command("Rename run_all to main in app.py"));
+        assert!(!asks_for_a_command("Fix the runner in rerun.py"));
     }
 
     #[test]

@@ -485,3 +485,39 @@ async fn file_blocks_decode_greedily_unless_a_temperature_is_set() {
     );
     assert_eq!(first_temperature(EditFormat::Tools, None).await, None);
 }
+
+#[tokio::test]
+async fn a_prompt_that_asks_to_run_something_is_cued_to_write_the_command_first() {
+    use agentd::app::{Backend, CodingSession, SessionChoice, SessionSettings};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("compute.py"), "print(6 * 7)\n").unwrap();
+    let session = |tools: Option<Vec<String>>| {
+        let mut settings = SessionSettings::new(dir.path());
+        settings.edit_format = Some(EditFormat::Blocks);
+        settings.tools = tools;
+        let provider = Arc::new(ScriptedProvider::new(vec![]));
+        CodingSession::start(
+            settings,
+            Backend::given(provider, "scripted", "scripted"),
+            &SessionChoice::InMemory,
+        )
+    };
+    let with_bash = session(None).await.unwrap();
+    let run = with_bash
+        .expand_mentions("Run compute.py with python3 and write what it prints into out.txt.")
+        .unwrap();
+    assert!(run.contains("compute.py\n```\nprint(6 * 7)\n```"), "{run}");
+    assert!(run.ends_with(edit_format::COMMAND_CUE), "{run}");
+    let plain = with_bash
+        .expand_mentions("Add a docstring to compute.py.")
+        .unwrap();
+    assert!(!plain.contains(edit_format::COMMAND_CUE), "{plain}");
+    // Without the bash tool no command can run: no cue.
+    let without = session(Some(vec!["read".into(), "write".into()]))
+        .await
+        .unwrap();
+    let run = without
+        .expand_mentions("Run compute.py with python3 and write what it prints into out.txt.")
+        .unwrap();
+    assert!(!run.contains(edit_format::COMMAND_CUE), "{run}");
+}
