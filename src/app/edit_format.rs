@@ -111,9 +111,20 @@ pub const COMMAND_CUE: &str =
 /// for", a note after the command's output, and the task restated there: each made the model repeat the command
 /// or skip the redirect it wrote with this cue.)
 pub fn asks_for_a_command(prompt: &str) -> bool {
-    prompt
-        .split(|c: char| !c.is_alphanumeric() && c != '_')
-        .any(|w| matches!(w.to_ascii_lowercase().as_str(), "run" | "execute" | "wc"))
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut rest = prompt;
+    while let Some(start) = rest.find(|c: char| is_word(c)) {
+        let tail = &rest[start..];
+        let end = tail.find(|c: char| !is_word(c)).unwrap_or(tail.len());
+        let (word, after) = tail.split_at(end);
+        // `run()`, `app.run`, `run.py`: code that names a `run`, not a request to run something.
+        let code = after.starts_with(['(', '.']) || rest[..start].ends_with('.');
+        if !code && matches!(word.to_ascii_lowercase().as_str(), "run" | "execute" | "wc") {
+            return true;
+        }
+        rest = after;
+    }
+    false
 }
 
 fn fenced(path: &str, text: &str) -> String {
@@ -659,6 +670,13 @@ mod tests {
         ));
         assert!(!asks_for_a_command("Rename run_all to main in app.py"));
         assert!(!asks_for_a_command("Fix the runner in rerun.py"));
+        assert!(!asks_for_a_command(
+            "Add double(x) to util.py, then use it in main.py so that run() returns double(21)."
+        ));
+        assert!(!asks_for_a_command(
+            "Call app.run with the new port; fix run.py too."
+        ));
+        assert!(asks_for_a_command("Run it. Then run python3 x.py."));
     }
 
     #[test]
