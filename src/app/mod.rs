@@ -7,7 +7,8 @@
 //! Files: `approvals` (allow / ask / deny per tool tag, and the requests a door answers), `coding_session` ([`CodingSession`] and its tree operations), `backend` ([`Backend`]: the provider
 //! built from a [`crate::config::Config`], or one the caller made), `prompt` (the system prompt, the workspace's file tree and context
 //! files), `loop_rules` (repeats answered, a shrinking rewrite stopped), `edit_format` (JSON tool calls or file blocks in
-//! the reply), `block_owner` (the file a block written without its path rewrites), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
+//! the reply), `block_owner` (the file a block written without its path rewrites), `named_files` (the running
+//! prompt's task and named files, as the blocks hooks use them), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
 //! `settings.toml`), `recorder`
 //! ([`Recorder`]: the glue between an `Agent` and a `SessionStore`), `error` ([`AppError`]).
 //!
@@ -28,6 +29,7 @@ pub mod export;
 pub mod loop_rules;
 pub mod mcp_servers;
 pub mod mentions;
+pub mod named_files;
 pub mod prompt;
 pub mod recorder;
 pub mod sessions;
