@@ -154,18 +154,9 @@ pub fn follow(
     new: &str,
 ) -> Option<Followed> {
     let (from, to) = renamed_definition(old, new)?;
-    let this = std::fs::canonicalize(this).unwrap_or_else(|_| this.to_path_buf());
     let mut others: Vec<(String, String)> = Vec::new();
     if let Some(state) = state {
-        for rel in state.listing().files.iter().take(MAX_FILES) {
-            let path = state.root().join(rel);
-            if std::fs::canonicalize(&path).is_ok_and(|p| p == this) {
-                continue;
-            }
-            let small = std::fs::metadata(&path).is_ok_and(|m| m.len() <= MAX_FILE_BYTES);
-            let Some(text) = small.then(|| std::fs::read_to_string(&path).ok()).flatten() else {
-                continue;
-            };
+        for (rel, text) in state.other_texts(this, MAX_FILES, MAX_FILE_BYTES) {
             if !uses_word(&text, &from) {
                 continue;
             }
@@ -173,7 +164,7 @@ pub fn follow(
                 // Still defined there: the uses may mean that definition.
                 return None;
             }
-            others.push((rel.clone(), text));
+            others.push((rel, text));
         }
     }
     let (text, lines) = rename_word(new, &from, &to);

@@ -102,6 +102,33 @@ impl WorkspaceState {
         listing
     }
 
+    /// The text of the listed files other than `this` (compared as canonical paths), read one at a time in the
+    /// listing's order: the first `max_files` files, those of at most `max_bytes` that read as UTF-8. What the
+    /// rename hints of `write_block` scan for a name's other uses.
+    pub fn other_texts(
+        &self,
+        this: &Path,
+        max_files: usize,
+        max_bytes: u64,
+    ) -> impl Iterator<Item = (String, String)> + '_ {
+        let this = std::fs::canonicalize(this).unwrap_or_else(|_| this.to_path_buf());
+        self.listing()
+            .files
+            .into_iter()
+            .take(max_files)
+            .filter_map(move |rel| {
+                let path = self.root.join(&rel);
+                if std::fs::canonicalize(&path).is_ok_and(|p| p == this) {
+                    return None;
+                }
+                let small = std::fs::metadata(&path).is_ok_and(|m| m.len() <= max_bytes);
+                let text = small
+                    .then(|| std::fs::read_to_string(&path).ok())
+                    .flatten()?;
+                Some((rel, text))
+            })
+    }
+
     fn walk(&self) -> Listing {
         let mut out = Listing::default();
         for entry in super::find::walk_builder(&self.root).build().flatten() {

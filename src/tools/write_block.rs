@@ -189,48 +189,37 @@ fn lost_names_still_used(state: &WorkspaceState, this: &Path, old: &str, new: &s
         // Nothing lost, or a rewrite too large to be a rename.
         return String::new();
     }
-    let this = std::fs::canonicalize(this).unwrap_or_else(|_| this.to_path_buf());
+    // Each other file is read once; a name keeps its first three users in the listing's order.
+    let mut users: Vec<Vec<(String, String)>> = vec![Vec::new(); lost.len()];
+    for (rel, text) in state.other_texts(this, 500, 256 * 1024) {
+        for (name, found) in lost.iter().zip(users.iter_mut()) {
+            if found.len() < 3 {
+                if let Some(line) = text.lines().find(|l| identifiers(l).contains(name)) {
+                    found.push((rel.clone(), line.trim().to_string()));
+                }
+            }
+        }
+        if users.iter().all(|u| u.len() == 3) {
+            break;
+        }
+    }
     let mut out = String::new();
-    let mut named = 0;
-    for name in lost {
-        let mut users: Vec<(String, String)> = Vec::new();
-        for rel in state.listing().files.iter().take(500) {
-            let path = state.root().join(rel);
-            if std::fs::canonicalize(&path).is_ok_and(|p| p == this) {
-                continue;
-            }
-            let Ok(meta) = std::fs::metadata(&path) else {
-                continue;
-            };
-            if meta.len() > 256 * 1024 {
-                continue;
-            }
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                continue;
-            };
-            if let Some(line) = text.lines().find(|l| identifiers(l).contains(name)) {
-                users.push((rel.clone(), line.trim().to_string()));
-            }
-            if users.len() == 3 {
-                break;
-            }
-        }
-        if !users.is_empty() {
-            let uses: Vec<String> = users.iter().map(|(f, l)| format!("{f} (`{l}`)")).collect();
-            let files: Vec<&str> = users.iter().map(|(f, _)| f.as_str()).collect();
-            out.push_str(&format!(
-                "\n`{name}` is gone from this file, but {} still {} it: {}. If you renamed it, write {} with the \
-                 new name too.",
-                files.join(", "),
-                if users.len() == 1 { "uses" } else { "use" },
-                uses.join(", "),
-                files.join(" and ")
-            ));
-            named += 1;
-            if named == 3 {
-                break;
-            }
-        }
+    for (name, users) in lost
+        .iter()
+        .zip(&users)
+        .filter(|(_, u)| !u.is_empty())
+        .take(3)
+    {
+        let uses: Vec<String> = users.iter().map(|(f, l)| format!("{f} (`{l}`)")).collect();
+        let files: Vec<&str> = users.iter().map(|(f, _)| f.as_str()).collect();
+        out.push_str(&format!(
+            "\n`{name}` is gone from this file, but {} still {} it: {}. If you renamed it, write {} with the new \
+             name too.",
+            files.join(", "),
+            if users.len() == 1 { "uses" } else { "use" },
+            uses.join(", "),
+            files.join(" and ")
+        ));
     }
     out
 }

@@ -280,6 +280,44 @@ async fn a_rename_is_followed_in_its_file_and_the_other_files_are_shown_renamed(
 }
 
 #[tokio::test]
+async fn names_a_block_removed_that_other_files_use_are_named_when_it_is_no_single_rename() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("helpers.py"),
+        "def fmt_name(first, last):\n    return first + last\n\n\ndef shout(x):\n    return x.upper()\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("app.py"),
+        "from helpers import fmt_name\n\n\ndef welcome(f, l):\n    return fmt_name(f, l)\n",
+    )
+    .unwrap();
+    // Two definitions renamed at once: not followed, but the files still using a removed name are named.
+    let block =
+        "helpers.py\n```python\ndef format_name(first, last):\n    return first + last\n\n\n\
+                 def yell(x):\n    return x.upper()\n```";
+    let (events, _) = run(dir.path(), &[block]).await;
+    let done = executions(&events);
+    assert!(!done[0].2, "{}", done[0].1);
+    assert!(
+        done[0].1.contains(
+            "`fmt_name` is gone from this file, but app.py still uses it: app.py (`from helpers import fmt_name`). \
+             If you renamed it, write app.py with the new name too."
+        ),
+        "{}",
+        done[0].1
+    );
+    assert!(
+        !done[0].1.contains("`shout`"),
+        "no other file uses shout: {}",
+        done[0].1
+    );
+    assert!(std::fs::read_to_string(dir.path().join("app.py"))
+        .unwrap()
+        .contains("fmt_name"));
+}
+
+#[tokio::test]
 async fn a_block_without_a_path_goes_to_the_file_it_clearly_rewrites() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
