@@ -17,12 +17,12 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use agentd::engine::constraint::format::ToolCallFormat;
+use agentd::engine::call_format::ToolCallFormat;
 use agentd::engine::constraint::{Constraint, ConstraintSpec, GrammarFactory, ToolChoice};
-use agentd::engine::fetch::{self, FetchOptions, ModelSelector};
+use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::sampler::{Sampler, SamplingParams};
-use agentd::engine::tokenizer::Tokenizer;
+use agentd::engine::text::tokenizer::Tokenizer;
 use agentd::schema::ToolSpec;
 
 const MODEL: &str = "smollm2-135m-instruct";

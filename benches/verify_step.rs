@@ -8,11 +8,13 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::cpu::kv::KvBlocks;
-use agentd::engine::cpu::model::{BatchSeq, CpuModel};
-use agentd::engine::fetch::{self, FetchOptions, ModelSelector};
+use agentd::engine::arch::weights::WeightFormat;
+use agentd::engine::cpu::model::CpuModel;
+use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::{Model, WeightFormat};
+use agentd::engine::kv::BatchSeq;
+use agentd::engine::kv::KvBlocks;
+use agentd::engine::model::Model;
 use candle_core::Device;
 
 const MODELS: [&str; 2] = ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"];

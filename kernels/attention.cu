@@ -1,35 +1,21 @@
-// Causal grouped-query attention reading the engine's KV cache in place (src/engine/kv.rs): per layer,
-// keys and values are `[n_kv, capacity, d]` buffers of which the first `kv_len` positions are live; the
-// strides say where each head and position is, so nothing is copied or transposed first.
+// Causal grouped-query attention over the paged KV store of continuous batching (src/engine/kv/): per layer
+// one `[2 (k|v), n_blocks, n_kv, BLOCK, d]` buffer, and a batch of sequences whose query tokens are laid end to
+// end. `meta` (u32) holds, for the T query tokens, each one's sequence then each one's position, then every
+// sequence's block table (`max_blocks` entries each).
 //
-// q: [t, n_head, d] (the projection's layout), out: same. Query i sits at absolute position pos + i and sees
-// keys j with j <= pos + i and, given a window w > 0, j > pos + i - w. Query head h reads KV head
-// h / (n_head / n_kv).
+// q: [T, n_head, d] (the projection's layout), out: same. Query i sits at its sequence's position p and sees
+// keys j with j <= p and, given a window w > 0, j > p - w. Query head h reads KV head h / (n_head / n_kv).
 //
 // One block per (head, query): its warps take keys in turn, each keeping an online softmax (running max,
 // running sum, weighted values in registers, d / 32 per lane), and the block merges the warps at the end.
-// d <= 256. CPU twin: src/engine/ops/twin.rs (`attention`).
-//
-// `paged_attention_f32` is the same over the paged KV store of continuous batching (src/engine/paged_kv.rs): per
-// layer one `[2 (k|v), n_blocks, n_kv, BLOCK, d]` buffer, and a batch of sequences whose query tokens are laid
-// end to end. `meta` (u32) holds, for the T query tokens, each one's sequence then each one's position, then
-// every sequence's block table (`max_blocks` entries each). CPU twin: `paged_attention`.
+// d <= 256. CPU twin: src/engine/candle/fused/twin.rs (`paged_attention`).
 #include "common.cuh"
 
 #define MAX_D 256
 #define PER_LANE (MAX_D / WARP)
 #define WARPS 8
-// Positions per block of the paged store (src/engine/cpu/kv.rs BLOCK_TOKENS; checked in src/engine/ops/cuda.rs).
+// Positions per block of the paged store (src/engine/kv/mod.rs BLOCK_TOKENS; checked in src/engine/candle/fused/cuda.rs).
 #define BLOCK 16
-
-// Keys and values of one KV head in the per-sequence buffers: position j at j * stride.
-struct Strided {
-    const float* k;
-    const float* v;
-    long ks, vs;
-    __device__ const float* key(int j) const { return k + (long)j * ks; }
-    __device__ const float* val(int j) const { return v + (long)j * vs; }
-};
 
 // Keys and values of one KV head of one sequence in the paged store.
 struct Paged {
@@ -110,18 +96,6 @@ __device__ void attend(const float* __restrict__ qr, KV kv, float* __restrict__ 
 }
 
 __device__ __forceinline__ int first_key(int p, int window) { return window > 0 ? max(0, p - window + 1) : 0; }
-
-extern "C" __global__ void __launch_bounds__(WARPS * WARP)
-attention_f32(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-              float* __restrict__ out, int t, int n_head, int n_kv, int d, long k_head_stride,
-              long k_pos_stride, long v_head_stride, long v_pos_stride, int pos, int window, float scale) {
-    const int h = blockIdx.x, i = blockIdx.y;
-    const int kvh = h / (n_head / n_kv);
-    const Strided kv{k + kvh * k_head_stride, v + kvh * v_head_stride, k_pos_stride, v_pos_stride};
-    const int p = pos + i;
-    const long row = ((long)i * n_head + h) * d;
-    attend(q + row, kv, out + row, d, first_key(p, window), p, scale);
-}
 
 extern "C" __global__ void __launch_bounds__(WARPS * WARP)
 paged_attention_f32(const float* __restrict__ q, const float* __restrict__ cache, const unsigned* __restrict__ meta,

@@ -4,16 +4,12 @@
 //! the whole file is valid.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{CacheStats, CachingProvider, ResponseCache};
-use crate::engine::device::{self, DeviceSpec};
-use crate::engine::fetch::{FetchOptions, ModelSelector};
-use crate::engine::model::WeightFormat;
-use crate::engine::{Engine, EngineOptions};
-use crate::provider::{LocalProvider, Provider, ProviderError, RemoteConfig, RemoteProvider};
+use crate::engine::files::fetch::{FetchOptions, ModelSelector};
+use crate::engine::{DeviceSpec, EngineOptions, WeightFormat};
+use crate::provider::RemoteConfig;
 
 /// Why a configuration cannot be used. Fix the file; the message names the setting.
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +48,7 @@ pub struct Config {
     /// Required when `provider = "remote"`.
     pub remote: Option<RemoteConfig>,
     /// The response cache (`[cache] enabled, path`).
-    pub cache: crate::cache::CacheConfig,
+    pub cache: crate::provider::response_cache::CacheConfig,
 }
 
 /// The local engine's settings.
@@ -79,7 +75,7 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Speculative decoding (`[engine.speculative]`: `method` = `ngram` | `off`, `num_speculative_tokens`,
     /// `prompt_lookup_min`, `prompt_lookup_max`; vLLM's `speculative_config` names).
-    pub speculative: crate::engine::speculative::SpeculativeConfig,
+    pub speculative: crate::engine::SpeculativeConfig,
     /// A Jinja chat template file used instead of the model's own.
     pub chat_template: Option<String>,
     /// Show a progress bar while a model is fetched (set by the command line, not the file).
@@ -90,13 +86,13 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
-            model: crate::engine::manifest::DEFAULT_MODEL.into(),
+            model: crate::engine::files::manifest::DEFAULT_MODEL.into(),
             device: "auto".into(),
             threads: 0,
             weights: "auto".into(),
             offline: false,
-            max_num_seqs: crate::engine::scheduler::DEFAULT_MAX_NUM_SEQS,
-            max_num_batched_tokens: crate::engine::scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            max_num_seqs: crate::engine::DEFAULT_MAX_NUM_SEQS,
+            max_num_batched_tokens: crate::engine::DEFAULT_MAX_NUM_BATCHED_TOKENS,
             kv_cache_memory: "1GiB".into(),
             prefix_caching: true,
             speculative: Default::default(),
@@ -134,16 +130,6 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
         return Err(format!("`{text}` is not a usable size"));
     }
     Ok(bytes as usize)
-}
-
-/// What [`Config::build_provider`] made.
-pub struct BuiltProvider {
-    /// The provider to use: the engine or the remote server, behind the response cache when it is on.
-    pub provider: Arc<dyn Provider>,
-    /// The engine's own provider when `provider = "local"` (model information for people).
-    pub local: Option<LocalProvider>,
-    /// The response cache's counters when `[cache] enabled`.
-    pub cache: Option<Arc<CacheStats>>,
 }
 
 impl Config {
@@ -209,7 +195,7 @@ impl Config {
                 e.threads
             ));
         }
-        let scheduler = crate::engine::scheduler::SchedulerConfig {
+        let scheduler = crate::engine::SchedulerConfig {
             max_num_seqs: e.max_num_seqs,
             max_num_batched_tokens: e.max_num_batched_tokens,
             kv_cache_bytes: parse_bytes(&e.kv_cache_memory)
@@ -239,49 +225,6 @@ impl Config {
                 })
                 .transpose()?,
             kernels: None,
-        })
-    }
-
-    /// Builds the configured provider — the one place every door gets its provider from: loads the model for
-    /// `local` (setting the CPU thread count first; this blocks for as long as loading takes), or prepares the
-    /// client for `remote` (nothing is sent; call `RemoteProvider::discover` to check the server). With
-    /// `[cache] enabled` the provider answers repeated temperature-0 requests from the response cache.
-    pub fn build_provider(&self) -> Result<BuiltProvider, ProviderError> {
-        let (inner, local): (Arc<dyn Provider>, Option<LocalProvider>) = match self.provider {
-            ProviderKind::Local => {
-                let opts = self.engine_options().map_err(ProviderError::Config)?;
-                if self.engine.threads > 0 {
-                    device::init_threads(Some(self.engine.threads));
-                }
-                let engine = Engine::load(opts).map_err(ProviderError::Engine)?;
-                let local = LocalProvider::new(engine);
-                (Arc::new(local.clone()), Some(local))
-            }
-            ProviderKind::Remote => {
-                let remote = self.remote.clone().ok_or_else(|| {
-                    ProviderError::Config("provider = \"remote\" needs a [remote] section".into())
-                })?;
-                (Arc::new(RemoteProvider::new(remote)?), None)
-            }
-        };
-        if !self.cache.enabled {
-            return Ok(BuiltProvider {
-                provider: inner,
-                local,
-                cache: None,
-            });
-        }
-        let path = self.cache.resolved_path();
-        let cache = ResponseCache::open(&path).map_err(|e| ProviderError::Config(e.to_string()))?;
-        let caching = match &local {
-            Some(l) => CachingProvider::local(l.clone(), Arc::new(cache)),
-            None => CachingProvider::new(inner, Arc::new(cache)),
-        };
-        let stats = caching.stats().clone();
-        Ok(BuiltProvider {
-            provider: Arc::new(caching),
-            local,
-            cache: Some(stats),
         })
     }
 }

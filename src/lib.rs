@@ -5,7 +5,6 @@
 pub mod agent;
 pub mod app;
 pub mod bench;
-pub mod cache;
 pub mod config;
 pub mod engine;
 pub mod env;

@@ -1,45 +1,14 @@
 //! The context budget: the request a turn sends ([`prompt_request`], shared with the loop so the count is of the
 //! very prompt the model gets), its exact size ([`context_tokens`]: the provider's count of the rendered system
-//! prompt, tools block and messages), and [`ContextPolicy`], the hook the loop calls at every `turn_end` and after
-//! a context-overflow error. [`super::compaction::Compactor`] is the policy that compacts.
+//! prompt, tools block and messages) and the model's descriptor — what a context policy
+//! ([`ContextPolicy`](super::hooks::ContextPolicy)) measures with. [`super::compaction::Compactor`] is the policy
+//! that compacts.
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
-use tokio_util::sync::CancellationToken;
-
-use super::compaction::Compaction;
 use super::hooks::{AgentContext, AgentLoopConfig};
 use crate::provider::{
     estimate_tokens, CompletionRequest, ModelDescriptor, TokenCount, ToolChoice,
 };
 use crate::transcript::AgentMessage;
-
-/// Decides when the transcript must shrink. Like `transform_context`, it never fails: trouble is logged and
-/// answered with `None` (the loop then carries on, and a real overflow ends the turn with the provider's error).
-#[async_trait]
-pub trait ContextPolicy: Send + Sync {
-    /// Called when a run starts and at every `turn_end` (not after an error or abort), with the transcript as it
-    /// stands (before `transform_context`). Returns the compaction to apply when the context is over budget.
-    async fn check(
-        &self,
-        context: &AgentContext,
-        config: &AgentLoopConfig,
-        cancel: &CancellationToken,
-    ) -> Option<Compaction>;
-
-    /// Called once when the provider rejected a request as too long for the context window; a compaction
-    /// returned here is applied and the request retried once.
-    async fn on_overflow(
-        &self,
-        context: &AgentContext,
-        config: &AgentLoopConfig,
-        cancel: &CancellationToken,
-    ) -> Option<Compaction>;
-}
-
-/// A shared policy, as [`AgentLoopConfig::context_policy`] holds it.
-pub type SharedContextPolicy = Arc<dyn ContextPolicy>;
 
 /// The request one turn sends for `messages` (after `transform_context`): system prompt, tools, the messages
 /// mapped by `convert_to_llm`, the loop's sampling settings.

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::compaction::{CompactionDetails, CompactionReason};
+use super::compaction_record::{CompactionDetails, CompactionReason};
 use crate::provider::ProviderEvent;
 use crate::transcript::{AgentMessage, ToolResult};
 

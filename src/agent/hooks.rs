@@ -1,11 +1,15 @@
 //! The loop's configuration and the hooks that sit at its boundaries: context transformation and conversion
-//! at the model boundary (they never fail), steering / follow-up sources, and the before/after tool-call hooks.
+//! at the model boundary (they never fail), steering / follow-up sources, the before/after tool-call hooks and
+//! the context policy (when the transcript must shrink).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 
+use super::compaction_record::Compaction;
 use crate::provider::{Message, Provider, Sampling, ToolCall, ToolChoice};
 use crate::tools::policy::Policy;
 use crate::tools::tool::Tool;
@@ -107,7 +111,7 @@ pub struct AgentLoopConfig {
     pub after_tool_call: Option<AfterToolCallHook>,
     /// The context budget: checked when a run starts and at every `turn_end`, and asked to compact once after a
     /// context-overflow error (see `agent::compaction::Compactor`). `None`: the transcript is sent as it is.
-    pub context_policy: Option<super::context::SharedContextPolicy>,
+    pub context_policy: Option<SharedContextPolicy>,
 }
 
 pub const DEFAULT_MAX_TURNS: usize = 50;
@@ -141,6 +145,32 @@ impl AgentLoopConfig {
         }
     }
 }
+
+/// Decides when the transcript must shrink. Like `transform_context`, it never fails: trouble is logged and
+/// answered with `None` (the loop then carries on, and a real overflow ends the turn with the provider's error).
+#[async_trait]
+pub trait ContextPolicy: Send + Sync {
+    /// Called when a run starts and at every `turn_end` (not after an error or abort), with the transcript as it
+    /// stands (before `transform_context`). Returns the compaction to apply when the context is over budget.
+    async fn check(
+        &self,
+        context: &AgentContext,
+        config: &AgentLoopConfig,
+        cancel: &CancellationToken,
+    ) -> Option<Compaction>;
+
+    /// Called once when the provider rejected a request as too long for the context window; a compaction
+    /// returned here is applied and the request retried once.
+    async fn on_overflow(
+        &self,
+        context: &AgentContext,
+        config: &AgentLoopConfig,
+        cancel: &CancellationToken,
+    ) -> Option<Compaction>;
+}
+
+/// A shared policy, as [`AgentLoopConfig::context_policy`] holds it.
+pub type SharedContextPolicy = Arc<dyn ContextPolicy>;
 
 /// The state a run starts from.
 #[derive(Clone, Default)]

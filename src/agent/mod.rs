@@ -2,6 +2,7 @@
 //! (queues, abort, listeners), the transcript's message kinds and the events a run emits.
 
 pub mod compaction;
+pub mod compaction_record;
 pub mod context;
 pub mod events;
 pub mod handle;
@@ -10,14 +11,12 @@ pub mod run;
 pub mod summary;
 
 pub use crate::transcript::{convert_to_llm, AgentMessage, AssistantTurn, ToolResult};
-pub use compaction::{
-    Compaction, CompactionDetails, CompactionReason, CompactionSettings, Compactor,
-};
-pub use context::ContextPolicy;
+pub use compaction::{CompactionSettings, Compactor};
+pub use compaction_record::{Compaction, CompactionDetails, CompactionReason};
 pub use events::{AgentEndReason, AgentEvent};
 pub use handle::{Agent, AgentError, AgentState, AgentStatus, Listener, QueueMode};
 pub use hooks::{
     AfterToolCall, AfterToolCallHook, AgentContext, AgentLoopConfig, BeforeToolCall,
-    BeforeToolCallHook,
+    BeforeToolCallHook, ContextPolicy, SharedContextPolicy,
 };
 pub use run::agent_loop;

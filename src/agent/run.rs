@@ -9,7 +9,7 @@ use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::compaction::Compaction;
+use super::compaction_record::Compaction;
 use super::context::prompt_request;
 use super::events::{AgentEndReason, AgentEvent};
 use super::hooks::{AgentContext, AgentLoopConfig, BeforeToolCall};

@@ -1,14 +1,15 @@
 //! The backend a coding session talks to: the in-process engine, an OpenAI-compatible server (vLLM, another
 //! `agentd serve`), or a provider the caller built (the server's admission-gated one; a scripted one in tests).
-//! Every provider made from a configuration goes through [`Config::build_provider`], so the response cache and
+//! Every provider made from a configuration goes through [`build_provider`], so the response cache and
 //! the engine settings mean the same in every door. A failure to get a backend is [`AppError::Backend`] with a
 //! message naming what to fix.
 
 use std::sync::Arc;
 
-use crate::cache::CacheStats;
 use crate::config::{Config, ProviderKind};
-use crate::provider::{Provider, ProviderError, RemoteConfig, RemoteProvider};
+use crate::engine::{init_threads, Engine};
+use crate::provider::response_cache::{CacheStats, CachingProvider, ResponseCache};
+use crate::provider::{LocalProvider, Provider, ProviderError, RemoteConfig, RemoteProvider};
 
 use super::AppError;
 
@@ -76,8 +77,7 @@ impl Backend {
                 .await
                 .map_err(|e| remote_failure(&base_url, e))?;
             config.remote = Some(remote);
-            let built = config
-                .build_provider()
+            let built = build_provider(&config)
                 .map_err(|e| AppError::Backend(format!("remote server {base_url}: {e}")))?;
             let model = models.first().map(|m| m.id.clone()).unwrap_or_default();
             return Ok(Self {
@@ -90,7 +90,7 @@ impl Backend {
             });
         }
         let cfg = config.clone();
-        let built = tokio::task::spawn_blocking(move || cfg.build_provider())
+        let built = tokio::task::spawn_blocking(move || build_provider(&cfg))
             .await
             .map_err(|e| AppError::Backend(format!("the model-loading task failed: {e}")))?
             .map_err(|e| AppError::Backend(format!("loading the model: {e}")))?;
@@ -165,8 +165,8 @@ impl Backend {
         };
         if !std::path::Path::new(name).is_file() {
             // Only known models are loaded by name (an unknown one is not looked for on the network).
-            let manifest =
-                crate::engine::manifest::find(name).map_err(|e| AppError::usage(e.to_string()))?;
+            let manifest = crate::engine::files::manifest::find(name)
+                .map_err(|e| AppError::usage(e.to_string()))?;
             if manifest.name == self.model {
                 return Ok(());
             }
@@ -221,4 +221,57 @@ async fn first_served_model(remote: &RemoteConfig) -> Result<String, AppError> {
         }
         Err(e) => Err(remote_failure(&remote.base_url, e)),
     }
+}
+
+/// What [`build_provider`] made.
+pub struct BuiltProvider {
+    /// The provider to use: the engine or the remote server, behind the response cache when it is on.
+    pub provider: Arc<dyn Provider>,
+    /// The engine's own provider when `provider = "local"` (model information for people).
+    pub local: Option<LocalProvider>,
+    /// The response cache's counters when `[cache] enabled`.
+    pub cache: Option<Arc<CacheStats>>,
+}
+
+/// Builds the configured provider — the one place every door gets its provider from: loads the model for
+/// `local` (setting the CPU thread count first; this blocks for as long as loading takes), or prepares the
+/// client for `remote` (nothing is sent; call `RemoteProvider::discover` to check the server). With
+/// `[cache] enabled` the provider answers repeated temperature-0 requests from the response cache.
+pub fn build_provider(config: &Config) -> Result<BuiltProvider, ProviderError> {
+    let (inner, local): (Arc<dyn Provider>, Option<LocalProvider>) = match config.provider {
+        ProviderKind::Local => {
+            let opts = config.engine_options().map_err(ProviderError::Config)?;
+            if config.engine.threads > 0 {
+                init_threads(Some(config.engine.threads));
+            }
+            let engine = Engine::load(opts).map_err(ProviderError::Engine)?;
+            let local = LocalProvider::new(engine);
+            (Arc::new(local.clone()), Some(local))
+        }
+        ProviderKind::Remote => {
+            let remote = config.remote.clone().ok_or_else(|| {
+                ProviderError::Config("provider = \"remote\" needs a [remote] section".into())
+            })?;
+            (Arc::new(RemoteProvider::new(remote)?), None)
+        }
+    };
+    if !config.cache.enabled {
+        return Ok(BuiltProvider {
+            provider: inner,
+            local,
+            cache: None,
+        });
+    }
+    let path = config.cache.resolved_path();
+    let cache = ResponseCache::open(&path).map_err(|e| ProviderError::Config(e.to_string()))?;
+    let caching = match &local {
+        Some(l) => CachingProvider::local(l.clone(), Arc::new(cache)),
+        None => CachingProvider::new(inner, Arc::new(cache)),
+    };
+    let stats = caching.stats().clone();
+    Ok(BuiltProvider {
+        provider: Arc::new(caching),
+        local,
+        cache: Some(stats),
+    })
 }

@@ -16,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -25,110 +24,24 @@ use crate::agent::{
     Agent, AgentEndReason, AgentLoopConfig, AgentMessage, CompactionSettings, Compactor, Listener,
 };
 use crate::env::now_ms;
-use crate::provider::{CompletionRequest, Sampling, ToolChoice};
-use crate::session::{BlobStore, EntryKind, JsonlStore, SessionStore, StoreOptions};
+use crate::provider::{CompletionRequest, ToolChoice};
+use crate::session::{EntryKind, JsonlStore, SessionStore, StoreOptions};
 use crate::tools::bash::BashTool;
-use crate::tools::policy::Policy;
-use crate::tools::recall::RecallTool;
-use crate::tools::registry::ToolRegistry;
 use crate::tools::resources::SessionResources;
 use crate::tools::tool::{Tool, ToolContext, ToolError};
-
-mod branches;
-mod tree_ops;
-
-use super::approvals::{ApprovalPolicy, Approvals, HookContext};
-use super::edit_format::{self, EditFormat};
-use super::loop_rules::{mutating_tools, LoopRules};
-use super::prompt::{self, PromptInputs};
-use super::sessions::{self, SessionChoice};
-use super::{skills, templates, AppError, Backend, Recorder};
 use crate::tools::workspace::WorkspaceState;
 
-/// Pi's default tool set.
-pub const DEFAULT_TOOLS: [&str; 4] = ["read", "bash", "edit", "write"];
+mod branches;
+mod build;
+mod tree_ops;
 
-/// The name of the tool that reads back dropped tool results (registered when grounding is on).
-pub const RECALL_TOOL: &str = "recall";
+use build::with_recall;
+pub use build::{text_or_file, SessionSettings, SetupReport, DEFAULT_TOOLS, RECALL_TOOL};
 
-/// How a coding session is set up: everything a door decides (flags, a request body), nothing it parses.
-#[derive(Debug, Clone)]
-pub struct SessionSettings {
-    /// The tools offered, by name (`None`: [`DEFAULT_TOOLS`]; empty: none). `recall` is added by grounding.
-    pub tools: Option<Vec<String>>,
-    /// What tools may do; tools it forbids are left out (with a warning when they were named).
-    pub policy: Policy,
-    /// Which calls run, are asked about or are refused ([`super::approvals`]); tags it denies are taken out
-    /// of `policy` too.
-    pub approvals: ApprovalPolicy,
-    /// The working directory (relative paths resolve against it; context files and skills are found from it).
-    pub cwd: PathBuf,
-    /// Confine the file tools to this directory. When `cwd` is outside it, the workspace becomes the cwd.
-    pub workspace: Option<PathBuf>,
-    /// Replaces the default base prompt.
-    pub system_prompt: Option<String>,
-    /// Appended to the base prompt.
-    pub append_system_prompt: Option<String>,
-    /// Load `AGENTS.md` / `CLAUDE.md` context files.
-    pub context_files: bool,
-    /// List skills in the system prompt.
-    pub skills: bool,
-    pub max_tokens: Option<u32>,
-    /// The thinking level asked of reasoning models (`None`: the model's default).
-    pub thinking: Option<crate::provider::Thinking>,
-    /// Model calls per prompt before the run stops.
-    pub max_turns: usize,
-    pub sampling: Sampling,
-    /// Automatic and manual compaction.
-    pub compaction: CompactionSettings,
-    /// Keep tool results that compaction drops beside the session file, point at them from the summary, and
-    /// offer `recall` to read them back. Needs a session file (off with `InMemory`).
-    pub grounding: bool,
-    /// Where session files go (`None`: `$AGENTD_HOME/sessions/<slug of cwd>/`).
-    pub sessions_dir: Option<PathBuf>,
-    /// The `bash` tool's timeout when a call names none (`None`: the tool's default,
-    /// [`crate::tools::bash::DEFAULT_BASH_TIMEOUT`]).
-    pub bash_timeout: Option<Duration>,
-    /// Workspace-aware calls: the system prompt shows the file tree, and on the local engine the built-in tools'
-    /// arguments are constrained to calls that can work here (existing paths, `old_text` from the file).
-    pub workspace_grammar: bool,
-    /// The loop rules of [`super::loop_rules`] (repeats answered, a shrinking rewrite stopped).
-    pub loop_rules: bool,
-    /// How the model changes files: JSON tool calls, or file blocks in its reply ([`super::edit_format`]).
-    /// `None`: [`EditFormat::for_backend`] (blocks on the local engine).
-    pub edit_format: Option<EditFormat>,
-    /// MCP servers whose tools join the session's ([`super::mcp_servers`]).
-    pub mcp_servers: std::collections::BTreeMap<String, super::mcp_servers::McpServerConfig>,
-}
-
-impl SessionSettings {
-    /// The defaults of `agentd chat` in `cwd`: Pi's tools, everything allowed, compaction and grounding on.
-    pub fn new(cwd: impl Into<PathBuf>) -> Self {
-        Self {
-            tools: None,
-            policy: Policy::all(),
-            approvals: ApprovalPolicy::allow_all(),
-            cwd: cwd.into(),
-            workspace: None,
-            system_prompt: None,
-            append_system_prompt: None,
-            context_files: true,
-            skills: true,
-            max_tokens: None,
-            thinking: None,
-            max_turns: crate::agent::hooks::DEFAULT_MAX_TURNS,
-            sampling: Sampling::default(),
-            compaction: CompactionSettings::default(),
-            grounding: true,
-            sessions_dir: None,
-            bash_timeout: None,
-            workspace_grammar: true,
-            loop_rules: true,
-            edit_format: None,
-            mcp_servers: Default::default(),
-        }
-    }
-}
+use super::approvals::Approvals;
+use super::edit_format::{self, EditFormat};
+use super::sessions::SessionChoice;
+use super::{templates, AppError, Backend, Recorder};
 
 /// How full the context is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -137,16 +50,6 @@ pub struct ContextUsage {
     pub window: u64,
     /// Whether `tokens` is the model tokenizer's count.
     pub exact: bool,
-}
-
-/// What setup found, for the user: context files, skills and warnings.
-#[derive(Debug, Clone, Default)]
-pub struct SetupReport {
-    pub context_files: Vec<PathBuf>,
-    pub skills: Vec<skills::Skill>,
-    /// Prompt templates (`/name args…`), found in the user's and the project's `prompts/` directories.
-    pub templates: Vec<templates::PromptTemplate>,
-    pub warnings: Vec<String>,
 }
 
 struct Inner {
@@ -200,67 +103,6 @@ fn config_of(agent: &Agent) -> Option<AgentLoopConfig> {
     config
 }
 
-/// Tools to offer, and warnings about ones left out.
-type OfferedTools = (Vec<Arc<dyn Tool>>, Vec<String>);
-
-/// The tools the settings ask for, less those the policy forbids (with a warning when they were named).
-fn build_tools(settings: &SessionSettings) -> Result<OfferedTools, AppError> {
-    let named = settings.tools.is_some();
-    let names: Vec<String> = match &settings.tools {
-        Some(list) => list
-            .iter()
-            .map(|n| n.trim().to_string())
-            .filter(|n| !n.is_empty() && n != RECALL_TOOL)
-            .collect(),
-        None => DEFAULT_TOOLS.iter().map(|s| s.to_string()).collect(),
-    };
-    let registry =
-        ToolRegistry::builtin(&names).map_err(|e| AppError::usage(format!("tools: {e}")))?;
-    let mut warnings = Vec::new();
-    let mut tools = Vec::new();
-    // File blocks write through `write_block` whenever the session may write files.
-    let blocks = (settings.edit_format == Some(EditFormat::Blocks))
-        .then(|| Arc::new(crate::tools::write_block::WriteBlockTool::new()) as Arc<dyn Tool>);
-    for tool in registry.iter().chain(blocks.iter()) {
-        let tool = match (tool.spec().name.as_str(), settings.bash_timeout) {
-            ("bash", Some(t)) => {
-                Arc::new(BashTool::new().with_default_timeout(Some(t))) as Arc<dyn Tool>
-            }
-            _ => tool.clone(),
-        };
-        match settings.policy.check(tool.as_ref()) {
-            Ok(()) => tools.push(tool),
-            Err(why) if named => {
-                warnings.push(format!("tool `{}` left out: {why}", tool.spec().name));
-            }
-            Err(_) => {}
-        }
-    }
-    Ok((tools, warnings))
-}
-
-/// `tools` with `recall` over `blobs` in place of any earlier `recall`.
-fn with_recall(tools: &[Arc<dyn Tool>], blobs: BlobStore) -> Vec<Arc<dyn Tool>> {
-    let mut out: Vec<Arc<dyn Tool>> = tools
-        .iter()
-        .filter(|t| t.spec().name != RECALL_TOOL)
-        .cloned()
-        .collect();
-    out.push(Arc::new(RecallTool::new(blobs)));
-    out
-}
-
-/// Reads `value` as a file when it names one, else takes it as the text itself (Pi's rule for
-/// `--system-prompt` and `--append-system-prompt`).
-pub fn text_or_file(value: &str) -> Result<String, AppError> {
-    let path = Path::new(value);
-    if value.len() < 4096 && !value.contains('\n') && path.is_file() {
-        return std::fs::read_to_string(path)
-            .map_err(|e| AppError::usage(format!("cannot read {}: {e}", path.display())));
-    }
-    Ok(value.to_string())
-}
-
 impl CodingSession {
     /// Validates the settings, opens the session `choice` names, builds the tools and the system prompt, and
     /// restores the session's transcript. The backend is ready (see [`Backend::connect`]).
@@ -269,164 +111,9 @@ impl CodingSession {
         backend: Backend,
         choice: &SessionChoice,
     ) -> Result<Self, AppError> {
-        let workspace = match &settings.workspace {
-            Some(w) => Some(
-                std::fs::canonicalize(w)
-                    .map_err(|e| AppError::usage(format!("workspace {}: {e}", w.display())))?,
-            ),
-            None => None,
-        };
-        if let Some(w) = workspace.as_ref().filter(|w| !w.is_dir()) {
-            return Err(AppError::usage(format!(
-                "workspace {} is not a directory",
-                w.display()
-            )));
-        }
-        // Relative paths resolve against the working directory; outside the workspace that would refuse every
-        // path, so the workspace root becomes the working directory then.
-        let cwd = match &workspace {
-            Some(w) if !settings.cwd.starts_with(w) => w.clone(),
-            _ => settings.cwd.clone(),
-        };
-        if settings.max_turns == 0 {
-            return Err(AppError::usage("max_turns must be at least 1"));
-        }
-        let denied_free = settings.approvals.policy();
-        let edit_format = settings
-            .edit_format
-            .unwrap_or_else(|| EditFormat::for_backend(&backend.kind));
-        // File blocks (the small local models' format) decode greedily unless a temperature is set, as Aider
-        // runs its models at temperature 0: on benches/agent_tasks Qwen2.5-Coder-0.5B passed 62% of the tasks at
-        // temperature 0 and 53% at its generation config's 0.7 (the notes of issue 29).
-        let mut sampling = settings.sampling.clone();
-        if edit_format == EditFormat::Blocks && sampling.temperature.is_none() {
-            sampling.temperature = Some(0.0);
-        }
-        let settings = SessionSettings {
-            policy: Policy::from_tags(settings.policy.allowed().filter(|t| denied_free.allows(*t))),
-            edit_format: Some(edit_format),
-            sampling,
-            ..settings
-        };
-        let (mut tools, mut warnings) = build_tools(&settings)?;
-        let (mcp_tools, mcp_warnings) =
-            super::mcp_servers::start(&settings.mcp_servers, &cwd, &settings.policy).await;
-        tools.extend(mcp_tools);
-        warnings.extend(mcp_warnings);
-        let sessions_dir = settings
-            .sessions_dir
-            .clone()
-            .unwrap_or_else(|| crate::session::sessions_dir(&cwd));
-        let persist = *choice != SessionChoice::InMemory;
-        let grounding = settings.grounding && persist;
-        let recall_allowed = settings
-            .policy
-            .check_tags(RECALL_TOOL, &[crate::tools::tool::PolicyTag::ReadOnly])
-            .is_ok();
-        let grounding = grounding && recall_allowed;
-        let tools = if grounding {
-            with_recall(&tools, BlobStore::beside(&sessions_dir))
-        } else {
-            tools
-        };
-        let store = sessions::open(choice, &sessions_dir, &cwd)?;
-
-        let context_files = if settings.context_files {
-            prompt::context_files(&cwd)
-        } else {
-            Vec::new()
-        };
-        let found = if settings.skills {
-            let (found, skill_warnings) = skills::discover(&prompt::skill_dirs(&cwd));
-            warnings.extend(skill_warnings);
-            found
-        } else {
-            Vec::new()
-        };
-        let (found_templates, template_warnings) =
-            templates::discover(&templates::template_dirs(&cwd));
-        warnings.extend(template_warnings);
-        let tool_names: Vec<String> = tools.iter().map(|t| t.spec().name.clone()).collect();
-        // One listing of the workspace serves the prompt's tree and the session's grammars.
-        let workspace_state = settings
-            .workspace_grammar
-            .then(|| WorkspaceState::new(&cwd));
-        let system_prompt = prompt::build(&PromptInputs {
-            custom: settings.system_prompt.clone(),
-            append: settings.append_system_prompt.clone(),
-            tools: tool_names,
-            context_files: context_files.clone(),
-            skills: found.clone(),
-            cwd: cwd.clone(),
-            tree: workspace_state
-                .as_ref()
-                .map(|state| state.tree(prompt::TREE_LINES)),
-            date: crate::env::today(),
-            edit_format,
-        });
-
-        let mut config = AgentLoopConfig::new(backend.provider.clone());
-        config.model = backend.model.clone();
-        config.max_tokens = settings.max_tokens;
-        config.thinking = settings.thinking;
-        config.max_turns = settings.max_turns;
-        config.sampling = settings.sampling.clone();
-        config.policy = settings.policy.clone();
-        config.cwd = cwd.clone();
-        config.workspace = workspace.clone();
-        config.context_policy = Some(Arc::new(Compactor::new(settings.compaction.clone())));
-        let resources = SessionResources::new();
-        config.resources = Some(resources.clone());
-        let approvals = Approvals::new(settings.approvals.clone());
-        let approve = approvals.hook(HookContext {
-            tags: tools
-                .iter()
-                .map(|t| (t.spec().name.clone(), t.tags().to_vec()))
-                .collect(),
-            cwd: cwd.clone(),
-            workspace: workspace.clone(),
-        });
-        config.before_tool_call = Some(approve);
-        config.workspace_state = workspace_state.clone();
-        if settings.workspace_grammar {
-            config.choose_tools = Some(Arc::new(super::loop_rules::act_on_named_files));
-        }
-        let named_files = edit_format::NamedFiles::new(&cwd);
-        let bash_blocks =
-            edit_format == EditFormat::Blocks && tools.iter().any(|t| t.spec().name == "bash");
-        if edit_format == EditFormat::Blocks {
-            edit_format::install(&mut config, workspace_state.clone(), bash_blocks);
-            named_files.install(&mut config);
-        }
-        if settings.loop_rules {
-            LoopRules::new(mutating_tools(&tools), cwd.clone()).install(&mut config);
-        }
-        let agent = Agent::new(config, system_prompt, tools);
+        let (inner, agent, store) = build::assemble(settings, backend, choice).await?;
         let session = Self {
-            inner: Arc::new(Inner {
-                agent: Mutex::new(agent.clone()),
-                listeners: Mutex::new(Vec::new()),
-                recording: Mutex::new(None),
-                persist,
-                backend: Mutex::new(backend),
-                cwd,
-                workspace,
-                sessions_dir,
-                compaction: settings.compaction,
-                grounding,
-                resources: Mutex::new(resources),
-                approvals,
-                workspace_state,
-                edit_format,
-                named_files,
-                bash_blocks,
-                report: SetupReport {
-                    context_files: context_files.into_iter().map(|f| f.path).collect(),
-                    skills: found,
-                    templates: found_templates,
-                    warnings,
-                },
-            }),
+            inner: Arc::new(inner),
         };
         if let Some(store) = store {
             let created = store.entries().is_empty();

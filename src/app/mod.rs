@@ -30,11 +30,11 @@ pub mod loop_rules;
 pub mod mcp_servers;
 pub mod mentions;
 pub mod named_files;
-pub mod prompt;
 pub mod recorder;
 pub mod sessions;
 pub mod settings;
 pub mod skills;
+pub mod system_prompt;
 pub mod templates;
 
 pub use backend::{Backend, BackendKind};

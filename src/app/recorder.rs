@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::compaction::{Compaction, CompactionReason, Compactor};
 use crate::agent::{Agent, AgentContext, AgentEvent, AgentLoopConfig, AgentMessage};
+use crate::agent::{Compaction, CompactionReason, Compactor};
 use crate::session::{EntryKind, SessionError, SessionStore};
 
 /// The link between one agent and one session store.

@@ -14,11 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::stats::{Distribution, Spread};
 use super::BenchError;
-use crate::engine::constraint::{ConstraintSpec, ConstraintStats, ResponseFormat, ToolChoice};
-use crate::engine::generate::GenerateRequest;
-use crate::engine::sampler::SamplingParams;
-use crate::engine::Engine;
+use crate::engine::{ConstraintSpec, ConstraintStats, Engine, GenerateRequest, SamplingParams};
 use crate::schema::ToolSpec;
+use crate::schema::{ResponseFormat, ToolChoice};
 
 /// What to measure; the caller checks `reps >= 1` and `max_tokens >= 2`.
 #[derive(Debug, Clone)]
@@ -246,7 +244,7 @@ pub fn run(engine: &Engine, opts: &ConstraintBenchOptions) -> Result<ConstraintR
     Ok(ConstraintReport {
         model: info.name.clone(),
         device: info.device.clone(),
-        threads: crate::engine::device::cpu_threads(),
+        threads: crate::engine::cpu_threads(),
         parser_factory_build_secs: factory.build_secs(),
         max_tokens: opts.max_tokens,
         reps: opts.reps,

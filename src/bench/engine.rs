@@ -10,9 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::stats::{peak_rss_mb, Spread};
 use super::BenchError;
-use crate::engine::generate::GenerateRequest;
-use crate::engine::sampler::SamplingParams;
-use crate::engine::Engine;
+use crate::engine::{Engine, GenerateRequest, SamplingParams};
 
 /// What to measure. The caller checks the flags (`reps >= 1`, `gen_tokens >= 2`, `prompt_tokens >= 1`, and
 /// that both fit in the context window); the engine should have prefix reuse off, or every repetition after the
@@ -102,7 +100,7 @@ pub fn measure(
     Ok(EngineReport {
         model: info.name.clone(),
         device: info.device.clone(),
-        threads: crate::engine::device::cpu_threads(),
+        threads: crate::engine::cpu_threads(),
         weight_bytes: info.weight_bytes,
         prompt_tokens: opts.prompt_tokens,
         gen_tokens: opts.gen_tokens,

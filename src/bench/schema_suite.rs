@@ -13,15 +13,13 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::actor::Engine;
-use crate::engine::constraint::format::ToolCallFormat;
-use crate::engine::constraint::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
-use crate::engine::error::{EngineError, Result};
-use crate::engine::generate::{FinishReason, GenerateRequest};
-use crate::engine::sampler::SamplingParams;
-use crate::engine::tokenizer::Tokenizer;
+use crate::engine::{
+    ConstraintSpec, Engine, EngineError, FinishReason, GenerateRequest, GrammarFactory, Result,
+    SamplingParams, Tokenizer, ToolCallFormat,
+};
 use crate::schema::compile::{to_compact_string, validator, violations};
 use crate::schema::SchemaError;
+use crate::schema::{ResponseFormat, ToolChoice};
 
 /// One schema file.
 #[derive(Debug, Clone)]

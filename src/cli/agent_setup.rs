@@ -116,7 +116,7 @@ pub struct AgentArgs {
     pub device: Option<String>,
     /// How quantized weights are kept: auto | native | q8_0 (local engine).
     #[arg(long, default_value = "auto")]
-    pub weights: agentd::engine::model::WeightFormat,
+    pub weights: agentd::engine::WeightFormat,
     /// Use only the model cache; fetch nothing.
     #[arg(long)]
     pub offline: bool,
@@ -321,7 +321,7 @@ impl AgentArgs {
                 if applies(&eff.device.source) {
                     config.engine.device = eff.device.value.clone();
                 }
-                if self.weights != agentd::engine::model::WeightFormat::Auto {
+                if self.weights != agentd::engine::WeightFormat::Auto {
                     config.engine.weights = self.weights.to_string();
                 }
                 config.engine.offline |= self.offline;

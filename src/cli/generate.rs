@@ -5,11 +5,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use agentd::engine::constraint::assemble::OutputDelta;
-use agentd::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
-use agentd::engine::generate::GenerateRequest;
-use agentd::engine::sampler::SamplingParams;
+use agentd::engine::{ConstraintSpec, GenerateRequest, OutputDelta, SamplingParams};
 use agentd::schema::ToolSpec;
+use agentd::schema::{ResponseFormat, ToolChoice};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 

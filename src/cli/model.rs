@@ -1,12 +1,12 @@
 //! `agentd model list | pull NAME | path NAME | synth ARCH:SIZE`: show the known models and their cache state,
 //! fetch one into the cache (verifying its sha256), print the local path of one, write a synthetic checkpoint
-//! (random weights, a real model's tokenizer; see `agentd::engine::synth`).
+//! (random weights, a real model's tokenizer; see `agentd::engine::files::synth`).
 
 use std::io::Write;
 use std::time::Instant;
 
-use agentd::engine::fetch::{self, CacheStatus, FetchOptions, ModelOrigin, ModelSelector};
-use agentd::engine::{manifest, synth};
+use agentd::engine::files::fetch::{self, CacheStatus, FetchOptions, ModelOrigin, ModelSelector};
+use agentd::engine::files::{manifest, synth};
 use anyhow::Context;
 
 #[derive(Debug, clap::Subcommand)]
@@ -83,25 +83,25 @@ pub fn synth_spec(spec: &str, quant: &str, seed: u64) -> anyhow::Result<synth::S
 
 /// Opens the GGUF whose tokenizer a synthetic `arch` model copies (`from`, else the default for the architecture).
 pub fn tokenizer_source(
-    arch: agentd::engine::model::Architecture,
+    arch: agentd::engine::Architecture,
     from: Option<&str>,
     offline: bool,
-) -> anyhow::Result<agentd::engine::gguf::GgufFile> {
+) -> anyhow::Result<agentd::engine::GgufFile> {
     let name = from.unwrap_or(match arch {
-        agentd::engine::model::Architecture::Qwen2
-        | agentd::engine::model::Architecture::Qwen3
-        | agentd::engine::model::Architecture::Qwen3Moe => "qwen2.5-coder-0.5b-instruct",
+        agentd::engine::Architecture::Qwen2
+        | agentd::engine::Architecture::Qwen3
+        | agentd::engine::Architecture::Qwen3Moe => "qwen2.5-coder-0.5b-instruct",
         // Gemma's and Phi's own tokenizers are SentencePiece models we do not have; any vocabulary will do
         // for comparing engines on the same weights.
-        agentd::engine::model::Architecture::Llama
-        | agentd::engine::model::Architecture::Gemma3
-        | agentd::engine::model::Architecture::Phi3 => "smollm2-135m-instruct",
+        agentd::engine::Architecture::Llama
+        | agentd::engine::Architecture::Gemma3
+        | agentd::engine::Architecture::Phi3 => "smollm2-135m-instruct",
     });
     open_gguf(name, offline)
 }
 
 /// A known model (fetched into the cache unless `offline`) or a GGUF path, opened.
-fn open_gguf(name: &str, offline: bool) -> anyhow::Result<agentd::engine::gguf::GgufFile> {
+fn open_gguf(name: &str, offline: bool) -> anyhow::Result<agentd::engine::GgufFile> {
     let opts = FetchOptions {
         progress: true,
         offline,
@@ -109,7 +109,7 @@ fn open_gguf(name: &str, offline: bool) -> anyhow::Result<agentd::engine::gguf::
     };
     let resolved = fetch::resolve(&ModelSelector::parse(name), &opts)
         .with_context(|| format!("resolving the tokenizer's model `{name}`"))?;
-    Ok(agentd::engine::gguf::GgufFile::open(&resolved.path)?)
+    Ok(agentd::engine::GgufFile::open(&resolved.path)?)
 }
 
 fn vocab(from: &str, out: &std::path::Path, offline: bool) -> anyhow::Result<()> {
@@ -170,7 +170,7 @@ fn list(opts: &FetchOptions) -> anyhow::Result<()> {
     writeln!(
         out,
         "device (--device auto): {}",
-        agentd::engine::device::auto_summary()
+        agentd::engine::device_summary()
     )?;
     writeln!(
         out,

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agentd::config::{Config, ProviderKind};
-use agentd::engine::fetch::ModelSelector;
-use agentd::engine::model::WeightFormat;
+use agentd::engine::files::fetch::ModelSelector;
+use agentd::engine::WeightFormat;
 use agentd::provider::RemoteProvider;
 use agentd::server::guard::BrowserPolicy;
 use agentd::server::limits::RequestLimits;
@@ -233,7 +233,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let built = config.build_provider().context("building the provider")?;
+    let built = agentd::app::backend::build_provider(&config).context("building the provider")?;
     if let Some(local) = &built.local {
         let info = local.engine().info();
         if let Some(note) = &info.device_note {

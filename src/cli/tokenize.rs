@@ -1,8 +1,7 @@
 //! `agentd tokenize`: print a text's token ids as a JSON array, as the model is fed them (BOS where it wants one;
 //! no model weights are loaded).
 
-use agentd::engine::gguf::GgufFile;
-use agentd::engine::tokenizer::Tokenizer;
+use agentd::engine::{GgufFile, Tokenizer};
 use anyhow::Context;
 
 use super::engine_args::EngineArgs;
@@ -23,7 +22,7 @@ pub struct TokenizeArgs {
 
 pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
     let opts = args.engine.options()?;
-    let resolved = agentd::engine::fetch::resolve(&opts.model, &opts.fetch)?;
+    let resolved = agentd::engine::files::fetch::resolve(&opts.model, &opts.fetch)?;
     let gguf = GgufFile::open(&resolved.path)?;
     let tokenizer = Tokenizer::from_gguf(&gguf).context("building the tokenizer")?;
     let ids = tokenizer.encode(&args.text, !args.no_special)?;

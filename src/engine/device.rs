@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use candle_core::Device;
 
-use super::error::{EngineError, Result};
+use crate::engine::error::{EngineError, Result};
 
 /// What the user asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
-use super::error::{EngineError, Result};
+use crate::engine::error::{EngineError, Result};
 
 /// An opened GGUF file: its parsed header (metadata + tensor index) and the path to read tensors from.
 pub struct GgufFile {

@@ -1,40 +1,90 @@
-//! The local inference engine: model files (manifests, fetching, GGUF), the tokenizer and chat template built
-//! from GGUF metadata, the model forward passes, sampling, and the engine actor that owns the model on its own
-//! thread, where the scheduler batches every running sequence into one forward pass over a paged KV cache.
+//! The local inference engine. Folders by concern, arrows pointing down (checked by `tests/suite/layers.rs`):
+//!
+//! ```text
+//! runtime/     the engine thread: actor, scheduler, sequence           → everything below; nothing imports it
+//! tool_calls/  generated text → content + calls                        → constraint, call_format, request
+//! constraint/  one llguidance grammar per request                      → text, call_format, sampler
+//! model.rs     the model facade: CPU engine or candle                  → cpu, candle, arch, kv
+//! cpu/         our forward pass and kernels     candle/  candle's forward pass and our CUDA ops
+//!              (cpu and candle never import each other)                → arch, kv
+//! kv/          KV memory, no math: paged stores, block manager, BLOCK_TOKENS
+//! arch/        what an architecture is: DecoderConfig, per-family hyper-parameters, the one weight loader
+//! files/       where a model file comes from: manifest, fetch, sources, staging, HF folders, synth → arch, text
+//! text/        tokens ↔ text, no weights: tokenizer, template, chat prompt, reasoning, detok
+//! request.rs   requests, events, FinishReason, validation; parity.rs  logits against a reference model
+//! leaves:      error, device, gguf, sampler, speculative (drafting rules), call_format (tool-call formats)
+//! ```
+//!
+//! **The engine's API is the list of names re-exported below**, plus two public concerns, `files` (resolving,
+//! fetching, listing and synthesising model files) and `parity` (logits against a reference model, for `bench
+//! parity`). Other layers of the crate use only those (`tests/suite/layers.rs` checks it). The folders are
+//! reachable from outside only so the integration tests and benches can test the parts one by one; they are
+//! hidden from the docs and are not an API.
 
-pub mod actor;
-pub mod blocks;
+#[doc(hidden)]
+pub mod arch;
+#[doc(hidden)]
+pub mod call_format;
+#[doc(hidden)]
+pub mod candle;
+#[doc(hidden)]
 pub mod constraint;
-pub mod content_guard;
+#[doc(hidden)]
 pub mod cpu;
-pub mod detok;
+#[doc(hidden)]
 pub mod device;
+#[doc(hidden)]
 pub mod error;
-pub mod fetch;
-pub mod generate;
+pub mod files;
+#[doc(hidden)]
 pub mod gguf;
-pub mod gguf_write;
-pub mod hf_folder;
-mod hub;
+#[doc(hidden)]
 pub mod kv;
-pub mod manifest;
+#[doc(hidden)]
 pub mod model;
-pub mod ops;
-pub mod paged_kv;
 pub mod parity;
-mod pip_wheel;
-pub mod prefix_cache;
-pub mod prompt;
-pub mod reasoning;
+#[doc(hidden)]
+pub mod request;
+#[doc(hidden)]
+pub mod runtime;
+#[doc(hidden)]
 pub mod sampler;
-pub mod scheduler;
-pub mod sequence;
+#[doc(hidden)]
 pub mod speculative;
-pub mod spm;
-pub mod staging;
-pub mod synth;
-pub mod template;
-pub mod tokenizer;
+#[doc(hidden)]
+pub mod text;
+#[doc(hidden)]
+pub mod tool_calls;
 
-pub use actor::{Completion, Engine, EngineOptions, ModelInfo};
-pub use error::EngineError;
+// The engine thread and what one asks of it.
+pub use error::{EngineError, Result};
+pub use request::{
+    FinishReason, GenerateEvent, GenerateRequest, GenerateSummary, TokenEvent, TokenLogprob,
+};
+pub use runtime::actor::{Completion, Engine, EngineOptions, ModelInfo};
+pub use runtime::scheduler::{
+    SchedulerConfig, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+};
+pub use sampler::SamplingParams;
+pub use speculative::{SpecMethod, SpeculativeConfig, MAX_SPECULATIVE_TOKENS};
+
+// The output's shape: the grammar a request asks for and how its calls come back.
+pub use call_format::ToolCallFormat;
+pub use constraint::{ConstraintSpec, ConstraintStats, GrammarFactory};
+pub use tool_calls::{OutputAssembler, OutputDelta};
+
+// Text without weights.
+pub use text::chat_prompt::chat_prompt_tokens;
+pub use text::reasoning::{Piece as ReasoningPiece, ReasoningSplitter};
+pub use text::template::ChatTemplate;
+pub use text::tokenizer::Tokenizer;
+
+// The model and the machine it runs on.
+pub use arch::weights::WeightFormat;
+pub use arch::Architecture;
+pub use candle::fused::{check as kernel_check, Kernels};
+pub use device::{
+    auto_summary as device_summary, cpu_threads, init_threads, select as select_device, DeviceSpec,
+};
+pub use gguf::GgufFile;
+pub use model::Model;

@@ -5,9 +5,9 @@
 
 use serde::Serialize;
 
-use super::error::{EngineError, Result};
-use super::model::Model;
-use super::sampler::argmax;
+use crate::engine::error::{EngineError, Result};
+use crate::engine::model::Model;
+use crate::engine::sampler::argmax;
 
 /// What to feed and how close is close enough.
 #[derive(Debug, Clone)]
@@ -52,7 +52,11 @@ pub struct ParityReport {
     pub passed: bool,
 }
 
-fn logits(model: &Model, tokens: &[u32], kv: &mut super::kv::SeqKv) -> Result<Vec<f32>> {
+fn logits(
+    model: &Model,
+    tokens: &[u32],
+    kv: &mut crate::engine::kv::seq::SeqKv,
+) -> Result<Vec<f32>> {
     Ok(model.forward(tokens, kv)?.to_vec1()?)
 }
 
@@ -108,7 +112,7 @@ pub fn compare(reference: &Model, candidate: &Model, opts: &ParityOptions) -> Re
 }
 
 fn describe(m: &Model) -> String {
-    let device = super::device::describe(m.device());
+    let device = crate::engine::device::describe(m.device());
     match m.kernels() {
         None => format!("{device}, the CPU engine"),
         Some(k) => format!("{device}, candle's forward pass with {k:?} ops"),

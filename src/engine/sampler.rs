@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::error::{EngineError, Result};
+use crate::engine::error::{EngineError, Result};
 
 /// Tokens whose scaled logit is this far below the best are ignored by top-p/min-p/random draws: their
 /// probability is below e^-30 of the best token's, so dropping them changes no draw measurably while it keeps

@@ -12,6 +12,7 @@ mod events;
 pub mod json_tail;
 pub mod local;
 pub mod remote;
+pub mod response_cache;
 pub mod scripted;
 pub mod types;
 

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{ResponseFormat, ToolChoice, ToolSpec};
-use crate::engine::sampler::SamplingParams;
+use crate::engine::SamplingParams;
 
 /// One message of the conversation the model sees (the system prompt travels separately, in
 /// [`CompletionRequest::system`]).
@@ -584,7 +584,7 @@ pub struct SpecDecodeCounts {
     /// Draft tokens accepted.
     pub accepted_tokens: u64,
     /// Draft tokens accepted at each position of a draft (0 = the first).
-    pub accepted_per_pos: [u64; crate::engine::speculative::MAX_SPECULATIVE_TOKENS],
+    pub accepted_per_pos: [u64; crate::engine::MAX_SPECULATIVE_TOKENS],
 }
 
 /// A prompt's size in tokens. `exact: false` marks an estimate (no tokenizer for the model was available).

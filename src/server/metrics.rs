@@ -16,7 +16,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use super::AppState;
-use crate::cache::CacheCounts;
+use crate::provider::response_cache::CacheCounts;
 use crate::provider::{EngineLoad, PrefixCacheCounts};
 
 const TTFT_BUCKETS: &[f64] = &[

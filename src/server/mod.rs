@@ -36,7 +36,7 @@ use axum::{middleware, Json, Router};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::cache::CacheStats;
+use crate::provider::response_cache::CacheStats;
 use crate::provider::Provider;
 use admission::{Admission, Permit};
 use error::ApiError;

@@ -12,6 +12,7 @@ use serde_json::json;
 use similar::{DiffTag, TextDiff};
 
 use super::edit_match::{self, closest_lines, line_of, occurrences, Miss};
+use super::file_access::with_file_suggestions;
 use super::file_access::{open_regular, read_at_most};
 use super::policy::resolve_path;
 use super::read::binary_reason;
@@ -20,7 +21,7 @@ use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::format_size;
-use super::workspace::{with_file_suggestions, WorkspaceState};
+use super::workspace::WorkspaceState;
 use super::write::atomic_write;
 use crate::schema::{extensions, ToolSpec};
 

@@ -17,7 +17,7 @@ use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
-use super::workspace::WorkspaceState;
+use super::workspace::{walk_builder, WorkspaceState};
 use crate::schema::ToolSpec;
 
 /// Results returned when the call gives no limit.
@@ -58,24 +58,6 @@ impl Default for FindTool {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The walker `ls`, `find` and `grep` share: `.gitignore`/`.ignore`/git excludes respected even outside a git
-/// repository, hidden files included, `.git` skipped, sorted by name, symlinks not followed.
-pub(crate) fn walk_builder(root: &Path) -> ignore::WalkBuilder {
-    let mut builder = ignore::WalkBuilder::new(root);
-    builder
-        .hidden(false)
-        .git_ignore(true)
-        .git_exclude(true)
-        .git_global(true)
-        .ignore(true)
-        .parents(true)
-        .require_git(false)
-        .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b))
-        .filter_entry(|entry| entry.file_name() != ".git");
-    builder
 }
 
 /// A glob the search tools match: against the file name, or against the relative path when it contains `/`.

@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::file_access::{kind_name, open_regular};
-use super::find::{walk_builder, PathGlob};
+use super::find::PathGlob;
 use super::policy::resolve_path;
 use super::tool::with_property;
 use super::tool::{
@@ -26,6 +26,7 @@ use super::tool::{
 use super::truncate::{
     format_size, truncate_head, truncate_line, Limits, DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS,
 };
+use super::workspace::walk_builder;
 use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 

@@ -8,13 +8,13 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::find::walk_builder;
 use super::policy::resolve_path;
 use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
+use super::workspace::walk_builder;
 use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 

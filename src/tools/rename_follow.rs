@@ -194,7 +194,7 @@ pub fn follow(
             let (renamed, _) = rename_word(text, &from, &to);
             note.push_str(&format!(
                 "\n\n{rel}\n{}",
-                super::write_block::shown_text(&renamed)
+                super::truncate::shown_file(&renamed)
             ));
         }
         note.push_str(&format!(

@@ -213,3 +213,34 @@ pub fn format_size(bytes: usize) -> String {
         format!("{:.1}GB", b / (KB * KB * KB))
     }
 }
+
+/// The first lines of a file's text for a tool result: all of it when short, else whole lines up to
+/// `max_lines` lines or `max_bytes` bytes and then the line `rest`; every line ends with `\n`. An empty file
+/// reads "(the file is empty)".
+pub fn preview_lines(text: &str, max_lines: usize, max_bytes: usize, rest: &str) -> String {
+    if text.is_empty() {
+        return "(the file is empty)".into();
+    }
+    let mut shown = String::new();
+    for (i, line) in text.lines().enumerate() {
+        if i == max_lines || shown.len() + line.len() > max_bytes {
+            shown.push_str(rest);
+            shown.push('\n');
+            break;
+        }
+        shown.push_str(line);
+        shown.push('\n');
+    }
+    shown
+}
+
+/// A changed file as a result shows it, fenced: all of it when short, else its first 60 lines (3,000 bytes).
+pub fn shown_file(text: &str) -> String {
+    if text.is_empty() {
+        return preview_lines(text, 0, 0, "");
+    }
+    format!(
+        "```\n{}```",
+        preview_lines(text, 60, 3000, "… (the rest unchanged)")
+    )
+}

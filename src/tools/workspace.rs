@@ -13,8 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use super::tool::{ToolContext, ToolError};
-
 /// A relative path under the workspace root (`x-agentd-pattern`): segments of anything but `/`, `\`, quotes and
 /// control characters, no empty segment, no `.` or `..` segment, no leading `/`.
 pub const RELATIVE_PATH_PATTERN: &str = r#"([^./\\"\x00-\x1f][^/\\"\x00-\x1f]*|\.[^./\\"\x00-\x1f][^/\\"\x00-\x1f]*|\.\.[^/\\"\x00-\x1f]+)(/([^./\\"\x00-\x1f][^/\\"\x00-\x1f]*|\.[^./\\"\x00-\x1f][^/\\"\x00-\x1f]*|\.\.[^/\\"\x00-\x1f]+))*"#;
@@ -131,7 +129,7 @@ impl WorkspaceState {
 
     fn walk(&self) -> Listing {
         let mut out = Listing::default();
-        for entry in super::find::walk_builder(&self.root).build().flatten() {
+        for entry in walk_builder(&self.root).build().flatten() {
             if entry.depth() == 0 {
                 continue;
             }
@@ -347,22 +345,22 @@ pub fn suggest_files(state: Option<&WorkspaceState>, cwd: &Path, wanted: &str) -
     (!names.is_empty()).then(|| format!("Files with a similar name: {}.", names.join(", ")))
 }
 
-/// A missing file or a directory answered with the files whose names are closest.
-pub fn with_file_suggestions(
-    e: ToolError,
-    ctx: &ToolContext,
-    shown: &str,
-    path: &Path,
-) -> ToolError {
-    match e {
-        ToolError::RespondToModel(text) if !path.is_file() => {
-            match suggest_files(ctx.workspace_state.as_ref(), &ctx.cwd, shown) {
-                Some(hint) => ToolError::RespondToModel(format!("{text} {hint}")),
-                None => ToolError::RespondToModel(text),
-            }
-        }
-        other => other,
-    }
+/// The walker `ls`, `find` and `grep` share: `.gitignore`/`.ignore`/git excludes respected even outside a git
+/// repository, hidden files included, `.git` skipped, sorted by name, symlinks not followed.
+pub(crate) fn walk_builder(root: &Path) -> ignore::WalkBuilder {
+    let mut builder = ignore::WalkBuilder::new(root);
+    builder
+        .hidden(false)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(true)
+        .ignore(true)
+        .parents(true)
+        .require_git(false)
+        .follow_links(false)
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(|entry| entry.file_name() != ".git");
+    builder
 }
 
 #[cfg(test)]

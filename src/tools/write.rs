@@ -19,6 +19,7 @@ use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
+use super::truncate::preview_lines;
 use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
@@ -144,19 +145,7 @@ impl Tool for WriteTool {
 
 /// The written text as the result shows it: all of it when short, else its first lines and how much follows.
 fn written_text(content: &str) -> String {
-    const MAX_LINES: usize = 30;
-    const MAX_BYTES: usize = 1500;
-    if content.is_empty() {
-        return "(the file is empty)".into();
-    }
-    let mut shown = String::new();
-    for (i, line) in content.lines().enumerate() {
-        if i == MAX_LINES || shown.len() + line.len() > MAX_BYTES {
-            shown.push_str("… (the rest as written)");
-            return shown;
-        }
-        shown.push_str(line);
-        shown.push('\n');
-    }
-    shown.trim_end_matches('\n').to_string()
+    preview_lines(content, 30, 1500, "… (the rest as written)")
+        .trim_end_matches('\n')
+        .to_string()
 }

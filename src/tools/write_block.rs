@@ -28,6 +28,7 @@ use super::syntax_check::breaks_syntax;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
+use super::truncate::shown_file;
 use super::workspace::WorkspaceState;
 use super::write::atomic_write;
 use crate::schema::ToolSpec;
@@ -151,25 +152,6 @@ fn ranges_phrase(lines: &[usize]) -> String {
     format!("{word} {}", parts.join(", "))
 }
 
-/// The file as the result shows it: all of it when short, else its first lines.
-pub fn shown_text(text: &str) -> String {
-    const MAX_LINES: usize = 60;
-    const MAX_BYTES: usize = 3000;
-    if text.is_empty() {
-        return "(the file is empty)".into();
-    }
-    let mut shown = String::new();
-    for (i, line) in text.lines().enumerate() {
-        if i == MAX_LINES || shown.len() + line.len() > MAX_BYTES {
-            shown.push_str("… (the rest unchanged)\n");
-            break;
-        }
-        shown.push_str(line);
-        shown.push('\n');
-    }
-    format!("```\n{shown}```")
-}
-
 /// Identifiers (3+ characters) of `text`.
 fn identifiers(text: &str) -> std::collections::BTreeSet<&str> {
     text.split(|c: char| !c.is_alphanumeric() && c != '_')
@@ -258,7 +240,7 @@ impl Tool for WriteBlockTool {
                     "{UNREAD_REFUSAL} {label} had not been shown in this session (or it changed since), so your \
                      block was not placed in it. Its current text:\n{label}\n{}\nWrite the block for {label} \
                      again, based on this text.",
-                    shown_text(&text.replace("\r\n", "\n"))
+                    shown_file(&text.replace("\r\n", "\n"))
                 )));
             }
         }
@@ -315,7 +297,7 @@ fn write_block(
             return Err(ToolError::RespondToModel(format!(
                 "Not written: {label} would not parse after this block ({why}), so it is unchanged. It would have \
                  read:\n{}\nWrite the block again, fixed.",
-                shown_text(&outcome.new_text)
+                shown_file(&outcome.new_text)
             )));
         }
     }
@@ -328,7 +310,7 @@ fn write_block(
     };
     content.push_str(&format!(
         " It now reads:\n{}",
-        shown_text(&outcome.new_text)
+        shown_file(&outcome.new_text)
     ));
     match (&followed, &old, &state) {
         (Some(f), _, _) => content.push_str(&f.note),

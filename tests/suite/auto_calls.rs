@@ -2,10 +2,10 @@
 //! calls of offered tools, JSON that is not a call) fed tokenized strings of both real tokenizers, the output
 //! assembler on the same strings, every format of the table, and the shortest close of a cut call.
 
-use agentd::engine::constraint::assemble::{OutputAssembler, OutputDelta};
-use agentd::engine::constraint::format::ToolCallFormat;
+use agentd::engine::call_format::ToolCallFormat;
 use agentd::engine::constraint::{ConstraintSpec, ToolChoice};
-use agentd::engine::generate::FinishReason;
+use agentd::engine::request::FinishReason;
+use agentd::engine::tool_calls::output::{OutputAssembler, OutputDelta};
 use serde_json::Value;
 
 use super::constraint::{accepts, qwen, smol, spec, three_tools, Model};
@@ -347,7 +347,7 @@ fn a_json_reply_starting_with_name_is_not_taken_for_a_call() {
     };
     let doc = r#"{"name": "Bob"}"#;
     assert!(accepts(smol(), &spec, ToolCallFormat::HERMES, doc));
-    let mut a = spec.assembler(ToolCallFormat::HERMES);
+    let mut a = OutputAssembler::for_request(&spec, ToolCallFormat::HERMES);
     let mut deltas = a.push(doc).unwrap();
     deltas.extend(a.finish(FinishReason::Eos).unwrap());
     assert_eq!(deltas, vec![OutputDelta::Content { text: doc.into() }]);

@@ -6,9 +6,9 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use agentd::engine::generate::{FinishReason, GenerateEvent, GenerateRequest, GenerateSummary};
+use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest, GenerateSummary};
+use agentd::engine::runtime::scheduler::SchedulerConfig;
 use agentd::engine::sampler::SamplingParams;
-use agentd::engine::scheduler::SchedulerConfig;
 use agentd::engine::{Engine, EngineError, EngineOptions};
 use agentd::schema::ToolChoice;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -19,7 +19,7 @@ use super::common::greedy;
 
 fn engine_with(scheduler: SchedulerConfig) -> Engine {
     Engine::load(EngineOptions {
-        model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
+        model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
         device: agentd::engine::device::DeviceSpec::Cpu,
         scheduler,
         ..Default::default()
@@ -53,7 +53,7 @@ fn collect(
 }
 
 fn alone(engine: &Engine, req: &GenerateRequest) -> Vec<u32> {
-    collect(engine.generate(req.clone(), None, CancellationToken::new()))
+    collect(engine.generate(req.clone(), CancellationToken::new()))
         .unwrap()
         .0
 }
@@ -62,7 +62,7 @@ fn alone(engine: &Engine, req: &GenerateRequest) -> Vec<u32> {
 fn together(engine: &Engine, reqs: &[GenerateRequest]) -> Vec<(Vec<u32>, GenerateSummary)> {
     let rxs: Vec<_> = reqs
         .iter()
-        .map(|r| engine.generate(r.clone(), None, CancellationToken::new()))
+        .map(|r| engine.generate(r.clone(), CancellationToken::new()))
         .collect();
     rxs.into_iter().map(|rx| collect(rx).unwrap()).collect()
 }
@@ -170,7 +170,7 @@ fn a_request_larger_than_the_kv_cache_is_refused_or_cut() {
         ..SchedulerConfig::default()
     });
     let big: Vec<u32> = (0..100).map(|i| 300 + i).collect();
-    match collect(engine.generate(greedy(big, 4), None, CancellationToken::new())) {
+    match collect(engine.generate(greedy(big, 4), CancellationToken::new())) {
         Err(EngineError::KvCacheTooSmall { tokens, capacity }) => {
             assert_eq!((tokens, capacity), (100, 64));
         }
@@ -178,12 +178,12 @@ fn a_request_larger_than_the_kv_cache_is_refused_or_cut() {
     }
     let mut req = greedy((0..50).map(|i| 300 + i).collect(), 40);
     req.ignore_eos = true;
-    let (ids, s) = collect(engine.generate(req, None, CancellationToken::new())).unwrap();
+    let (ids, s) = collect(engine.generate(req, CancellationToken::new())).unwrap();
     assert_eq!(s.finish, FinishReason::Length);
     // Every position the cache holds, plus the token sampled from the last one.
     assert_eq!(ids.len(), 64 - 50 + 1);
     // The engine still serves.
-    let ok = collect(engine.generate(greedy(vec![1, 2, 3], 3), None, CancellationToken::new()));
+    let ok = collect(engine.generate(greedy(vec![1, 2, 3], 3), CancellationToken::new()));
     assert_eq!(ok.unwrap().0.len(), 3);
 }
 
@@ -213,9 +213,9 @@ fn cancellation_frees_blocks() {
         r
     };
     let cancel = CancellationToken::new();
-    let mut a = engine.generate(long(0), None, cancel.clone());
-    let mut b = engine.generate(long(1), None, CancellationToken::new());
-    let c = engine.generate(long(2), None, CancellationToken::new());
+    let mut a = engine.generate(long(0), cancel.clone());
+    let mut b = engine.generate(long(1), CancellationToken::new());
+    let c = engine.generate(long(2), CancellationToken::new());
     // All three are decoding.
     for rx in [&mut a, &mut b] {
         assert!(matches!(rx.blocking_recv(), Some(GenerateEvent::Token(_))));
@@ -269,20 +269,12 @@ fn prefix_blocks_are_shared_between_sessions_with_a_common_system_prompt() {
         .count();
     assert!(common_len > 48, "the prompts share {common_len} tokens");
     let shared_blocks = common_len / 16 * 16;
-    let (_, s1) = collect(engine.generate(
-        greedy(first.clone(), 8),
-        Some("session-a".into()),
-        CancellationToken::new(),
-    ))
-    .unwrap();
+    let (_, s1) =
+        collect(engine.generate(greedy(first.clone(), 8), CancellationToken::new())).unwrap();
     assert_eq!(s1.cached_tokens, 0);
     let (q0, h0, _) = engine.prefix_cache_stats().snapshot();
-    let (_, s2) = collect(engine.generate(
-        greedy(second.clone(), 8),
-        Some("session-b".into()),
-        CancellationToken::new(),
-    ))
-    .unwrap();
+    let (_, s2) =
+        collect(engine.generate(greedy(second.clone(), 8), CancellationToken::new())).unwrap();
     assert_eq!(s2.cached_tokens, shared_blocks);
     let (q1, h1, _) = engine.prefix_cache_stats().snapshot();
     assert_eq!(q1 - q0, second.len() as u64);
@@ -291,20 +283,15 @@ fn prefix_blocks_are_shared_between_sessions_with_a_common_system_prompt() {
     let third = chat(&engine, system, "Explain the borrow checker.");
     let mut long = greedy(first, 200);
     long.ignore_eos = true;
-    let mut a = engine.generate(long, Some("session-a".into()), CancellationToken::new());
+    let mut a = engine.generate(long, CancellationToken::new());
     assert!(matches!(a.blocking_recv(), Some(GenerateEvent::Token(_))));
-    let (_, s3) = collect(engine.generate(
-        greedy(third, 8),
-        Some("session-c".into()),
-        CancellationToken::new(),
-    ))
-    .unwrap();
+    let (_, s3) = collect(engine.generate(greedy(third, 8), CancellationToken::new())).unwrap();
     assert_eq!(s3.cached_tokens, shared_blocks);
     drop(a);
     // Another scope shares nothing.
     let mut other = greedy(second, 4);
     other.cache_scope = Some("another-tenant".into());
-    let (_, s4) = collect(engine.generate(other, None, CancellationToken::new())).unwrap();
+    let (_, s4) = collect(engine.generate(other, CancellationToken::new())).unwrap();
     assert_eq!(s4.cached_tokens, 0);
 }
 
@@ -314,9 +301,9 @@ fn prefix_blocks_are_shared_between_sessions_with_a_common_system_prompt() {
 #[test]
 fn candle_backend_runs_concurrent_requests_too() {
     let engine = Engine::load(EngineOptions {
-        model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
+        model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
         device: agentd::engine::device::DeviceSpec::Cpu,
-        weight_format: agentd::engine::model::WeightFormat::Native,
+        weight_format: agentd::engine::arch::weights::WeightFormat::Native,
         ..Default::default()
     })
     .unwrap();
@@ -341,13 +328,17 @@ fn candle_backend_runs_concurrent_requests_too() {
 /// and together, and a repeated system prompt reuses its cached blocks. (Against candle's own ops the tokens
 /// may part at near-ties: activations are quantized for the matmuls, so 1e-6 apart in f32 can round apart.)
 #[test]
-fn fused_candle_path_batches_over_the_paged_store() {
+fn both_candle_paths_batch_over_the_paged_store() {
+    use agentd::engine::arch::weights::WeightFormat;
+    use agentd::engine::candle::fused::Kernels;
     use agentd::engine::gguf::GgufFile;
-    use agentd::engine::model::{Model, WeightFormat};
-    use agentd::engine::ops::Kernels;
-    let load = |kernels| {
-        Engine::load(EngineOptions {
-            model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
+    use agentd::engine::model::Model;
+    let gguf = GgufFile::open(&common::smollm2_path()).unwrap();
+    // Our fused CUDA-style ops and candle's own ops (what Metal and `--weights native` run): both over the one
+    // paged store, batched, with prefix reuse — and the same tokens as a plain greedy loop.
+    for kernels in [Kernels::Fused, Kernels::Candle] {
+        let engine = Engine::load(EngineOptions {
+            model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
             device: agentd::engine::device::DeviceSpec::Cpu,
             weight_format: WeightFormat::Native,
             kernels: Some(kernels),
@@ -357,67 +348,61 @@ fn fused_candle_path_batches_over_the_paged_store() {
             },
             ..Default::default()
         })
-        .unwrap()
-    };
-    let fused = load(Kernels::Fused);
-    assert!(
-        fused.prefix_cache_stats().blocks_total.load(Relaxed) > 0,
-        "the fused path did not get a paged store"
-    );
-    let per_sequence = load(Kernels::Candle);
-    assert_eq!(
-        per_sequence.prefix_cache_stats().blocks_total.load(Relaxed),
-        0
-    );
-    drop(per_sequence);
-
-    let gguf = GgufFile::open(&common::smollm2_path()).unwrap();
-    let mut model =
-        Model::load_with_threads(&gguf, &candle_core::Device::Cpu, WeightFormat::Native, 2)
-            .unwrap();
-    model.set_kernels(Kernels::Fused).unwrap();
-    let eos = fused.tokenizer().eos_ids();
-    let greedy_loop = |prompt: &[u32], n: usize| -> Vec<u32> {
-        let mut kv = model.new_sequence();
-        let mut logits: Vec<f32> = model.forward(prompt, &mut kv).unwrap().to_vec1().unwrap();
-        let mut out = Vec::new();
-        for _ in 0..n {
-            let t = agentd::engine::sampler::argmax(&logits).unwrap();
-            if eos.contains(&t) {
-                break;
-            }
-            out.push(t);
-            logits = model.forward(&[t], &mut kv).unwrap().to_vec1().unwrap();
-        }
-        out
-    };
-
-    let users = [
-        "Name a colour.",
-        "Name an animal.",
-        "Name a city.",
-        "Say hi.",
-    ];
-    let prompts: Vec<Vec<u32>> = users
-        .iter()
-        .map(|u| chat(&fused, "Answer with one word.", u))
-        .collect();
-    let reqs: Vec<GenerateRequest> = prompts.iter().map(|p| greedy(p.clone(), 8)).collect();
-    let solo: Vec<Vec<u32>> = reqs.iter().map(|r| alone(&fused, r)).collect();
-    for (i, (p, got)) in prompts.iter().zip(&solo).enumerate() {
-        assert_eq!(
-            got,
-            &greedy_loop(p, 8),
-            "request {i}: the paged pass and the plain loop disagree"
+        .unwrap();
+        assert!(
+            engine.prefix_cache_stats().blocks_total.load(Relaxed) > 0,
+            "{kernels:?}: no paged store"
         );
+        let mut model =
+            Model::load_with_threads(&gguf, &candle_core::Device::Cpu, WeightFormat::Native, 2)
+                .unwrap();
+        model.set_kernels(kernels).unwrap();
+        let eos = engine.tokenizer().eos_ids();
+        let greedy_loop = |prompt: &[u32], n: usize| -> Vec<u32> {
+            let mut kv = model.new_sequence();
+            let mut logits: Vec<f32> = model.forward(prompt, &mut kv).unwrap().to_vec1().unwrap();
+            let mut out = Vec::new();
+            for _ in 0..n {
+                let t = agentd::engine::sampler::argmax(&logits).unwrap();
+                if eos.contains(&t) {
+                    break;
+                }
+                out.push(t);
+                logits = model.forward(&[t], &mut kv).unwrap().to_vec1().unwrap();
+            }
+            out
+        };
+
+        let users = [
+            "Name a colour.",
+            "Name an animal.",
+            "Name a city.",
+            "Say hi.",
+        ];
+        let prompts: Vec<Vec<u32>> = users
+            .iter()
+            .map(|u| chat(&engine, "Answer with one word.", u))
+            .collect();
+        let reqs: Vec<GenerateRequest> = prompts.iter().map(|p| greedy(p.clone(), 8)).collect();
+        let solo: Vec<Vec<u32>> = reqs.iter().map(|r| alone(&engine, r)).collect();
+        for (i, (p, got)) in prompts.iter().zip(&solo).enumerate() {
+            assert_eq!(
+                got,
+                &greedy_loop(p, 8),
+                "{kernels:?} request {i}: the paged pass and the plain loop disagree"
+            );
+        }
+        let steps_before = engine.scheduler_stats().steps.load(Relaxed);
+        let got = together(&engine, &reqs);
+        let steps = engine.scheduler_stats().steps.load(Relaxed) - steps_before;
+        for (i, ((ids, s), want)) in got.iter().zip(&solo).enumerate() {
+            assert_eq!(ids, want, "{kernels:?} request {i}");
+            assert!(
+                s.cached_tokens > 0,
+                "{kernels:?} request {i} reused no cached block"
+            );
+        }
+        // Four requests of up to 8 tokens in fewer steps than one after another would take.
+        assert!(steps < 4 * 8, "{kernels:?}: {steps} steps");
     }
-    let steps_before = fused.scheduler_stats().steps.load(Relaxed);
-    let got = together(&fused, &reqs);
-    let steps = fused.scheduler_stats().steps.load(Relaxed) - steps_before;
-    for (i, ((ids, s), want)) in got.iter().zip(&solo).enumerate() {
-        assert_eq!(ids, want, "request {i}");
-        assert!(s.cached_tokens > 0, "request {i} reused no cached block");
-    }
-    // Four requests of up to 8 tokens in fewer steps than one after another would take.
-    assert!(steps < 4 * 8, "{steps} steps");
 }

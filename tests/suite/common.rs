@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use agentd::engine::fetch::{self, FetchOptions, ModelSelector};
+use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 
 /// `../shared/refdata/NAME`, parsed.
 pub fn refdata(name: &str) -> serde_json::Value {
@@ -60,8 +60,8 @@ pub fn read_tool() -> agentd::schema::ToolSpec {
 }
 
 /// A greedy request for `max_tokens` tokens after `prompt`.
-pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> agentd::engine::generate::GenerateRequest {
-    agentd::engine::generate::GenerateRequest {
+pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> agentd::engine::request::GenerateRequest {
+    agentd::engine::request::GenerateRequest {
         prompt,
         sampling: agentd::engine::sampler::SamplingParams::greedy(),
         max_tokens: Some(max_tokens),

@@ -4,12 +4,12 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::constraint::assemble::{OutputAssembler, OutputDelta};
-use agentd::engine::constraint::format::ToolCallFormat;
+use agentd::engine::call_format::ToolCallFormat;
 use agentd::engine::constraint::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
-use agentd::engine::generate::FinishReason;
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::tokenizer::Tokenizer;
+use agentd::engine::request::FinishReason;
+use agentd::engine::text::tokenizer::Tokenizer;
+use agentd::engine::tool_calls::output::{OutputAssembler, OutputDelta};
 use agentd::engine::EngineError;
 use agentd::schema::SchemaError;
 use agentd::schema::ToolSpec;
@@ -200,7 +200,7 @@ fn required_named_and_parallel() {
 /// required when the prompt opened it), and constrains the calls after it as before.
 #[test]
 fn think_block_before_the_constrained_part() {
-    use agentd::engine::reasoning::{ThinkMarkers, ThinkStart};
+    use agentd::engine::text::reasoning::{ThinkMarkers, ThinkStart};
     let f = ToolCallFormat::HERMES;
     let markers = ThinkMarkers::detect("<think></think>").unwrap();
     let thinking = |choice: ToolChoice, start: ThinkStart| ConstraintSpec {

@@ -4,12 +4,12 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::constraint::format::ToolCallFormat;
+use agentd::engine::call_format::ToolCallFormat;
 use agentd::engine::constraint::ToolChoice;
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::prompt::{chat_prompt_tokens, render_chat};
-use agentd::engine::template::ChatTemplate;
-use agentd::engine::tokenizer::Tokenizer;
+use agentd::engine::text::chat_prompt::{chat_prompt_tokens, render_chat};
+use agentd::engine::text::template::ChatTemplate;
+use agentd::engine::text::tokenizer::Tokenizer;
 use agentd::provider::{
     AssistantMessage, CompletionRequest, ContentBlock, LocalProvider, Message, Provider, ToolCall,
 };

@@ -2,9 +2,10 @@
 //! weights, a batch of sequences gives each the logits it gets alone, and thread counts do not change results
 //! beyond float rounding.
 
-use agentd::engine::cpu::model::BatchSeq;
+use agentd::engine::arch::weights::WeightFormat;
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::{Model, WeightFormat};
+use agentd::engine::kv::BatchSeq;
+use agentd::engine::model::Model;
 use candle_core::Device;
 
 use super::common;
@@ -76,7 +77,10 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
     ];
     let alone: Vec<Vec<f32>> = prompts
         .iter()
-        .map(|p| cpu.forward_one(p, &mut cpu.new_kv(), 0).unwrap())
+        .map(|p| {
+            let mut own = model.new_sequence();
+            model.forward(p, &mut own).unwrap().to_vec1().unwrap()
+        })
         .collect();
     // Blocks interleaved across the sequences, in a store with room to spare.
     let mut store = cpu.new_blocks(16);
@@ -113,10 +117,12 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
     let stepped = cpu.forward_batch(&mut store, &batch).unwrap();
     assert!(stepped[1].is_empty(), "no logits were asked for");
     for i in [0, 2] {
-        let mut kv = cpu.new_kv();
-        cpu.forward_one(&prompts[i], &mut kv, 0).unwrap();
-        let want = cpu
-            .forward_one(&next[i..=i], &mut kv, prompts[i].len())
+        let mut kv = model.new_sequence();
+        model.forward(&prompts[i], &mut kv).unwrap();
+        let want: Vec<f32> = model
+            .forward(&next[i..=i], &mut kv)
+            .unwrap()
+            .to_vec1()
             .unwrap();
         assert_eq!(want, stepped[i], "sequence {i} decode step");
     }
@@ -144,7 +150,7 @@ fn thread_count_does_not_change_the_result() {
     }
 }
 
-/// A synthetic checkpoint (`agentd::engine::synth`: real tensor names and Q4_K_M mix, random weights, a real
+/// A synthetic checkpoint (`agentd::engine::files::synth`: real tensor names and Q4_K_M mix, random weights, a real
 /// tokenizer) written to a temp dir.
 pub(super) fn synthetic(
     spec: &str,
@@ -152,11 +158,11 @@ pub(super) fn synthetic(
     tokenizer_from: std::path::PathBuf,
 ) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = agentd::engine::synth::SynthSpec::parse(spec).unwrap();
+    let mut spec = agentd::engine::files::synth::SynthSpec::parse(spec).unwrap();
     spec.seed = seed;
     let source = GgufFile::open(&tokenizer_from).unwrap();
     let out = dir.path().join(spec.file_name(0));
-    let made = agentd::engine::synth::write(&spec, &source, &out).unwrap();
+    let made = agentd::engine::files::synth::write(&spec, &source, &out).unwrap();
     assert_eq!(made.path, out);
     assert_eq!(made.bytes, std::fs::metadata(&out).unwrap().len());
     (dir, out)

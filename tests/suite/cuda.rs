@@ -5,10 +5,11 @@
 //! always runs, and is shown to fail on a different model. `agentd model vocab` carries a tokenizer without
 //! its weights.
 
+use agentd::engine::arch::weights::WeightFormat;
+use agentd::engine::candle::fused::{check, Kernels};
 use agentd::engine::device::{select, DeviceSpec};
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::{Model, WeightFormat};
-use agentd::engine::ops::{check, Kernels};
+use agentd::engine::model::Model;
 use agentd::engine::parity::{compare, ParityOptions};
 use candle_core::Device;
 

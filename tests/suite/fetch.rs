@@ -7,10 +7,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use agentd::engine::fetch::{
+use agentd::engine::files::fetch::{
     self, CacheStatus, FetchOptions, ModelOrigin, ModelSelector, ResolvedModel,
 };
-use agentd::engine::manifest::{self, ModelManifest, ModelSource, DEFAULT_MODEL};
+use agentd::engine::files::manifest::{self, ModelManifest, ModelSource, DEFAULT_MODEL};
 use agentd::engine::EngineError;
 use sha2::{Digest, Sha256};
 
@@ -240,7 +240,7 @@ fn embedded_manifests_parse_and_the_default_exists() {
     assert_eq!(files, names);
     for m in &all {
         assert!(
-            agentd::engine::model::Architecture::SUPPORTED.contains(&m.architecture.as_str())
+            agentd::engine::arch::Architecture::SUPPORTED.contains(&m.architecture.as_str())
                 || ["gemma3", "phi3"].contains(&m.architecture.as_str()),
             "{}: {}",
             m.name,
@@ -856,7 +856,7 @@ fn cli_model_list_path_and_errors() {
 /// concurrent fetch's staging folder (locked, even when old), and then installs the file as usual.
 #[test]
 fn a_fetch_sweeps_stale_staging_but_not_a_live_one() {
-    use agentd::engine::staging;
+    use agentd::engine::files::staging;
     let home = tempfile::tempdir().unwrap();
     let house = Wheelhouse::new();
     let (manifest, whole) = two_part_model(&house);

@@ -1,9 +1,10 @@
 //! Generation with the real SmolLM2 model: greedy agreement with llama.cpp, streaming, stops, cancellation and
 //! the bad inputs of the engine boundary.
 
-use agentd::engine::generate::{FinishReason, GenerateRequest};
+use agentd::engine::arch::weights::WeightFormat;
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::{Model, WeightFormat};
+use agentd::engine::model::Model;
+use agentd::engine::request::{FinishReason, GenerateRequest};
 use agentd::engine::sampler::{argmax, SamplingParams};
 use agentd::engine::{EngineError, EngineOptions};
 use candle_core::Device;
@@ -235,7 +236,7 @@ fn dropped_receiver_frees_the_engine() {
     let prompt = engine.tokenizer().encode("Count: 1, 2, 3,", true).unwrap();
     let mut req = greedy(prompt.clone(), 100_000);
     req.ignore_eos = true;
-    drop(engine.generate(req, None, CancellationToken::new()));
+    drop(engine.generate(req, CancellationToken::new()));
     // The engine must still answer a later request promptly.
     let s = engine
         .generate_blocking(greedy(prompt, 2), CancellationToken::new(), |_| {})
@@ -248,7 +249,7 @@ fn dropped_receiver_frees_the_engine() {
 /// 2-core CPU machines, so the generous bound below still fails if the cancel waited for the whole prefill.
 #[test]
 fn cancel_during_long_prefill_frees_the_engine() {
-    use agentd::engine::generate::GenerateEvent;
+    use agentd::engine::request::GenerateEvent;
     use std::time::{Duration, Instant};
 
     let engine = common::engine();
@@ -270,7 +271,7 @@ fn cancel_during_long_prefill_frees_the_engine() {
     prompt.truncate(3_000);
     let cancel = CancellationToken::new();
     let started = Instant::now();
-    let mut rx = engine.generate(greedy(prompt.clone(), 8), None, cancel.clone());
+    let mut rx = engine.generate(greedy(prompt.clone(), 8), cancel.clone());
     std::thread::sleep(Duration::from_millis(800));
     let cancelled_at = Instant::now();
     cancel.cancel();
@@ -440,7 +441,7 @@ fn unsupported_architecture_names_the_supported_ones() {
         "{err}"
     );
     let err = agentd::engine::Engine::load(EngineOptions {
-        model: agentd::engine::fetch::ModelSelector::Path(path),
+        model: agentd::engine::files::fetch::ModelSelector::Path(path),
         ..Default::default()
     })
     .err()
@@ -458,7 +459,7 @@ fn unsupported_architecture_names_the_supported_ones() {
 fn qwen_greedy_reply_matches_llama_cpp() {
     let reference = common::refdata("qwen25coder_reference.json");
     let engine = agentd::engine::Engine::load(EngineOptions {
-        model: agentd::engine::fetch::ModelSelector::Path(common::qwen_path()),
+        model: agentd::engine::files::fetch::ModelSelector::Path(common::qwen_path()),
         device: agentd::engine::device::DeviceSpec::Cpu,
         ..Default::default()
     })
@@ -484,19 +485,18 @@ fn qwen_greedy_reply_matches_llama_cpp() {
     assert_eq!(text, want);
 }
 
-/// Runs a keyed request to completion; returns the generated ids and the summary.
-fn run_keyed(
+/// Runs a request to completion; returns the generated ids and the summary.
+fn run_to_end(
     engine: &agentd::engine::Engine,
     req: GenerateRequest,
-    key: Option<&str>,
-) -> (Vec<u32>, agentd::engine::generate::GenerateSummary) {
-    let mut rx = engine.generate(req, key.map(String::from), CancellationToken::new());
+) -> (Vec<u32>, agentd::engine::request::GenerateSummary) {
+    let mut rx = engine.generate(req, CancellationToken::new());
     let mut ids = Vec::new();
     while let Some(ev) = rx.blocking_recv() {
         match ev {
-            agentd::engine::generate::GenerateEvent::Token(t) => ids.push(t.id),
-            agentd::engine::generate::GenerateEvent::Done(s) => return (ids, s),
-            agentd::engine::generate::GenerateEvent::Error(e) => panic!("{e}"),
+            agentd::engine::request::GenerateEvent::Token(t) => ids.push(t.id),
+            agentd::engine::request::GenerateEvent::Done(s) => return (ids, s),
+            agentd::engine::request::GenerateEvent::Error(e) => panic!("{e}"),
         }
     }
     panic!("no final event")
@@ -515,15 +515,14 @@ fn prefix_reuse_gives_identical_greedy_output() {
         serde_json::json!({"role": "system", "content": "You are a careful assistant who answers in one sentence."}),
         serde_json::json!({"role": "user", "content": "Name a primary colour."}),
     ];
-    let key = "prefix-reuse-test";
-    let (first, s1) = run_keyed(engine, greedy(render(&msgs), 12), Some(key));
+    let (first, s1) = run_to_end(engine, greedy(render(&msgs), 12));
     assert_eq!(s1.cached_tokens, 0);
     let reply = engine.tokenizer().decode(&first, true).unwrap();
     msgs.push(serde_json::json!({"role": "assistant", "content": reply}));
     msgs.push(serde_json::json!({"role": "user", "content": "And another one?"}));
     let second_prompt = render(&msgs);
     let before = engine.prefix_cache_stats().snapshot();
-    let (reused_ids, s2) = run_keyed(engine, greedy(second_prompt.clone(), 16), Some(key));
+    let (reused_ids, s2) = run_to_end(engine, greedy(second_prompt.clone(), 16));
     assert!(
         s2.cached_tokens > 20,
         "only {} tokens reused",
@@ -535,19 +534,19 @@ fn prefix_reuse_gives_identical_greedy_output() {
 
     // The same prompt on an engine that keeps nothing.
     let cold = agentd::engine::Engine::load(EngineOptions {
-        model: agentd::engine::fetch::ModelSelector::Path(common::smollm2_path()),
+        model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
         device: agentd::engine::device::DeviceSpec::Cpu,
-        scheduler: agentd::engine::scheduler::SchedulerConfig {
+        scheduler: agentd::engine::runtime::scheduler::SchedulerConfig {
             prefix_caching: false,
             ..Default::default()
         },
         ..Default::default()
     })
     .unwrap();
-    let (cold_ids, s3) = run_keyed(&cold, greedy(second_prompt.clone(), 16), Some(key));
+    let (cold_ids, s3) = run_to_end(&cold, greedy(second_prompt.clone(), 16));
     assert_eq!(s3.cached_tokens, 0);
     assert_eq!(reused_ids, cold_ids);
     // Nothing is kept with prefix caching off, so a repeat is cold again.
-    let (_, s4) = run_keyed(&cold, greedy(second_prompt, 4), Some(key));
+    let (_, s4) = run_to_end(&cold, greedy(second_prompt, 4));
     assert_eq!(s4.cached_tokens, 0);
 }

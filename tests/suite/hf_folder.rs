@@ -6,11 +6,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use agentd::engine::fetch::{self, FetchOptions, ModelSelector};
+use agentd::engine::arch::weights::WeightFormat;
+use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::{Model, WeightFormat};
-use agentd::engine::template::ChatTemplate;
-use agentd::engine::tokenizer::Tokenizer;
+use agentd::engine::model::Model;
+use agentd::engine::text::template::ChatTemplate;
+use agentd::engine::text::tokenizer::Tokenizer;
 use candle_core::{DType, Device, Tensor};
 use serde_json::json;
 
@@ -294,7 +295,7 @@ fn qwen2_folder_matches_its_gguf() {
 
 #[test]
 fn hub_cache_layout_and_bad_folders() {
-    use agentd::engine::hf_folder::hub_snapshot_in;
+    use agentd::engine::files::hf_folder::hub_snapshot_in;
     let root = tempfile::tempdir().unwrap();
     let repo = root.path().join("models--org--tiny");
     std::fs::create_dir_all(repo.join("snapshots/abc123")).unwrap();

@@ -6,11 +6,12 @@
 
 use std::path::Path;
 
-use agentd::engine::generate::GenerateEvent;
+use agentd::engine::arch::weights::WeightFormat;
+use agentd::engine::candle::fused::Kernels;
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::{Model, WeightFormat};
-use agentd::engine::ops::Kernels;
-use agentd::engine::tokenizer::Tokenizer;
+use agentd::engine::model::Model;
+use agentd::engine::request::GenerateEvent;
+use agentd::engine::text::tokenizer::Tokenizer;
 use serde_json::Value;
 
 use super::common;
@@ -208,7 +209,7 @@ fn compare_logits(model: &Model, reference: &Value, bounds: Bounds, spot: bool, 
 /// space too).
 fn compare_greedy_text(path: &Path, reference: &Value, weights: WeightFormat, tie: f32) {
     let engine = agentd::engine::Engine::load(agentd::engine::EngineOptions {
-        model: agentd::engine::fetch::ModelSelector::Path(path.to_path_buf()),
+        model: agentd::engine::files::fetch::ModelSelector::Path(path.to_path_buf()),
         device: agentd::engine::device::DeviceSpec::Cpu,
         weight_format: weights,
         ..Default::default()
@@ -229,7 +230,7 @@ fn compare_greedy_text(path: &Path, reference: &Value, weights: WeightFormat, ti
         let steps = &steps[..steps.len().min(STEPS)];
         let mut req = common::greedy(prompt, steps.len());
         req.ignore_eos = true;
-        let mut rx = engine.generate(req, None, Default::default());
+        let mut rx = engine.generate(req, Default::default());
         let (mut ours, mut streamed) = (Vec::new(), String::new());
         while let Some(ev) = rx.blocking_recv() {
             match ev {

@@ -7,10 +7,10 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use agentd::engine::cpu::model::BatchSeq;
-use agentd::engine::generate::{FinishReason, GenerateEvent, GenerateRequest, GenerateSummary};
+use agentd::engine::kv::BatchSeq;
+use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest, GenerateSummary};
+use agentd::engine::runtime::scheduler::SchedulerConfig;
 use agentd::engine::sampler::SamplingParams;
-use agentd::engine::scheduler::SchedulerConfig;
 use agentd::engine::speculative::SpeculativeConfig;
 use agentd::engine::{Engine, EngineOptions};
 use agentd::schema::ToolChoice;
@@ -22,7 +22,7 @@ use super::common::greedy;
 
 fn engine(path: std::path::PathBuf, speculative: SpeculativeConfig, kv_bytes: usize) -> Engine {
     Engine::load(EngineOptions {
-        model: agentd::engine::fetch::ModelSelector::Path(path),
+        model: agentd::engine::files::fetch::ModelSelector::Path(path),
         device: agentd::engine::device::DeviceSpec::Cpu,
         scheduler: SchedulerConfig {
             speculative,
@@ -81,7 +81,7 @@ fn collect(
 }
 
 fn run(engine: &Engine, req: &GenerateRequest) -> (Vec<u32>, Vec<f32>, String, GenerateSummary) {
-    collect(engine.generate(req.clone(), None, CancellationToken::new()))
+    collect(engine.generate(req.clone(), CancellationToken::new()))
 }
 
 fn accepted(s: &GenerateSummary) -> usize {
@@ -202,25 +202,23 @@ fn a_rejected_draft_leaves_the_kv_cache_as_plain_decoding_does() {
     let model = agentd::engine::model::Model::load(
         &gguf,
         &candle_core::Device::Cpu,
-        agentd::engine::model::WeightFormat::Auto,
+        agentd::engine::arch::weights::WeightFormat::Auto,
     )
     .unwrap();
     let cpu = model.cpu_engine().unwrap();
     let vocab = cpu.vocab_size;
     let prompt: Vec<u32> = (0..40).map(|i| 300 + (i * 53) % 5000).collect();
     let table: Vec<u32> = (0..8).collect();
-    let step = |store: &mut agentd::engine::cpu::kv::KvBlocks,
-                tokens: &[u32],
-                pos: usize,
-                logits: usize| {
-        let b = [BatchSeq {
-            tokens,
-            blocks: &table,
-            pos,
-            logits,
-        }];
-        cpu.forward_batch(store, &b).unwrap().pop().unwrap()
-    };
+    let step =
+        |store: &mut agentd::engine::kv::KvBlocks, tokens: &[u32], pos: usize, logits: usize| {
+            let b = [BatchSeq {
+                tokens,
+                blocks: &table,
+                pos,
+                logits,
+            }];
+            cpu.forward_batch(store, &b).unwrap().pop().unwrap()
+        };
     let n = prompt.len();
     // Plain: prompt, then tokens 11 and 12 one step each.
     let mut plain = cpu.new_blocks(8);
@@ -278,7 +276,7 @@ fn preemption_and_cancellation_in_the_middle_of_drafting_lose_nothing() {
     let solo: Vec<Vec<u32>> = reqs.iter().map(|r| run(&off, r).0).collect();
     let rxs: Vec<_> = reqs
         .iter()
-        .map(|r| tight.generate(r.clone(), None, CancellationToken::new()))
+        .map(|r| tight.generate(r.clone(), CancellationToken::new()))
         .collect();
     let got: Vec<_> = rxs.into_iter().map(collect).collect();
     let stats = tight.scheduler_stats();
@@ -296,7 +294,7 @@ fn preemption_and_cancellation_in_the_middle_of_drafting_lose_nothing() {
     assert_eq!(tight.prefix_cache_stats().blocks_used.load(Relaxed), 0);
     // Cancelled while drafting: the request ends, its blocks go back.
     let cancel = CancellationToken::new();
-    let mut rx = tight.generate(reqs[0].clone(), None, cancel.clone());
+    let mut rx = tight.generate(reqs[0].clone(), cancel.clone());
     let mut seen = 0;
     let summary = loop {
         match rx.blocking_recv() {

@@ -3,8 +3,8 @@
 //! environment's extras (`tojson`, `raise_exception`, Python methods, whitespace control).
 
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::template::{ChatTemplate, CHATML_TEMPLATE};
-use agentd::engine::tokenizer::Tokenizer;
+use agentd::engine::text::template::{ChatTemplate, CHATML_TEMPLATE};
+use agentd::engine::text::tokenizer::Tokenizer;
 use agentd::engine::EngineError;
 use serde_json::{json, Value};
 

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::tokenizer::{pretokenizer_for, Tokenizer, SUPPORTED_PRETOKENIZERS};
+use agentd::engine::text::tokenizer::{pretokenizer_for, Tokenizer, SUPPORTED_PRETOKENIZERS};
 use agentd::engine::EngineError;
 use serde_json::Value;
 
@@ -362,9 +362,9 @@ fn sentencepiece_tokenizer_json_converts_like_sentencepiece() {
         work.path().join("tokenizer_config.json"),
     )
     .unwrap();
-    let metadata = agentd::engine::hf_folder::tokenizer_metadata(work.path()).unwrap();
+    let metadata = agentd::engine::files::hf_folder::tokenizer_metadata(work.path()).unwrap();
     let path = work.path().join("vocab.gguf");
-    agentd::engine::gguf_write::write(&path, &metadata, &[], |_, _| Ok(())).unwrap();
+    agentd::engine::files::gguf_write::write(&path, &metadata, &[], |_, _| Ok(())).unwrap();
     let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
     assert_eq!(
         (tok.bos_id(), tok.eos_token_id(), tok.add_bos()),

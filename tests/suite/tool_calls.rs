@@ -4,11 +4,11 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::constraint::assemble::OutputDelta;
 use agentd::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
-use agentd::engine::generate::{FinishReason, GenerateEvent, GenerateRequest};
-use agentd::engine::prompt::render_chat;
+use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest};
 use agentd::engine::sampler::SamplingParams;
+use agentd::engine::text::chat_prompt::render_chat;
+use agentd::engine::tool_calls::output::OutputDelta;
 use agentd::engine::{Completion, Engine, EngineError, EngineOptions};
 use agentd::schema::compile::{validator, violations};
 use agentd::schema::SchemaError;
@@ -23,7 +23,7 @@ fn qwen() -> &'static Engine {
     static E: OnceLock<Engine> = OnceLock::new();
     E.get_or_init(|| {
         Engine::load(EngineOptions {
-            model: agentd::engine::fetch::ModelSelector::Path(common::qwen_path()),
+            model: agentd::engine::files::fetch::ModelSelector::Path(common::qwen_path()),
             device: agentd::engine::device::DeviceSpec::Cpu,
             ..Default::default()
         })
@@ -285,7 +285,7 @@ fn async_stream_shows_argument_fragments() {
         .build()
         .unwrap();
     let deltas = rt.block_on(async {
-        let mut rx = engine.generate(req, Some("fragments".into()), CancellationToken::new());
+        let mut rx = engine.generate(req, CancellationToken::new());
         let mut deltas = Vec::new();
         while let Some(ev) = rx.recv().await {
             match ev {
@@ -464,7 +464,7 @@ fn cli_tools_and_json_schema() {
 
 #[test]
 fn llama3_json_format_end_to_end() {
-    use agentd::engine::constraint::format::ToolCallFormat;
+    use agentd::engine::call_format::ToolCallFormat;
     let engine = common::engine();
     let spec = ConstraintSpec {
         format: Some(ToolCallFormat::LLAMA3_JSON),

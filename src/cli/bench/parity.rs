@@ -1,12 +1,11 @@
 //! `agentd bench parity`: one GGUF on the CPU engine and on a device (CUDA with our kernels), logits compared
 //! position by position, and each CUDA kernel against its CPU twin. Prints one JSON object; exits non-zero
-//! when anything disagrees. The comparison is `agentd::engine::parity` and `agentd::engine::ops::check`.
+//! when anything disagrees. The comparison is `agentd::engine::parity` and `agentd::engine::kernel_check`.
 
-use agentd::engine::device::{self, DeviceSpec};
-use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::{Model, WeightFormat};
-use agentd::engine::ops::check;
 use agentd::engine::parity::{self, ParityOptions};
+use agentd::engine::{
+    kernel_check as check, select_device, DeviceSpec, GgufFile, Model, WeightFormat,
+};
 use anyhow::{bail, Context};
 use serde_json::json;
 
@@ -48,13 +47,13 @@ pub fn run(args: ParityBenchArgs) -> anyhow::Result<()> {
     let path = match (&args.model_path, &args.model) {
         (Some(p), _) => p.clone(),
         (None, Some(m)) => {
-            let options = agentd::engine::fetch::FetchOptions {
+            let options = agentd::engine::files::fetch::FetchOptions {
                 progress: true,
                 offline: args.offline,
                 ..Default::default()
             };
-            agentd::engine::fetch::resolve(
-                &agentd::engine::fetch::ModelSelector::parse(m),
+            agentd::engine::files::fetch::resolve(
+                &agentd::engine::files::fetch::ModelSelector::parse(m),
                 &options,
             )?
             .path
@@ -67,7 +66,7 @@ pub fn run(args: ParityBenchArgs) -> anyhow::Result<()> {
     };
     let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let spec: DeviceSpec = args.device.parse()?;
-    let selected = device::select(spec);
+    let selected = select_device(spec);
     if let Some(note) = &selected.fallback_note {
         eprintln!("note: {note}");
     }
@@ -75,7 +74,7 @@ pub fn run(args: ParityBenchArgs) -> anyhow::Result<()> {
     let mut candidate = Model::load(&gguf, &selected.device, WeightFormat::Native)?;
     if selected.device.is_cpu() {
         // On the CPU, check candle's path with the fused ops (their twins) rather than against itself.
-        candidate.set_kernels(agentd::engine::ops::Kernels::Fused)?;
+        candidate.set_kernels(agentd::engine::Kernels::Fused)?;
     }
     let mut opts = ParityOptions::spread(args.tokens, reference.vocab_size);
     opts.tolerance = args.tolerance;

@@ -6,7 +6,7 @@ use crossterm::event::{KeyCode, KeyEvent};
 
 use super::app::{App, PickAction, Picker, UiEvent};
 use super::commands::{self, Slash};
-use super::transcript::NoticeKind;
+use super::display::NoticeKind;
 use agentd::app::sessions;
 
 impl App {
@@ -128,7 +128,7 @@ impl App {
                     .map(|m| (format!("{}  ({} tokens)", m.id, m.context_window), m.id))
                     .collect();
                 if backend.can_load_models() {
-                    for name in agentd::engine::manifest::known_names() {
+                    for name in agentd::engine::files::manifest::known_names() {
                         if !items.iter().any(|(_, v)| v == &name) {
                             items.push((format!("{name}  (load)"), name));
                         }

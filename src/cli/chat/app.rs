@@ -11,8 +11,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use super::commands::{self, Slash};
+use super::display::{Item, NoticeKind, Transcript};
 use super::editor::Editor;
-use super::transcript::{Item, NoticeKind, Transcript};
 use agentd::app::approvals::{ApprovalRequest, Decision};
 use agentd::app::{CodingSession, ContextUsage};
 

@@ -15,8 +15,8 @@
 mod actions;
 mod app;
 mod commands;
+mod display;
 mod editor;
-mod transcript;
 mod view;
 
 use std::io::{IsTerminal as _, Write as _};

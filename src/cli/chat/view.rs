@@ -9,7 +9,7 @@ use ratatui::Frame;
 use unicode_width::UnicodeWidthChar;
 
 use super::app::App;
-use super::transcript::{Item, NoticeKind};
+use super::display::{Item, NoticeKind};
 
 const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 /// Output lines a collapsed tool result shows.

@@ -10,8 +10,8 @@
 //! The single-byte path is then re-tokenized greedily with the vocabulary and kept if the matcher accepts the
 //! shorter form. Every probe is rolled back: computing a close changes nothing.
 
-use super::super::error::Result;
-use super::Constraint;
+use crate::engine::constraint::Constraint;
+use crate::engine::error::Result;
 
 /// Single bytes tried, in order, where the grammar leaves a choice.
 /// Closers first; `,` before digits so a number is not extended forever where a required key is missing.

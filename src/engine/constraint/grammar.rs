@@ -36,10 +36,10 @@
 use llguidance::api::TopLevelGrammar;
 use serde_json::Value;
 
-use super::arguments::ArgumentRules;
-use super::format::ToolCallFormat;
-use super::{ConstraintSpec, ResponseFormat, ToolChoice};
-use crate::engine::reasoning::{ThinkBlock, ThinkStart};
+use super::spec::{ConstraintSpec, ResponseFormat, ToolChoice};
+use crate::engine::call_format::ToolCallFormat;
+use crate::engine::constraint::arguments::ArgumentRules;
+use crate::engine::text::reasoning::{ThinkBlock, ThinkStart};
 use crate::schema::compile::{close_objects, with_compact_options};
 use crate::schema::extensions;
 

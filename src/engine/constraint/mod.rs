@@ -6,17 +6,14 @@
 //! full mask (then it resamples from the masked logits). After each accepted token the tokens the grammar forces
 //! are returned so the loop can feed them in one forward pass. EOS is accepted only where the grammar accepts.
 //!
-//! Submodules: `format` (tool-call formats, a data table), `grammar` (one grammar per request), `trigger` (where
-//! a call starts in free text), `call_parser` and `assemble` (generated text → content + tool calls), `close`
-//! (the shortest way out of an unfinished call, used when `max_tokens` is about to cut one).
+//! Submodules: `grammar` (one grammar per request), `arguments` (argument rules the grammar adds), `close` (the
+//! shortest way out of an unfinished call, used when `max_tokens` is about to cut one). The tool-call formats
+//! are `engine::call_format`'s table; splitting generated text into content and calls is `engine::tool_calls`.
 
 pub mod arguments;
-pub mod assemble;
-mod call_parser;
 pub mod close;
-pub mod format;
 pub mod grammar;
-pub mod trigger;
+pub mod spec;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,96 +22,15 @@ use llguidance::{Matcher, ParserFactory};
 use serde::{Deserialize, Serialize};
 use toktrie_hf_tokenizers::ByteTokenizer;
 
-use super::error::{EngineError, Result};
-use super::sampler::Sampler;
-use super::tokenizer::Tokenizer;
+use crate::engine::call_format::ToolCallFormat;
+use crate::engine::constraint::grammar::GrammarSource;
+use crate::engine::error::{EngineError, Result};
+use crate::engine::sampler::Sampler;
+use crate::engine::text::tokenizer::Tokenizer;
 use crate::schema::compile as schema;
+use crate::schema::SchemaError;
 pub use crate::schema::{ResponseFormat, ToolChoice};
-use crate::schema::{SchemaError, ToolSpec};
-use assemble::OutputAssembler;
-use format::ToolCallFormat;
-use grammar::GrammarSource;
-
-/// Everything a request says about the shape of its output.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConstraintSpec {
-    pub tools: Vec<ToolSpec>,
-    pub tool_choice: ToolChoice,
-    /// `false`: at most one call.
-    pub parallel_tool_calls: bool,
-    pub response_format: ResponseFormat,
-    /// Overrides the model's tool-call format (models without a manifest, tests).
-    pub format: Option<ToolCallFormat>,
-    /// A think block the output may (or must) begin with before the constrained part: reasoning models think
-    /// first, then call (`None`: no block).
-    #[serde(default)]
-    pub reasoning: Option<crate::engine::reasoning::ThinkBlock>,
-}
-
-impl Default for ConstraintSpec {
-    fn default() -> Self {
-        Self {
-            tools: Vec::new(),
-            tool_choice: ToolChoice::Auto,
-            parallel_tool_calls: true,
-            response_format: ResponseFormat::Text,
-            format: None,
-            reasoning: None,
-        }
-    }
-}
-
-impl ConstraintSpec {
-    /// Checks the request: unique, valid tools; a `tool_choice` that names one of them (and `required` only with
-    /// tools); an admissible `response_format` schema.
-    pub fn validate(&self) -> Result<()> {
-        crate::schema::check_request(&self.tools, &self.tool_choice, &self.response_format)?;
-        Ok(())
-    }
-
-    /// Checks what depends on the model's tool-call format: where calls are bare JSON objects (llama3_json), a
-    /// call and a JSON reply both start with `{`, so `auto` tools cannot be combined with a JSON
-    /// `response_format` there.
-    pub fn validate_for(&self, model_format: ToolCallFormat) -> Result<()> {
-        self.validate()?;
-        let format = self.format.unwrap_or(model_format);
-        if format.is_bare()
-            && self.response_format != ResponseFormat::Text
-            && self.tool_choice == ToolChoice::Auto
-            && !self.tools.is_empty()
-        {
-            return Err(SchemaError::InvalidResponseFormat(
-                format!(
-                    "with the {format} tool-call format a JSON reply and a tool call look alike; use \
-                     tool_choice `none`, `required` or a named tool together with a JSON response_format"
-                ),
-            )
-            .into());
-        }
-        Ok(())
-    }
-
-    /// Whether the output may hold tool calls.
-    pub fn calls_possible(&self) -> bool {
-        !self.tools.is_empty() && self.tool_choice != ToolChoice::None
-    }
-
-    /// The assembler for this request's output, in `model_format` unless the spec overrides it. It splits text
-    /// from calls with the grammar's own trigger rule (markers, and JSON calls of the offered tools).
-    pub fn assembler(&self, model_format: ToolCallFormat) -> OutputAssembler {
-        let calls = self.calls_possible();
-        // JSON calls are recognised wherever the grammar can produce one: not where a JSON reply is the
-        // alternative (`auto` with a `response_format`, whose document could start with the key "name").
-        let json_reply =
-            self.tool_choice == ToolChoice::Auto && self.response_format != ResponseFormat::Text;
-        let names = match (&self.tool_choice, calls && !json_reply) {
-            (_, false) => Vec::new(),
-            (ToolChoice::Tool { name }, true) => vec![name.clone()],
-            _ => self.tools.iter().map(|t| t.name.clone()).collect(),
-        };
-        OutputAssembler::new(self.format.unwrap_or(model_format), calls).with_tools(names)
-    }
-}
+pub use spec::ConstraintSpec;
 
 /// llguidance's `ParserFactory` for one model: built once (tokenizer trie, all end-of-generation ids), then used
 /// to compile every request's grammar.

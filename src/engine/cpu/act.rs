@@ -6,8 +6,8 @@
 use half::f16;
 
 #[cfg(target_arch = "x86_64")]
-use super::isa::Isa;
-use super::pool::ThreadPool;
+use crate::engine::cpu::isa::Isa;
+use crate::engine::cpu::pool::ThreadPool;
 
 /// Values per [`BlockQ8`].
 pub const QK8: usize = 32;

@@ -9,11 +9,11 @@
 //! them, instead of every (row, head) streaming the whole context from memory: what keeps a long prompt (a coding
 //! client's system prompt of 20k tokens) from turning prefill quadratic in memory traffic.
 
-use super::act::SyncPtr;
-use super::isa::Isa;
-use super::kv::{KvBlocks, BLOCK_TOKENS};
-use super::pool::ThreadPool;
-use crate::engine::model::SlidingWindow;
+use crate::engine::arch::SlidingWindow;
+use crate::engine::cpu::act::SyncPtr;
+use crate::engine::cpu::isa::Isa;
+use crate::engine::cpu::pool::ThreadPool;
+use crate::engine::kv::{KvBlocks, BLOCK_TOKENS};
 
 /// `fn NAME(isa, args…)`: runs `GENERIC(args…)` compiled for AVX-512F or AVX2+FMA when `isa` allows (the
 /// compiler vectorizes the generic body for the widest one), else as built.

@@ -14,28 +14,17 @@ use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 
-use super::act::{grow, ActKind, Acts, SyncPtr};
-use super::attention;
-use super::isa::Isa;
-use super::kv::{CpuKv, KvBlocks, BLOCK_TOKENS};
-use super::ops;
-use super::pool::ThreadPool;
-use super::qmatrix::{matmul_many, QMatrix};
+use crate::engine::arch::weights::{FfnWeights, LayerWeights, WeightFormat, WeightReader};
+use crate::engine::arch::{Activation, DecoderConfig, Moe, RopeStyle};
+use crate::engine::cpu::act::{grow, ActKind, Acts, SyncPtr};
+use crate::engine::cpu::attention;
+use crate::engine::cpu::isa::Isa;
+use crate::engine::cpu::pool::ThreadPool;
+use crate::engine::cpu::qmatrix::{matmul_many, QMatrix};
+use crate::engine::cpu::vector;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
-use crate::engine::model::{Activation, DecoderConfig, Moe, RopeStyle};
-
-/// One sequence's part of a batch: `tokens` go after the `pos` positions it already holds.
-pub struct BatchSeq<'a> {
-    pub tokens: &'a [u32],
-    /// The sequence's blocks in position order; they must cover `pos + tokens.len()` positions.
-    pub blocks: &'a [u32],
-    /// Positions already in the cache (the first token's position).
-    pub pos: usize,
-    /// How many of the last tokens to compute logits for: 0 (a prompt chunk), 1 (decode), `1 + k` (a pending
-    /// token and `k` speculative drafts to verify).
-    pub logits: usize,
-}
+use crate::engine::kv::{BatchSeq, KvBlocks, BLOCK_TOKENS};
 
 /// The widest head QK-norm handles (Qwen3's are 128).
 const MAX_HEAD_DIM: usize = 512;
@@ -185,48 +174,19 @@ pub struct CpuModel {
     scratch: Mutex<Scratch>,
 }
 
-/// Reads tensors out of the GGUF, requantising to Q8_0 when asked.
-struct Loader<'a, R> {
-    gguf: &'a GgufFile,
-    reader: R,
-    to_q8_0: bool,
+/// Turns the shared loader's tensors ([`WeightReader`]) into the CPU engine's matrices and vectors.
+struct Build {
     isa: Isa,
     weight_bytes: usize,
 }
 
-impl<R: std::io::Read + std::io::Seek> Loader<'_, R> {
-    fn raw(&mut self, name: &str) -> Result<QTensor> {
-        if !self.gguf.content.tensor_infos.contains_key(name) {
-            return Err(EngineError::InvalidGguf {
-                path: self.gguf.path.clone(),
-                message: format!("tensor `{name}` is missing"),
-            });
-        }
-        self.gguf
-            .content
-            .tensor(&mut self.reader, name, &Device::Cpu)
-            .map_err(|e| EngineError::InvalidGguf {
-                path: self.gguf.path.clone(),
-                message: format!("tensor `{name}`: {e}"),
-            })
+impl Build {
+    fn vector(&self, q: QTensor) -> Result<Vec<f32>> {
+        Ok(q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?)
     }
 
-    fn vector(&mut self, name: &str) -> Result<Vec<f32>> {
-        Ok(self
-            .raw(name)?
-            .dequantize(&Device::Cpu)?
-            .flatten_all()?
-            .to_vec1()?)
-    }
-
-    fn matrix_from(&mut self, q: QTensor, data: Option<Arc<[u8]>>) -> Result<QMatrix> {
-        let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-        let (q, data) = if self.to_q8_0 && quantized && q.dtype() != GgmlDType::Q8_0 {
-            let f = q.dequantize(&Device::Cpu)?;
-            (QTensor::quantize(&f, GgmlDType::Q8_0)?, None)
-        } else {
-            (q, data)
-        };
+    /// A matrix over `q`'s bytes, or over `data` when the caller already holds them (tied embeddings).
+    fn matrix_over(&mut self, q: &QTensor, data: Option<Arc<[u8]>>) -> Result<QMatrix> {
         let (rows, cols) = q.shape().dims2()?;
         let data = match data {
             Some(d) => d,
@@ -237,103 +197,56 @@ impl<R: std::io::Read + std::io::Seek> Loader<'_, R> {
         Ok(m)
     }
 
-    fn matrix(&mut self, name: &str) -> Result<QMatrix> {
-        let q = self.raw(name)?;
-        self.matrix_from(q, None)
+    fn matrix(&mut self, q: QTensor) -> Result<QMatrix> {
+        self.matrix_over(&q, None)
     }
 
-    fn has(&self, name: &str) -> bool {
-        self.gguf.content.tensor_infos.contains_key(name)
+    fn matrices(&mut self, qs: Vec<QTensor>) -> Result<Vec<QMatrix>> {
+        qs.into_iter().map(|q| self.matrix(q)).collect()
     }
 
-    /// The fused matrix `name` split by rows into `N` matrices of `parts` rows.
-    fn split<const N: usize>(&mut self, name: &str, parts: [usize; N]) -> Result<[QMatrix; N]> {
-        let qs = crate::engine::model::split_rows(
-            self.gguf,
-            &mut self.reader,
-            name,
-            &parts,
-            &Device::Cpu,
-        )?;
-        self.matrices(qs)
-    }
-
-    /// Split matrices as an array of `N`.
-    fn matrices<const N: usize>(&mut self, qs: Vec<QTensor>) -> Result<[QMatrix; N]> {
-        let ms = qs
-            .into_iter()
-            .map(|q| self.matrix_from(q, None))
-            .collect::<Result<Vec<_>>>()?;
-        ms.try_into().map_err(|_| {
-            EngineError::Internal("a fused matrix split into the wrong number of parts".into())
+    fn layer(&mut self, w: LayerWeights, swa: bool) -> Result<Layer> {
+        let ffn = match w.ffn {
+            FfnWeights::Dense { gate, up, down } => Ffn::Dense {
+                gate: self.matrix(gate)?,
+                up: self.matrix(up)?,
+                down: self.matrix(down)?,
+            },
+            FfnWeights::Moe {
+                router,
+                gate,
+                up,
+                down,
+                moe,
+            } => Ffn::Moe(MoeFfn {
+                router: self.vector(router)?,
+                gate: self.matrices(gate)?,
+                up: self.matrices(up)?,
+                down: self.matrices(down)?,
+                moe,
+            }),
+        };
+        let pair = |b: &Self, p: Option<[QTensor; 2]>| -> Result<Option<[Vec<f32>; 2]>> {
+            p.map(|[a, c]| Ok([b.vector(a)?, b.vector(c)?])).transpose()
+        };
+        Ok(Layer {
+            attn_norm: self.vector(w.attn_norm)?,
+            q: self.matrix(w.q)?,
+            k: self.matrix(w.k)?,
+            v: self.matrix(w.v)?,
+            o: self.matrix(w.o)?,
+            bias: w
+                .bias
+                .map(|[q, k, v]| {
+                    Ok::<_, EngineError>([self.vector(q)?, self.vector(k)?, self.vector(v)?])
+                })
+                .transpose()?,
+            qk_norm: pair(self, w.qk_norm)?,
+            ffn_norm: self.vector(w.ffn_norm)?,
+            ffn,
+            post_norms: pair(self, w.post_norms)?,
+            swa,
         })
-    }
-
-    /// q, k, v: three matrices, or Phi-3's fused `attn_qkv` (rows q | k | v).
-    fn qkv(&mut self, layer: usize, qw: usize, kvw: usize) -> Result<[QMatrix; 3]> {
-        let p = |s: &str| format!("blk.{layer}.{s}");
-        if self.has(&p("attn_qkv.weight")) {
-            return self.split(&p("attn_qkv.weight"), [qw, kvw, kvw]);
-        }
-        Ok([
-            self.matrix(&p("attn_q.weight"))?,
-            self.matrix(&p("attn_k.weight"))?,
-            self.matrix(&p("attn_v.weight"))?,
-        ])
-    }
-
-    /// A 3-D expert tensor as one matrix per expert.
-    fn experts(&mut self, name: &str) -> Result<Vec<QMatrix>> {
-        let qs =
-            crate::engine::model::split_experts(self.gguf, &mut self.reader, name, &Device::Cpu)?;
-        qs.into_iter().map(|q| self.matrix_from(q, None)).collect()
-    }
-
-    /// The layer's feed-forward weights: dense, or its experts and router.
-    fn ffn(&mut self, layer: usize, moe: Option<Moe>) -> Result<Ffn> {
-        let p = |s: &str| format!("blk.{layer}.{s}");
-        let Some(moe) = moe else {
-            let [gate, up] = self.gate_up(layer)?;
-            let down = self.matrix(&p("ffn_down.weight"))?;
-            return Ok(Ffn::Dense { gate, up, down });
-        };
-        let m = MoeFfn {
-            router: self.vector(&p("ffn_gate_inp.weight"))?,
-            gate: self.experts(&p("ffn_gate_exps.weight"))?,
-            up: self.experts(&p("ffn_up_exps.weight"))?,
-            down: self.experts(&p("ffn_down_exps.weight"))?,
-            moe,
-        };
-        let counts = [m.gate.len(), m.up.len(), m.down.len()];
-        if !m.router.len().is_multiple_of(moe.experts) || counts.iter().any(|&n| n != moe.experts) {
-            return Err(EngineError::InvalidGguf {
-                path: self.gguf.path.clone(),
-                message: format!(
-                    "layer {layer}: expert tensors hold {counts:?} experts, the router {} values; expected {}",
-                    m.router.len(),
-                    moe.experts
-                ),
-            });
-        }
-        Ok(Ffn::Moe(m))
-    }
-
-    /// gate, up: two matrices, or Phi-3's fused `ffn_up` (rows gate | up).
-    fn gate_up(&mut self, layer: usize) -> Result<[QMatrix; 2]> {
-        let p = |s: &str| format!("blk.{layer}.{s}");
-        if self.has(&p("ffn_gate.weight")) {
-            return Ok([
-                self.matrix(&p("ffn_gate.weight"))?,
-                self.matrix(&p("ffn_up.weight"))?,
-            ]);
-        }
-        let qs = crate::engine::model::split_gate_up(
-            self.gguf,
-            &mut self.reader,
-            &p("ffn_up.weight"),
-            &Device::Cpu,
-        )?;
-        self.matrices(qs)
     }
 }
 
@@ -346,10 +259,12 @@ impl CpuModel {
         threads: usize,
     ) -> Result<Self> {
         let isa = Isa::detect();
-        let mut ld = Loader {
-            gguf,
-            reader: gguf.reader()?,
-            to_q8_0,
+        let format = match to_q8_0 {
+            true => WeightFormat::Q8_0,
+            false => WeightFormat::Auto,
+        };
+        let mut ld = WeightReader::new(gguf, &Device::Cpu, format)?;
+        let mut build = Build {
             isa,
             weight_bytes: 0,
         };
@@ -363,13 +278,15 @@ impl CpuModel {
             dtype: embed_q.dtype(),
             cols: hidden,
         };
-        let output = if gguf.content.tensor_infos.contains_key("output.weight") {
-            ld.matrix("output.weight")?
+        let output = if ld.has("output.weight") {
+            build.matrix(ld.matrix("output.weight")?)?
         } else {
-            // Tied embeddings: the output head reads the embedding table's bytes.
-            ld.matrix_from(embed_q, Some(embed_data))?
+            // Tied embeddings: the output head reads the embedding table's bytes (unless requantised).
+            let q = ld.requantised(embed_q)?;
+            let shared = (q.dtype() == embed.dtype).then(|| embed_data.clone());
+            build.matrix_over(&q, shared)?
         };
-        let norm = ld.vector("output_norm.weight")?;
+        let norm = build.vector(ld.raw("output_norm.weight")?)?;
         if config.qk_norm && config.head_dim > MAX_HEAD_DIM {
             return Err(EngineError::InvalidGguf {
                 path: gguf.path.clone(),
@@ -381,49 +298,7 @@ impl CpuModel {
         }
         let mut layers = Vec::with_capacity(config.n_layer);
         for i in 0..config.n_layer {
-            let p = |s: &str| format!("blk.{i}.{s}");
-            let bias = if config.qkv_bias {
-                Some([
-                    ld.vector(&p("attn_q.bias"))?,
-                    ld.vector(&p("attn_k.bias"))?,
-                    ld.vector(&p("attn_v.bias"))?,
-                ])
-            } else {
-                None
-            };
-            let [q, k, v] = ld.qkv(
-                i,
-                config.n_head * config.head_dim,
-                config.n_kv_head * config.head_dim,
-            )?;
-            let ffn = ld.ffn(i, config.moe)?;
-            let post_norms = match config.post_norms {
-                true => Some([
-                    ld.vector(&p("post_attention_norm.weight"))?,
-                    ld.vector(&p("post_ffw_norm.weight"))?,
-                ]),
-                false => None,
-            };
-            layers.push(Layer {
-                attn_norm: ld.vector(&p("attn_norm.weight"))?,
-                q,
-                k,
-                v,
-                o: ld.matrix(&p("attn_output.weight"))?,
-                bias,
-                qk_norm: if config.qk_norm {
-                    Some([
-                        ld.vector(&p("attn_q_norm.weight"))?,
-                        ld.vector(&p("attn_k_norm.weight"))?,
-                    ])
-                } else {
-                    None
-                },
-                ffn_norm: ld.vector(&p("ffn_norm.weight"))?,
-                ffn,
-                post_norms,
-                swa: config.is_swa(i),
-            });
+            layers.push(build.layer(ld.layer(&config, i)?, config.is_swa(i))?);
         }
         let (q_out, kv_out) = (
             config.n_head * config.head_dim,
@@ -463,7 +338,7 @@ impl CpuModel {
         }
         let (cos, sin) = config.rope_tables();
         let swa_tables = config.rope_tables_swa();
-        let weight_bytes = ld.weight_bytes;
+        let weight_bytes = build.weight_bytes;
         Ok(Self {
             swa_tables,
             config,
@@ -489,15 +364,6 @@ impl CpuModel {
         self.isa
     }
 
-    /// A fresh standalone KV cache for one sequence.
-    pub fn new_kv(&self) -> CpuKv {
-        CpuKv::new(
-            self.config.n_layer,
-            self.config.n_kv_head,
-            self.config.head_dim,
-        )
-    }
-
     /// A paged KV store for `n_blocks` blocks of this model.
     pub fn new_blocks(&self, n_blocks: usize) -> KvBlocks {
         KvBlocks::new(
@@ -515,21 +381,6 @@ impl CpuModel {
             self.config.n_kv_head,
             self.config.head_dim,
         )
-    }
-
-    /// Feeds `tokens` to a standalone sequence and returns the logits of the last one.
-    pub fn forward_one(&self, tokens: &[u32], kv: &mut CpuKv, pos: usize) -> Result<Vec<f32>> {
-        kv.reserve(pos + tokens.len());
-        let batch = [BatchSeq {
-            tokens,
-            blocks: &kv.table,
-            pos,
-            logits: 1,
-        }];
-        Ok(self
-            .forward_batch(&mut kv.store, &batch)?
-            .pop()
-            .unwrap_or_default())
     }
 
     /// Runs every sequence's tokens through the model in one batch and returns, per sequence, the logits of its
@@ -662,8 +513,8 @@ impl CpuModel {
                 // SAFETY: `fill` hands each row index to exactly one thread; `gate` holds `t_all * ff` values.
                 let g = unsafe { gate.slice(r * ff, ff) };
                 match gelu {
-                    true => ops::gelu_mul(isa, g, &up[r * ff..(r + 1) * ff]),
-                    false => ops::silu_mul(isa, g, &up[r * ff..(r + 1) * ff]),
+                    true => vector::gelu_mul(isa, g, &up[r * ff..(r + 1) * ff]),
+                    false => vector::silu_mul(isa, g, &up[r * ff..(r + 1) * ff]),
                 }
                 row.copy_from_slice(g);
             });
@@ -689,7 +540,7 @@ impl CpuModel {
         s.acts.reset(last.len(), h, &[self.output.act_kind()]);
         s.acts.fill(&self.pool, &|i, row| {
             let r = last[i];
-            ops::rms_norm(isa, row, &x[r * h..(r + 1) * h], norm, eps);
+            vector::rms_norm(isa, row, &x[r * h..(r + 1) * h], norm, eps);
         });
         let mut logits = vec![0f32; last.len() * self.vocab_size];
         matmul_many(&self.pool, &s.acts, &mut [(&self.output, &mut logits)]);
@@ -722,7 +573,7 @@ impl CpuModel {
             self.pool.run(t_all, &|r, _| {
                 // SAFETY: each row is one item, run once; `normed` holds `t_all` rows (grown above).
                 let out = unsafe { normed.slice(r * h, h) };
-                ops::rms_norm(isa, out, &x[r * h..(r + 1) * h], norm, eps);
+                vector::rms_norm(isa, out, &x[r * h..(r + 1) * h], norm, eps);
             });
         }
         let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); m.moe.experts];
@@ -731,7 +582,7 @@ impl CpuModel {
             let logits: Vec<f32> = m
                 .router
                 .chunks_exact(h)
-                .map(|w| ops::dot(isa, w, row))
+                .map(|w| vector::dot(isa, w, row))
                 .collect();
             for (e, w) in m.moe.route(&logits) {
                 routed[e].push((r, w));
@@ -760,7 +611,7 @@ impl CpuModel {
             s.acts.fill(&self.pool, &|i, row| {
                 // SAFETY: `fill` hands each row index to exactly one thread; `gate` holds `n * ff` values.
                 let g = unsafe { gate.slice(i * ff, ff) };
-                ops::silu_mul(isa, g, &up[i * ff..(i + 1) * ff]);
+                vector::silu_mul(isa, g, &up[i * ff..(i + 1) * ff]);
                 row.copy_from_slice(g);
             });
             matmul_many(
@@ -769,7 +620,7 @@ impl CpuModel {
                 &mut [(&m.down[e], &mut s.moe_out[..n * h])],
             );
             for (i, &(r, w)) in rows.iter().enumerate() {
-                ops::axpy(
+                vector::axpy(
                     isa,
                     &mut s.tmp[r * h..(r + 1) * h],
                     w,
@@ -783,16 +634,16 @@ impl CpuModel {
     fn residual(&self, s: &mut Scratch, post_norm: Option<&Vec<f32>>, t_all: usize) {
         let h = self.config.hidden;
         let Some(w) = post_norm else {
-            return ops::add(self.isa, &mut s.x[..t_all * h], &s.tmp[..t_all * h]);
+            return vector::add(self.isa, &mut s.x[..t_all * h], &s.tmp[..t_all * h]);
         };
         let (eps, isa) = (self.config.rms_eps as f32, self.isa);
         let (normed, tmp) = (SyncPtr(s.normed.as_mut_ptr()), &s.tmp);
         self.pool.run(t_all, &|r, _| {
             // SAFETY: each row is one item, run once; `normed` holds `t_all` rows (grown in forward_batch).
             let out = unsafe { normed.slice(r * h, h) };
-            ops::rms_norm(isa, out, &tmp[r * h..(r + 1) * h], w, eps);
+            vector::rms_norm(isa, out, &tmp[r * h..(r + 1) * h], w, eps);
         });
-        ops::add(self.isa, &mut s.x[..t_all * h], &s.normed[..t_all * h]);
+        vector::add(self.isa, &mut s.x[..t_all * h], &s.normed[..t_all * h]);
     }
 
     /// RMS-norms `t` rows of `x` with `w` into `acts`, quantized for `kinds` in the same pass.
@@ -809,7 +660,7 @@ impl CpuModel {
         let isa = self.isa;
         acts.reset(t, h, kinds);
         acts.fill(&self.pool, &|r, row| {
-            ops::rms_norm(isa, row, &x[r * h..(r + 1) * h], w, eps)
+            vector::rms_norm(isa, row, &x[r * h..(r + 1) * h], w, eps)
         });
     }
 
@@ -841,16 +692,16 @@ impl CpuModel {
                     )
                 };
                 if let Some([bq, bk, bv]) = &layer.bias {
-                    ops::add(self.isa, qr, bq);
-                    ops::add(self.isa, kr, bk);
-                    ops::add(self.isa, vr, bv);
+                    vector::add(self.isa, qr, bq);
+                    vector::add(self.isa, kr, bk);
+                    vector::add(self.isa, vr, bv);
                 }
                 if let Some([wq, wk]) = &layer.qk_norm {
                     let eps = cfg.rms_eps as f32;
                     let mut normed = [0f32; MAX_HEAD_DIM];
                     for (heads, w) in [(&mut *qr, wq), (&mut *kr, wk)] {
                         for head in heads.chunks_exact_mut(d) {
-                            ops::rms_norm(self.isa, &mut normed[..d], head, w, eps);
+                            vector::rms_norm(self.isa, &mut normed[..d], head, w, eps);
                             head.copy_from_slice(&normed[..d]);
                         }
                     }
@@ -861,7 +712,7 @@ impl CpuModel {
                     &sin_t[pos * half..(pos + 1) * half],
                 );
                 for head in qr.chunks_exact_mut(d).chain(kr.chunks_exact_mut(d)) {
-                    ops::rope(&mut head[..rot], cos, sin, neox);
+                    vector::rope(&mut head[..rot], cos, sin, neox);
                 }
             }
         });

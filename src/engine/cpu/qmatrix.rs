@@ -11,11 +11,11 @@ use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
 
-use super::act::{ActBlock, ActKind, ActRows, Acts, SyncPtr};
-use super::isa::Isa;
-use super::kernels::{self, WeightKernel};
-use super::ops;
-use super::pool::ThreadPool;
+use crate::engine::cpu::act::{ActBlock, ActKind, ActRows, Acts, SyncPtr};
+use crate::engine::cpu::isa::Isa;
+use crate::engine::cpu::kernels::{self, WeightKernel};
+use crate::engine::cpu::pool::ThreadPool;
+use crate::engine::cpu::vector;
 use crate::engine::error::{EngineError, Result};
 
 /// Output rows a thread handles together: their weights stay in L1/L2 while every token is dotted with them.
@@ -42,7 +42,7 @@ where
     K::Act: ActRows,
 {
     fn act_kind(&self) -> ActKind {
-        if K::Act::ELEMS == super::act::QK_K {
+        if K::Act::ELEMS == crate::engine::cpu::act::QK_K {
             ActKind::Q8K
         } else {
             ActKind::Q8
@@ -114,7 +114,7 @@ impl Rows for F32Rows {
         for r in rows {
             let w = &self.data[r * c..(r + 1) * c];
             for t in 0..acts.rows {
-                let v = ops::dot(self.isa, w, &acts.f32[t * c..(t + 1) * c]);
+                let v = vector::dot(self.isa, w, &acts.f32[t * c..(t + 1) * c]);
                 // SAFETY: row `r` belongs to this thread alone.
                 unsafe { *out.0.add(t * stride + r) = v };
             }

@@ -25,15 +25,11 @@ use super::{
     ProviderStream, RawCompletionRequest, ResponseFormat, SpecDecodeCounts, StopReason, Thinking,
     TokenCount, TokenLogprob, TokenizeRequest, Tokenized, ToolChoice, TopLogprob, Usage,
 };
-use crate::engine::constraint::assemble::{OutputAssembler, OutputDelta};
-use crate::engine::constraint::format::ToolCallFormat;
-use crate::engine::constraint::ConstraintSpec;
-use crate::engine::generate::{self, FinishReason, GenerateEvent, GenerateRequest};
-use crate::engine::prompt;
-use crate::engine::reasoning::{Piece, ReasoningSplitter};
-use crate::engine::template::ChatTemplate;
-use crate::engine::tokenizer::Tokenizer;
-use crate::engine::Engine;
+use crate::engine::{
+    chat_prompt_tokens, ChatTemplate, ConstraintSpec, Engine, FinishReason, GenerateEvent,
+    GenerateRequest, GenerateSummary, OutputAssembler, OutputDelta, ReasoningPiece,
+    ReasoningSplitter, TokenLogprob as EngineLogprob, Tokenizer, ToolCallFormat,
+};
 
 /// How long a cancelled request waits for the engine's final (exact) usage before it ends without it.
 const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
@@ -77,7 +73,7 @@ impl LocalProvider {
     }
 
     /// The log-probability entry of token `id`, with texts for it and its alternatives.
-    fn logprob_entry(&self, id: u32, lp: &generate::TokenLogprob) -> TokenLogprob {
+    fn logprob_entry(&self, id: u32, lp: &EngineLogprob) -> TokenLogprob {
         let tokenizer = self.engine.tokenizer();
         let piece = |t: u32| {
             let bytes = tokenizer.token_bytes(t);
@@ -281,11 +277,7 @@ impl LocalProvider {
         let mut assembler = self.engine.assembler(&gen);
         // The generation's own token: stopping it after a repeated call must not cancel the caller's.
         let generation = cancel.child_token();
-        let mut events = raw::EngineEvents::new(self.engine.generate(
-            gen,
-            request.cache_key.clone(),
-            generation.clone(),
-        ));
+        let mut events = raw::EngineEvents::new(self.engine.generate(gen, generation.clone()));
         let mut output = 0u64;
         loop {
             let Some(ev) = events.next(&cancel).await else {
@@ -362,7 +354,7 @@ impl LocalProvider {
 #[derive(Default)]
 struct CallMap {
     map: Vec<(usize, usize)>,
-    /// The engine is closing a call early (see [`generate::TokenEvent::closes_call`]).
+    /// The engine is closing a call early (see [`crate::engine::TokenEvent::closes_call`]).
     closing: bool,
     /// Deltas of the call being held.
     held: Vec<OutputDelta>,
@@ -472,15 +464,15 @@ fn feed(
 
 /// Forwards split output: reasoning as thinking, content to the output assembler.
 fn feed_pieces(
-    pieces: Vec<Piece>,
+    pieces: Vec<ReasoningPiece>,
     assembler: &mut OutputAssembler,
     calls: &mut CallMap,
     out: &mut Assembler,
 ) -> Result<(), ProviderError> {
     for piece in pieces {
         match piece {
-            Piece::Reasoning(text) => out.thinking(&text),
-            Piece::Content(text) => feed(assembler, &text, calls, out)?,
+            ReasoningPiece::Reasoning(text) => out.thinking(&text),
+            ReasoningPiece::Content(text) => feed(assembler, &text, calls, out)?,
         }
     }
     Ok(())
@@ -513,10 +505,10 @@ pub fn constraint_spec(request: &CompletionRequest) -> Option<ConstraintSpec> {
 }
 
 /// Renders `request` the way the engine's model expects (tools shown through the template or injected into the
-/// system message in `format`; see [`prompt::render_chat`]; a thinking level sets the template's
+/// system message in `format`; see the engine's `render_chat`; a thinking level sets the template's
 /// `enable_thinking`), with the generation prompt, and tokenizes it: the
 /// template's markup becomes control tokens, the request's own strings never do (see
-/// [`prompt::chat_prompt_tokens`]). BOS is prepended when the tokenizer wants one and the template did not write
+/// [`chat_prompt_tokens`]). BOS is prepended when the tokenizer wants one and the template did not write
 /// it. Generation, `count_tokens` and chat `/tokenize` all use this, so usage is exact.
 pub fn render_prompt(
     template: &ChatTemplate,
@@ -524,7 +516,7 @@ pub fn render_prompt(
     format: ToolCallFormat,
     request: &CompletionRequest,
 ) -> Result<Vec<u32>, ProviderError> {
-    prompt::chat_prompt_tokens(
+    chat_prompt_tokens(
         template,
         tokenizer,
         &wire::messages(request),
@@ -538,7 +530,7 @@ pub fn render_prompt(
 
 /// The exact usage of a local generation: its prompt, output and reused tokens, and what speculative decoding
 /// drafted and got accepted.
-fn summary_usage(s: &generate::GenerateSummary) -> Usage {
+fn summary_usage(s: &GenerateSummary) -> Usage {
     let mut usage = Usage::new(
         s.prompt_tokens as u64,
         s.completion_tokens as u64,

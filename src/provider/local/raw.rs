@@ -12,7 +12,7 @@ use super::super::{
     ProviderError, RawCompletionRequest, RawPrompt, StopReason, TokenizeInput, Tokenized, Usage,
 };
 use super::{render_prompt, LocalProvider, CANCEL_GRACE};
-use crate::engine::generate::{FinishReason, GenerateEvent, GenerateRequest};
+use crate::engine::{FinishReason, GenerateEvent, GenerateRequest};
 
 /// The events of one engine job, read so that a cancel does not wait forever: a running job stops within a
 /// token and reports exact usage; a job still queued behind another is only dropped when the engine reaches it,
@@ -139,7 +139,7 @@ impl LocalProvider {
             constraint: None,
             cache_scope: request.cache_scope.clone(),
         };
-        let mut events = EngineEvents::new(self.engine.generate(gen, None, cancel.clone()));
+        let mut events = EngineEvents::new(self.engine.generate(gen, cancel.clone()));
         let mut output = 0u64;
         while let Some(ev) = events.next(&cancel).await {
             match ev {

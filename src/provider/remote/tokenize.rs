@@ -14,11 +14,8 @@ use super::super::{
     TokenCount, TokenizeInput, TokenizeRequest, Tokenized,
 };
 use super::{wire, Shared};
-use crate::engine::constraint::format::ToolCallFormat;
-use crate::engine::fetch::{self, FetchOptions, ModelSelector};
-use crate::engine::gguf::GgufFile;
-use crate::engine::template::ChatTemplate;
-use crate::engine::tokenizer::Tokenizer;
+use crate::engine::files::fetch::{self, FetchOptions, ModelSelector};
+use crate::engine::{ChatTemplate, GgufFile, Tokenizer, ToolCallFormat};
 
 /// A model's tokenizer and chat template, without its weights.
 pub(super) struct LocalTokenizer {

@@ -5,12 +5,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agentd::agent::compaction::{CompactionReason, CompactionSettings, Compactor};
-use agentd::agent::context::{context_tokens, prompt_request, ContextPolicy};
+use agentd::agent::context::{context_tokens, prompt_request};
+use agentd::agent::hooks::ContextPolicy;
 use agentd::agent::summary::SUMMARY_SYSTEM_PROMPT;
 use agentd::agent::{
     Agent, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig, AgentMessage,
 };
+use agentd::agent::{CompactionReason, CompactionSettings, Compactor};
 use agentd::app::Recorder;
 use agentd::provider::{
     collect, estimate_tokens, CompletionRequest, ErrorKind, LocalProvider, ModelDescriptor,

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use agentd::cache::{cache_key, CacheConfig, CachingProvider, PromptKey, ResponseCache};
+use agentd::provider::response_cache::{
+    cache_key, CacheConfig, CachingProvider, PromptKey, ResponseCache,
+};
 use agentd::provider::{
     collect, CompletionRequest, ErrorKind, LocalProvider, Provider, Sampling, ScriptedProvider,
     ScriptedReply, ToolSpec,

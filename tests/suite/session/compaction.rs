@@ -5,9 +5,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use agentd::agent::compaction::{Budget, CompactionReason, CompactionSettings, Compactor};
+use agentd::agent::compaction::{Budget, CompactionSettings, Compactor};
 use agentd::agent::context::context_tokens;
 use agentd::agent::summary::{SECTIONS, SUMMARY_SYSTEM_PROMPT};
+use agentd::agent::CompactionReason;
 use agentd::agent::{
     agent_loop, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig, AgentMessage,
     AssistantTurn, ToolResult,

@@ -80,7 +80,7 @@ pub struct ToolCallsBenchArgs {
     device: String,
     /// --local: how quantized weights are kept (auto | native | q8_0).
     #[arg(long, default_value = "auto")]
-    weights: agentd::engine::model::WeightFormat,
+    weights: agentd::engine::WeightFormat,
     /// --local: use only the model cache; fetch nothing.
     #[arg(long)]
     offline: bool,
@@ -169,7 +169,10 @@ impl Config {
             (Some(p), _) => (String::new(), Some(p.clone())),
             (None, Some(m)) if Path::new(m).is_file() => (String::new(), Some(PathBuf::from(m))),
             (None, Some(m)) => (m.clone(), None),
-            (None, None) => (agentd::engine::manifest::DEFAULT_MODEL.to_string(), None),
+            (None, None) => (
+                agentd::engine::files::manifest::DEFAULT_MODEL.to_string(),
+                None,
+            ),
         };
         EngineArgs {
             model,

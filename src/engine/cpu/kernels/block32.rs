@@ -448,7 +448,10 @@ pub(super) mod neon {
     unsafe fn scales(p: *const u8) -> (f32, f32) {
         // SAFETY: the caller guarantees 4 readable bytes.
         let b = unsafe { std::slice::from_raw_parts(p, 4) };
-        (super::f16_at(b, 0), super::f16_at(b, 2))
+        (
+            crate::engine::cpu::kernels::block32::f16_at(b, 0),
+            crate::engine::cpu::kernels::block32::f16_at(b, 2),
+        )
     }
 
     macro_rules! driver {
@@ -522,9 +525,11 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
-    use super::super::{q4_0::Q4_0, q4_1::Q4_1, q5_0::Q5_0, q5_1::Q5_1, q8_0::Q8_0, WeightKernel};
     use crate::engine::cpu::act::{quantize_q8, BlockQ8};
     use crate::engine::cpu::isa::Isa;
+    use crate::engine::cpu::kernels::{
+        q4_0::Q4_0, q4_1::Q4_1, q5_0::Q5_0, q5_1::Q5_1, q8_0::Q8_0, WeightKernel,
+    };
 
     /// Nanoseconds per call of `f`: the best of 40 rounds of about 1 ms (short rounds, so that some run
     /// without the processor being taken away on a shared machine).

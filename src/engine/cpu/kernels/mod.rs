@@ -4,8 +4,8 @@
 
 use candle_core::quantized::GgmlDType;
 
-use super::act::ActBlock;
-use super::isa::Isa;
+use crate::engine::cpu::act::ActBlock;
+use crate::engine::cpu::isa::Isa;
 
 mod block32;
 pub mod q4_0;
@@ -60,9 +60,9 @@ pub(crate) mod testing {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
-    use super::WeightKernel;
     use crate::engine::cpu::act::{ActBlock, BlockQ8K};
     use crate::engine::cpu::isa::Isa;
+    use crate::engine::cpu::kernels::WeightKernel;
 
     /// An f16 scale in `[-lim, lim]`, as little-endian bytes.
     pub fn scale(rng: &mut StdRng, lim: f32) -> [u8; 2] {

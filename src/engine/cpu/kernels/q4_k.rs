@@ -466,8 +466,8 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::Rng;
 
-    use super::super::testing::{self, check_kernel};
     use super::*;
+    use crate::engine::cpu::kernels::testing::{self, check_kernel};
 
     fn block(rng: &mut StdRng) -> Vec<u8> {
         let mut b = Vec::with_capacity(BLOCK_BYTES);

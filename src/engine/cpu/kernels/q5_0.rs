@@ -5,7 +5,7 @@
 
 use candle_core::quantized::GgmlDType;
 
-use super::block32::{self, Block32};
+use crate::engine::cpu::kernels::block32::{self, Block32};
 
 #[cfg(target_arch = "aarch64")]
 use std::arch::aarch64::*;
@@ -91,7 +91,7 @@ impl Block32 for Q5_0 {
 mod tests {
     use rand::Rng;
 
-    use super::Q5_0;
+    use crate::engine::cpu::kernels::q5_0::Q5_0;
     use crate::engine::cpu::kernels::testing;
 
     fn block(rng: &mut rand::rngs::StdRng) -> Vec<u8> {

@@ -11,10 +11,10 @@
 
 use candle_core::quantized::GgmlDType;
 
-use super::q4_k::{min_term, scales_mins};
 use super::{f16_at, WeightKernel};
 use crate::engine::cpu::act::{BlockQ8K, QK_K};
 use crate::engine::cpu::isa::Isa;
+use crate::engine::cpu::kernels::q4_k::{min_term, scales_mins};
 
 /// Q5_K rows.
 pub struct Q5K;
@@ -322,8 +322,8 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::Rng;
 
-    use super::super::testing::{self, check_kernel};
     use super::*;
+    use crate::engine::cpu::kernels::testing::{self, check_kernel};
 
     fn block(rng: &mut StdRng) -> Vec<u8> {
         let mut b = Vec::with_capacity(BLOCK_BYTES);

@@ -119,9 +119,9 @@ fn dot_scalar(w: &[u8], x: &[BlockQ8K]) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::BLOCK_BYTES;
     use crate::engine::cpu::act::BlockQ8K;
     use crate::engine::cpu::kernels::q4_k::x86::{blocks, f16x1, fold512, hsum};
+    use crate::engine::cpu::kernels::q6_k::BLOCK_BYTES;
 
     /// A `pshufb` mask broadcasting word `a` over the low 128-bit lane and word `b` over the high one.
     #[inline(always)]
@@ -380,8 +380,8 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::Rng;
 
-    use super::super::testing::{self, check_kernel};
     use super::*;
+    use crate::engine::cpu::kernels::testing::{self, check_kernel};
 
     fn block(rng: &mut StdRng) -> Vec<u8> {
         let mut b: Vec<u8> = (0..208).map(|_| rng.gen::<u8>()).collect();

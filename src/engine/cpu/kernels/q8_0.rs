@@ -3,7 +3,7 @@
 
 use candle_core::quantized::GgmlDType;
 
-use super::block32::Block32;
+use crate::engine::cpu::kernels::block32::Block32;
 
 #[cfg(target_arch = "aarch64")]
 use std::arch::aarch64::*;
@@ -56,7 +56,7 @@ impl Block32 for Q8_0 {
 mod tests {
     use rand::Rng;
 
-    use super::Q8_0;
+    use crate::engine::cpu::kernels::q8_0::Q8_0;
     use crate::engine::cpu::kernels::testing;
 
     fn block(rng: &mut rand::rngs::StdRng) -> Vec<u8> {

@@ -1,0 +1,224 @@
+//! The f32 vector operations of the forward pass (dot, axpy, RMS norm, SwiGLU, GeGLU, softmax, rotary), written once
+//! as plain loops over 8-wide chunks and compiled twice: as is, and inside an AVX2/FMA `target_feature`
+//! function so the same loops become 256-bit code on processors that have it (picked at run time).
+
+use crate::engine::cpu::isa::Isa;
+
+macro_rules! multiversion {
+    ($(#[$m:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? => $generic:ident, $avx2:ident) => {
+        $(#[$m])*
+        #[inline]
+        pub fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            if isa.has_avx2() {
+                // SAFETY: `has_avx2` checked that the processor has AVX2 and FMA.
+                return unsafe { $avx2($($arg),*) };
+            }
+            let _ = isa;
+            $generic($($arg),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn $avx2($($arg: $ty),*) $(-> $ret)? {
+            $generic($($arg),*)
+        }
+    };
+}
+
+multiversion! {
+    /// Σ a·b over the shorter length.
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 => dot_generic, dot_avx2
+}
+
+multiversion! {
+    /// y += a·x.
+    pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) => axpy_generic, axpy_avx2
+}
+
+multiversion! {
+    /// out = x / rms(x) · w (llama's RMS norm).
+    pub fn rms_norm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) => rms_norm_generic, rms_norm_avx2
+}
+
+multiversion! {
+    /// g = silu(g) · u.
+    pub fn silu_mul(g: &mut [f32], u: &[f32]) => silu_mul_generic, silu_mul_avx2
+}
+
+multiversion! {
+    /// g = gelu(g) · u, GELU's tanh approximation (Gemma's GeGLU).
+    pub fn gelu_mul(g: &mut [f32], u: &[f32]) => gelu_mul_generic, gelu_mul_avx2
+}
+
+multiversion! {
+    /// y += x.
+    pub fn add(y: &mut [f32], x: &[f32]) => add_generic, add_avx2
+}
+
+multiversion! {
+    /// `scores[j] = q·k_j · scale` for the `scores.len()` rows of `keys` (one block of an attention head).
+    pub fn scores(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) => scores_generic, scores_avx2
+}
+
+multiversion! {
+    /// `out += Σ_j w[j] · v_j` over the `w.len()` rows of `values` (one block of an attention head).
+    pub fn accumulate(out: &mut [f32], w: &[f32], values: &[f32]) => accumulate_generic, accumulate_avx2
+}
+
+#[inline(always)]
+fn scores_generic(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
+    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(q.len())) {
+        *s = dot_generic(q, k) * scale;
+    }
+}
+
+#[inline(always)]
+fn accumulate_generic(out: &mut [f32], w: &[f32], values: &[f32]) {
+    for (w, v) in w.iter().zip(values.chunks_exact(out.len())) {
+        axpy_generic(out, *w, v);
+    }
+}
+
+#[inline(always)]
+fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut s = acc.iter().sum::<f32>();
+    for (x, y) in ar.iter().zip(br) {
+        s += x * y;
+    }
+    s
+}
+
+#[inline(always)]
+fn axpy_generic(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
+#[inline(always)]
+fn add_generic(y: &mut [f32], x: &[f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += x;
+    }
+}
+
+#[inline(always)]
+fn rms_norm_generic(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rem = chunks.remainder();
+    for c in chunks {
+        for l in 0..8 {
+            acc[l] += c[l] * c[l];
+        }
+    }
+    let mut ss = acc.iter().sum::<f32>();
+    for v in rem {
+        ss += v * v;
+    }
+    let scale = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for ((o, x), w) in out.iter_mut().zip(x).zip(w) {
+        *o = x * scale * w;
+    }
+}
+
+#[inline(always)]
+fn silu_mul_generic(g: &mut [f32], u: &[f32]) {
+    for (g, u) in g.iter_mut().zip(u) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+#[inline(always)]
+fn gelu_mul_generic(g: &mut [f32], u: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (g, u) in g.iter_mut().zip(u) {
+        let x = *g;
+        *g = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh()) * u;
+    }
+}
+
+/// Softmax in place (max-subtracted).
+#[inline(always)]
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Rotary embedding of one head in place: `cos`/`sin` hold `head_dim / 2` values for the position;
+/// `neox` pairs dimension i with i + d/2, otherwise adjacent pairs (2i, 2i + 1).
+pub fn rope(x: &mut [f32], cos: &[f32], sin: &[f32], neox: bool) {
+    let half = x.len() / 2;
+    if neox {
+        let (a, b) = x.split_at_mut(half);
+        for i in 0..half {
+            let (x0, x1) = (a[i], b[i]);
+            a[i] = x0 * cos[i] - x1 * sin[i];
+            b[i] = x0 * sin[i] + x1 * cos[i];
+        }
+    } else {
+        for i in 0..half {
+            let (x0, x1) = (x[2 * i], x[2 * i + 1]);
+            x[2 * i] = x0 * cos[i] - x1 * sin[i];
+            x[2 * i + 1] = x0 * sin[i] + x1 * cos[i];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_computes_the_same_values() {
+        let a: Vec<f32> = (0..77).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..77).map(|i| (i as f32 * 0.11).cos()).collect();
+        let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        for isa in Isa::available() {
+            assert!((dot(isa, &a, &b) - want).abs() < 1e-4);
+            let mut y = b.clone();
+            axpy(isa, &mut y, 2.0, &a);
+            assert!((y[5] - (b[5] + 2.0 * a[5])).abs() < 1e-6);
+            let mut out = vec![0f32; 77];
+            rms_norm(isa, &mut out, &a, &b, 1e-5);
+            let rms = (a.iter().map(|v| v * v).sum::<f32>() / 77.0 + 1e-5).sqrt();
+            assert!((out[9] - a[9] / rms * b[9]).abs() < 1e-5);
+            let mut g = a.clone();
+            silu_mul(isa, &mut g, &b);
+            let s = a[3] / (1.0 + (-a[3]).exp()) * b[3];
+            assert!((g[3] - s).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn rope_rotates_pairs() {
+        let mut x = vec![1.0, 0.0, 0.0, 1.0];
+        rope(&mut x, &[0.0, 1.0], &[1.0, 0.0], false);
+        assert_eq!(x, vec![0.0, 1.0, 0.0, 1.0]);
+        let mut x = vec![1.0, 0.0, 0.0, 1.0];
+        rope(&mut x, &[0.0, 1.0], &[1.0, 0.0], true);
+        assert_eq!(x, vec![0.0, 0.0, 1.0, 1.0]);
+        let mut p = vec![3.0, 1.0, 2.0, 5.0];
+        softmax(&mut p);
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6 && p[3] > p[0]);
+    }
+}

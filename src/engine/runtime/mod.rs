@@ -1,0 +1,7 @@
+//! The engine thread: the actor that owns the model and answers requests (`actor.rs`), the scheduler that
+//! batches every running sequence into one forward pass over the paged KV store (`scheduler.rs`), and one
+//! sequence's decode state (`sequence.rs`). Nothing else in the engine imports it.
+
+pub mod actor;
+pub mod scheduler;
+pub mod sequence;
