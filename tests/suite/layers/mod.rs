@@ -1,0 +1,272 @@
+//! The library's layering (`../shared/DESIGN.md`): arrows between the top-level modules of `src/` point one way
+//! (every `crate::<module>` path outside comments counts as an arrow; the leaves `schema` and `env` import
+//! nothing of ours, and nothing imports `server`); no two files import each other, directly or around a loop
+//! (`graph.rs`); inside the engine the folders point down as `src/engine/mod.rs` draws them; and the rest of the
+//! crate reaches the engine only through the names `engine/mod.rs` re-exports.
+
+mod graph;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use graph::Graph;
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The top-level modules of the library (`src/x.rs` or `src/x/`), without the binary's `cli`.
+fn modules() -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(src())
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = e.path();
+            if path.is_dir() {
+                Some(name)
+            } else {
+                name.strip_suffix(".rs").map(str::to_string)
+            }
+        })
+        .filter(|m| !matches!(m.as_str(), "lib" | "main" | "cli"))
+        .collect();
+    out.sort();
+    out
+}
+
+fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
+    if path.is_dir() {
+        for e in std::fs::read_dir(path).unwrap().flatten() {
+            rust_files(&e.path(), out);
+        }
+    } else if path.extension().is_some_and(|e| e == "rs") {
+        out.push(path.to_path_buf());
+    }
+}
+
+/// Module → the other top-level modules its code names as `crate::<module>`.
+fn arrows() -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules();
+    let mut graph = BTreeMap::new();
+    for m in &mods {
+        let mut files = Vec::new();
+        let dir = src().join(m);
+        if dir.is_dir() {
+            rust_files(&dir, &mut files);
+        } else {
+            files.push(src().join(format!("{m}.rs")));
+        }
+        let mut to = BTreeSet::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                let mut rest = line;
+                while let Some(at) = rest.find("crate::") {
+                    rest = &rest[at + "crate::".len()..];
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if &name != m && mods.contains(&name) {
+                        to.insert(name);
+                    }
+                }
+            }
+        }
+        graph.insert(m.clone(), to);
+    }
+    graph
+}
+
+/// A cycle through `node`, if the graph has one reachable from it.
+fn find_cycle(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    node: &str,
+    path: &mut Vec<String>,
+    done: &mut BTreeSet<String>,
+) -> Option<Vec<String>> {
+    if let Some(at) = path.iter().position(|p| p == node) {
+        let mut cycle = path[at..].to_vec();
+        cycle.push(node.to_string());
+        return Some(cycle);
+    }
+    if done.contains(node) {
+        return None;
+    }
+    path.push(node.to_string());
+    for next in graph.get(node).into_iter().flatten() {
+        if let Some(c) = find_cycle(graph, next, path, done) {
+            return Some(c);
+        }
+    }
+    path.pop();
+    done.insert(node.to_string());
+    None
+}
+
+#[test]
+fn top_level_modules_form_no_cycle() {
+    let graph = arrows();
+    assert!(graph.len() >= 10, "modules found: {graph:?}");
+    let mut done = BTreeSet::new();
+    for m in graph.keys() {
+        if let Some(cycle) = find_cycle(&graph, m, &mut Vec::new(), &mut done) {
+            panic!("import cycle: {}\n{graph:#?}", cycle.join(" → "));
+        }
+    }
+}
+
+#[test]
+fn leaves_import_nothing_and_nothing_imports_the_server() {
+    let graph = arrows();
+    for leaf in ["schema", "env"] {
+        assert_eq!(graph[leaf], BTreeSet::new(), "{leaf} must be a leaf");
+    }
+    for (m, to) in &graph {
+        assert!(!to.contains("server"), "{m} imports server");
+    }
+    // The server reaches the model only through the provider boundary.
+    assert!(!graph["server"].contains("engine"), "{:?}", graph["server"]);
+}
+
+#[test]
+fn no_two_files_import_each_other() {
+    let g = Graph::read(&src());
+    assert!(g.files.len() > 100, "{} files", g.files.len());
+    // The reader sees real arrows: the engine thread imports the scheduler, a tool its trait.
+    let m = |p: &str| graph::module_of(p);
+    assert!(g.edges[&m("engine/runtime/actor.rs")].contains(&m("engine/runtime/scheduler.rs")));
+    assert!(g.edges[&m("tools/read.rs")].contains(&m("tools/tool.rs")));
+    let cycles = g.cycles();
+    assert!(
+        cycles.is_empty(),
+        "files that import each other: {cycles:#?}"
+    );
+}
+
+/// The engine's groups (a folder, or a file directly under `src/engine/`) and the groups each may import.
+/// `None`: anything below it.
+const ENGINE_ARROWS: &[(&str, Option<&[&str]>)] = &[
+    ("runtime", None),
+    (
+        "tool_calls",
+        Some(&["constraint", "call_format", "request", "text", "error"]),
+    ),
+    (
+        "request",
+        Some(&[
+            "constraint",
+            "sampler",
+            "speculative",
+            "tool_calls",
+            "error",
+        ]),
+    ),
+    (
+        "constraint",
+        Some(&["text", "call_format", "sampler", "error"]),
+    ),
+    (
+        "parity",
+        Some(&["model", "kv", "sampler", "device", "gguf", "error"]),
+    ),
+    (
+        "model",
+        Some(&["cpu", "candle", "arch", "kv", "device", "gguf", "error"]),
+    ),
+    ("cpu", Some(&["arch", "kv", "device", "gguf", "error"])),
+    ("candle", Some(&["arch", "kv", "device", "gguf", "error"])),
+    (
+        "files",
+        Some(&["arch", "text", "gguf", "call_format", "error"]),
+    ),
+    ("text", Some(&["call_format", "gguf", "error"])),
+    ("arch", Some(&["gguf", "device", "error"])),
+    ("kv", Some(&["device", "error"])),
+    ("speculative", Some(&["error"])),
+    ("sampler", Some(&["error"])),
+    ("call_format", Some(&["error"])),
+    ("gguf", Some(&["error"])),
+    ("device", Some(&["error"])),
+    ("error", Some(&[])),
+];
+
+#[test]
+fn engine_folders_point_down() {
+    let g = Graph::read(&src());
+    let group = |m: &[String]| -> Option<String> {
+        (m.len() >= 2 && m[0] == "engine").then(|| m[1].clone())
+    };
+    let mut groups = BTreeSet::new();
+    let mut wrong = Vec::new();
+    for (from, to) in &g.edges {
+        let Some(gf) = group(from) else { continue };
+        groups.insert(gf.clone());
+        let Some((_, allowed)) = ENGINE_ARROWS.iter().find(|(name, _)| *name == gf) else {
+            wrong.push(format!(
+                "{}: a group this test does not know",
+                g.files[from]
+            ));
+            continue;
+        };
+        for t in to {
+            let Some(gt) = group(t) else { continue };
+            if gt == gf {
+                continue;
+            }
+            if gt == "runtime" || allowed.is_some_and(|a| !a.contains(&gt.as_str())) {
+                wrong.push(format!("{} → {}", g.files[from], g.files[t]));
+            }
+        }
+    }
+    assert!(groups.len() >= 15, "{groups:?}");
+    assert!(
+        wrong.is_empty(),
+        "arrows that point up or sideways in the engine: {wrong:#?}"
+    );
+}
+
+#[test]
+fn other_layers_use_the_engines_api() {
+    // The binary's files too: `agentd::engine::…` there is the same API.
+    let root = src();
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let engine = root.join("engine");
+    let modules: BTreeSet<String> = std::fs::read_dir(&engine)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".rs").map(str::to_string).unwrap_or(name)
+        })
+        .filter(|m| m != "mod")
+        .collect();
+    assert!(
+        modules.contains("runtime") && modules.contains("kv"),
+        "{modules:?}"
+    );
+    let mut wrong = Vec::new();
+    for f in files.iter().filter(|f| !f.starts_with(&engine)) {
+        let text = graph::strip(&std::fs::read_to_string(f).unwrap());
+        let heads: BTreeSet<String> = ["crate", "agentd"].map(String::from).into();
+        let mut found = graph::use_items(&text, false);
+        found.extend(graph::paths(&text, &heads));
+        for p in found {
+            let segs: Vec<&str> = p.split("::").map(str::trim).collect();
+            if segs.len() >= 3
+                && matches!(segs[0], "crate" | "agentd")
+                && segs[1] == "engine"
+                && modules.contains(segs[2])
+                && !matches!(segs[2], "files" | "parity")
+            {
+                wrong.push(format!("{}: {p}", f.strip_prefix(&root).unwrap().display()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "engine internals named outside the engine (re-export the name in engine/mod.rs): {wrong:#?}"
+    );
+}
