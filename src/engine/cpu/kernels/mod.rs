@@ -8,6 +8,7 @@ use crate::engine::cpu::act::ActBlock;
 use crate::engine::cpu::isa::Isa;
 
 mod block32;
+mod kquant;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;

@@ -1,4 +1,5 @@
-//! Q6_K weights · Q8_K activations.
+//! Q6_K weights · Q8_K activations: the super-block layout; the walking, the dispatch and the tails are
+//! [`super::kquant`]'s.
 //!
 //! A 256-value super-block (210 bytes, ggml's `block_q6_K`): `ql[128]` (low 4 bits) at 0, `qh[64]` (high 2
 //! bits) at 128, 16 signed 8-bit scales at 192, f16 `d` at 208. Each 128-value half `h` uses `ql[64h..]`,
@@ -8,17 +9,26 @@
 //!
 //! `w·x = dx·d·(Σ_k sc[k]·Σ q·q8 − 32·Σ_k sc[k]·bsums[k])`.
 //!
-//! Paths: plain Rust; AVX2 (the unsigned 6-bit values × int8 with `maddubs`, `madd` by a register holding
-//! two groups' scales); AVX-512 VNNI (64 values per register, the high bits placed with per-lane shifts,
-//! `maddubs` then `vpdpwssd` by the scales, the `−32` offset folded in with one more `vpdpwssd` of the
-//! `bsums`); NEON (`sdot` or `smull`). One const-generic body serves `vec_dot` (1 token) and `vec_dot_x4`
-//! (4 tokens, each weight block unpacked once).
+//! Unpacking: AVX2 makes the four 32-value sets of a half from two `ql` loads and one `qh` load, each set's
+//! scales in a register holding two groups' scales (one per 128-bit lane); AVX-512 VNNI makes 64 values per
+//! register, the high bits placed with per-lane shifts, and folds the `−32` offset in with one more
+//! `vpdpwssd` of the `bsums`; NEON works as AVX2 on 16-byte halves.
 
 use candle_core::quantized::GgmlDType;
 
+use super::kquant::{self, KQuant};
 use super::{f16_at, WeightKernel};
 use crate::engine::cpu::act::{BlockQ8K, QK_K};
 use crate::engine::cpu::isa::Isa;
+
+#[cfg(target_arch = "x86_64")]
+use super::kquant::x86::{f16x1, halves};
+#[cfg(target_arch = "aarch64")]
+use super::kquant::NeonChunk;
+#[cfg(target_arch = "aarch64")]
+use std::arch::aarch64::*;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
 
 /// Q6_K rows.
 pub struct Q6K;
@@ -33,110 +43,93 @@ impl WeightKernel for Q6K {
     type Act = BlockQ8K;
 
     fn vec_dot(isa: Isa, w: &[u8], x: &[BlockQ8K]) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if isa.has_avx512() {
-                // SAFETY: `has_avx512` checked AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C at run time; the
-                // kernel reads only the blocks both slices hold.
-                return unsafe { x86::dot_avx512::<1>(w, [x]) }[0];
-            }
-            if isa.has_avx2() {
-                // SAFETY: `has_avx2` checked AVX2, FMA and F16C at run time; bounds as above.
-                return unsafe { x86::dot_avx2::<1>(w, [x]) }[0];
-            }
-        }
-        #[cfg(target_arch = "aarch64")]
-        if isa.has_neon() {
-            return neon::dot::<1>(w, [x])[0];
-        }
-        let _ = isa;
-        dot_scalar(w, x)
+        kquant::vec_dot::<Self>(isa, w, x)
     }
 
     fn vec_dot_x4(isa: Isa, w: &[u8], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if isa.has_avx512() {
-                // SAFETY: as in `vec_dot`.
-                return unsafe { x86::dot_avx512::<4>(w, x) };
-            }
-            if isa.has_avx2() {
-                // SAFETY: as in `vec_dot`.
-                return unsafe { x86::dot_avx2::<4>(w, x) };
-            }
-        }
-        #[cfg(target_arch = "aarch64")]
-        if isa.has_neon() {
-            return neon::dot::<4>(w, x);
-        }
-        let _ = isa;
-        x.map(|x| dot_scalar(w, x))
+        kquant::vec_dot_x4::<Self>(isa, w, x)
     }
+}
+
+/// `d` and the 16 scales of a block.
+#[derive(Clone, Copy)]
+pub(super) struct Head {
+    d: f32,
+    sc: [u8; 16],
 }
 
 /// `Σ_k sc[k]·bsums[k]` (the offset term, before its factor −32).
 #[inline(always)]
-fn offset_term(sc: &[u8], bsums: &[i16; 16]) -> i32 {
+fn offset_term(sc: &[u8; 16], bsums: &[i16; 16]) -> i32 {
     sc.iter()
         .zip(bsums)
         .map(|(&s, &b)| s as i8 as i32 * b as i32)
         .sum()
 }
 
-fn dot_scalar(w: &[u8], x: &[BlockQ8K]) -> f32 {
-    let mut sum = 0f32;
-    for (wb, xb) in w.chunks_exact(BLOCK_BYTES).zip(x) {
-        let sc = &wb[192..208];
-        let mut isum = 0i32;
-        for h in 0..2 {
-            let ql = &wb[64 * h..64 * h + 64];
-            let qh = &wb[128 + 32 * h..128 + 32 * h + 32];
-            let a = &xb.qs[128 * h..128 * h + 128];
-            // Per 16-value group: g = 4 value sets (l, l+32, l+64, l+96) × 2 halves of l.
-            let mut g = [0i32; 8];
-            for l in 0..32 {
-                let q = [
-                    (ql[l] & 0xf) | ((qh[l] & 3) << 4),
-                    (ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4),
-                    (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
-                    (ql[l + 32] >> 4) | ((qh[l] >> 6) << 4),
-                ];
-                for (s, &q) in q.iter().enumerate() {
-                    g[2 * s + l / 16] += q as i32 * a[32 * s + l] as i32;
-                }
-            }
-            for (k, g) in g.iter().enumerate() {
-                isum += sc[8 * h + k] as i8 as i32 * g;
-            }
-        }
-        isum -= 32 * offset_term(sc, &xb.bsums);
-        sum += f16_at(wb, 208) * xb.d * isum as f32;
-    }
-    sum
+/// A `pshufb` mask broadcasting word `a` over the low 128-bit lane and word `b` over the high one.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn lane_words(a: i32, b: i32) -> __m256i {
+    let w = |k: i32| (((2 * k + 1) << 8) | (2 * k)) as i16;
+    _mm256_set_m128i(_mm_set1_epi16(w(b)), _mm_set1_epi16(w(a)))
 }
 
+/// A 512-bit `vpermw` index: word `base + lane / 8` in each of the 32 lanes (four groups' scales).
 #[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::*;
+#[inline(always)]
+unsafe fn group_index(base: i16) -> __m512i {
+    let lo = _mm256_set_m128i(_mm_set1_epi16(base + 1), _mm_set1_epi16(base));
+    let hi = _mm256_set_m128i(_mm_set1_epi16(base + 3), _mm_set1_epi16(base + 2));
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
 
-    use crate::engine::cpu::act::BlockQ8K;
-    use crate::engine::cpu::kernels::q4_k::x86::{blocks, f16x1, fold512, hsum};
-    use crate::engine::cpu::kernels::q6_k::BLOCK_BYTES;
+impl KQuant for Q6K {
+    const AVX2_PAIRS: bool = false;
 
-    /// A `pshufb` mask broadcasting word `a` over the low 128-bit lane and word `b` over the high one.
+    type Head = Head;
+
     #[inline(always)]
-    unsafe fn lane_words(a: i32, b: i32) -> __m256i {
-        let w = |k: i32| (((2 * k + 1) << 8) | (2 * k)) as i16;
-        _mm256_set_m128i(_mm_set1_epi16(w(b)), _mm_set1_epi16(w(a)))
+    fn head(b: &[u8]) -> Head {
+        let mut sc = [0u8; 16];
+        sc.copy_from_slice(&b[192..208]);
+        Head {
+            d: f16_at(b, 208),
+            sc,
+        }
     }
 
-    /// One Q6_K row · `N` activation rows, AVX2.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_avx2<const N: usize>(w: &[u8], x: [&[BlockQ8K]; N]) -> [f32; N] {
-        let nb = blocks(w, BLOCK_BYTES, &x);
+    #[inline(always)]
+    fn unpack(b: &[u8], q: &mut [u8; QK_K]) -> [i32; 16] {
+        for (h, q) in q.chunks_exact_mut(128).enumerate() {
+            let ql = &b[64 * h..64 * h + 64];
+            let qh = &b[128 + 32 * h..128 + 32 * h + 32];
+            for (l, &qh) in qh.iter().enumerate() {
+                q[l] = (ql[l] & 0xf) | ((qh & 3) << 4);
+                q[l + 32] = (ql[l + 32] & 0xf) | (((qh >> 2) & 3) << 4);
+                q[l + 64] = (ql[l] >> 4) | (((qh >> 4) & 3) << 4);
+                q[l + 96] = (ql[l + 32] >> 4) | ((qh >> 6) << 4);
+            }
+        }
+        std::array::from_fn(|k| b[192 + k] as i8 as i32)
+    }
+
+    #[inline(always)]
+    fn finish(h: &Head, xb: &BlockQ8K, isum: i32) -> f32 {
+        let isum = isum - 32 * offset_term(&h.sc, &xb.bsums);
+        h.d * xb.d * isum as f32
+    }
+
+    /// `d` and the 16 scales as words.
+    #[cfg(target_arch = "x86_64")]
+    type Avx2Tail = (f32, __m256i);
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn avx2_block(
+        p: *const u8,
+        mut each: impl FnMut(usize, &[(__m256i, __m256i)]),
+    ) -> (f32, __m256i) {
         let m4 = _mm256_set1_epi8(0x0f);
         let m30 = _mm256_set1_epi8(0x30);
         let masks = [
@@ -145,233 +138,146 @@ mod x86 {
             lane_words(4, 5),
             lane_words(6, 7),
         ];
-        let mut acc = [_mm256_setzero_ps(); N];
-        for i in 0..nb {
-            let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            let p = wb.as_ptr();
-            let d = f16x1(p.add(208));
-            // The 16 scales as words; each half's 8 in both 128-bit lanes.
-            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
-            let halves = [
-                _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc)),
-                _mm256_broadcastsi128_si256(_mm256_extracti128_si256::<1>(sc)),
+        let d = f16x1(p.add(208));
+        // The 16 scales as words; each half's 8 in both 128-bit lanes.
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+        let halves = [
+            _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc)),
+            _mm256_broadcastsi128_si256(_mm256_extracti128_si256::<1>(sc)),
+        ];
+        for (h, &sch) in halves.iter().enumerate() {
+            let ql0 = _mm256_loadu_si256(p.add(64 * h) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(p.add(64 * h + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(p.add(128 + 32 * h) as *const __m256i);
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                    _mm256_and_si256(qh, m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+                ),
             ];
-            let mut isum = [_mm256_setzero_si256(); N];
-            for (h, &sch) in halves.iter().enumerate() {
-                let ql0 = _mm256_loadu_si256(p.add(64 * h) as *const __m256i);
-                let ql1 = _mm256_loadu_si256(p.add(64 * h + 32) as *const __m256i);
-                let qh = _mm256_loadu_si256(p.add(128 + 32 * h) as *const __m256i);
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql0, m4),
-                        _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql1, m4),
-                        _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                        _mm256_and_si256(qh, m30),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                    ),
-                ];
-                let s = [
-                    _mm256_shuffle_epi8(sch, masks[0]),
-                    _mm256_shuffle_epi8(sch, masks[1]),
-                    _mm256_shuffle_epi8(sch, masks[2]),
-                    _mm256_shuffle_epi8(sch, masks[3]),
-                ];
-                for (t, xt) in x.iter().enumerate() {
-                    let a = xt.get_unchecked(i).qs.as_ptr().add(128 * h);
-                    for g in 0..4 {
-                        let av = _mm256_loadu_si256(a.add(32 * g) as *const __m256i);
-                        let pg = _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], av), s[g]);
-                        isum[t] = _mm256_add_epi32(isum[t], pg);
-                    }
-                }
-            }
-            for (t, xt) in x.iter().enumerate() {
-                let xb = xt.get_unchecked(i);
-                let bs = _mm256_loadu_si256(xb.bsums.as_ptr() as *const __m256i);
-                let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc));
-                let s = _mm256_sub_epi32(isum[t], off);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(s), acc[t]);
-            }
+            let s = [
+                _mm256_shuffle_epi8(sch, masks[0]),
+                _mm256_shuffle_epi8(sch, masks[1]),
+                _mm256_shuffle_epi8(sch, masks[2]),
+                _mm256_shuffle_epi8(sch, masks[3]),
+            ];
+            each(
+                128 * h,
+                &[(q[0], s[0]), (q[1], s[1]), (q[2], s[2]), (q[3], s[3])],
+            );
         }
-        let mut out = [0f32; N];
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = hsum(a);
-        }
-        out
+        (d, sc)
     }
 
-    /// A 512-bit `vpermw` index: word `base + lane / 8` in each of the 32 lanes (four groups' scales).
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn group_index(base: i16) -> __m512i {
-        let lo = _mm256_set_m128i(_mm_set1_epi16(base + 1), _mm_set1_epi16(base));
-        let hi = _mm256_set_m128i(_mm_set1_epi16(base + 3), _mm_set1_epi16(base + 2));
-        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    unsafe fn avx2_finish(acc: __m256, isum: __m256i, xb: &BlockQ8K, t: &(f32, __m256i)) -> __m256 {
+        let (d, sc) = *t;
+        let bs = _mm256_loadu_si256(xb.bsums.as_ptr() as *const __m256i);
+        let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc));
+        let s = _mm256_sub_epi32(isum, off);
+        _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(s), acc)
     }
 
-    /// 16-bit lane shift counts: `a` in the low 256 bits, `b` in the high.
+    /// `d` and −32·scales as words, for the offset term (|128·32| fits 16 bits).
+    #[cfg(target_arch = "x86_64")]
+    type Avx512Tail = (f32, __m256i);
+
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn counts(a: i16, b: i16) -> __m512i {
-        _mm512_inserti64x4::<1>(
-            _mm512_castsi256_si512(_mm256_set1_epi16(a)),
-            _mm256_set1_epi16(b),
-        )
-    }
-
-    /// One Q6_K row · `N` activation rows, AVX-512 VNNI.
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn dot_avx512<const N: usize>(w: &[u8], x: [&[BlockQ8K]; N]) -> [f32; N] {
-        let nb = blocks(w, BLOCK_BYTES, &x);
+    unsafe fn avx512_block(
+        p: *const u8,
+        mut each: impl FnMut(usize, &[(__m512i, __m512i)]),
+    ) -> (f32, __m256i) {
         let m4 = _mm512_set1_epi8(0x0f);
         let m30 = _mm512_set1_epi8(0x30);
-        let idx = [
-            group_index(0),
-            group_index(4),
-            group_index(8),
-            group_index(12),
-        ];
         // Values 0–31 take qh bits 0–1 (<< 4), 32–63 bits 2–3 (<< 2); 64–95 bits 4–5, 96–127 bits 6–7 (>> 2).
-        let (up, down) = (counts(4, 2), counts(0, 2));
-        let mut acc = [_mm256_setzero_ps(); N];
-        for i in 0..nb {
-            let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            let p = wb.as_ptr();
-            let d = f16x1(p.add(208));
-            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
-            let sc512 = _mm512_castsi256_si512(sc);
-            // −32·scales, for the offset term (|128·32| fits 16 bits).
-            let sc_off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<5>(sc));
-            let mut isum = [_mm512_setzero_si512(); N];
-            for h in 0..2 {
-                let ql = _mm512_loadu_si512(p.add(64 * h) as *const _);
-                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                    p.add(128 + 32 * h) as *const __m256i
-                ));
-                // Values 0–63 and 64–127 of this half.
-                let w01 = _mm512_or_si512(
-                    _mm512_and_si512(ql, m4),
-                    _mm512_and_si512(_mm512_sllv_epi16(qh, up), m30),
-                );
-                let w23 = _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
-                    _mm512_and_si512(_mm512_srlv_epi16(qh, down), m30),
-                );
-                let s01 = _mm512_permutexvar_epi16(idx[2 * h], sc512);
-                let s23 = _mm512_permutexvar_epi16(idx[2 * h + 1], sc512);
-                for (t, xt) in x.iter().enumerate() {
-                    let a = xt.get_unchecked(i).qs.as_ptr().add(128 * h);
-                    let a01 = _mm512_loadu_si512(a as *const _);
-                    let a23 = _mm512_loadu_si512(a.add(64) as *const _);
-                    isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(w01, a01), s01);
-                    isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(w23, a23), s23);
-                }
-            }
-            for (t, xt) in x.iter().enumerate() {
-                let xb = xt.get_unchecked(i);
-                let bs = _mm256_loadu_si256(xb.bsums.as_ptr() as *const __m256i);
-                let s = _mm256_dpwssd_epi32(fold512(isum[t]), bs, sc_off);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(s), acc[t]);
-            }
+        let (up, down) = (halves(4, 2), halves(0, 2));
+        let d = f16x1(p.add(208));
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+        let sc512 = _mm512_castsi256_si512(sc);
+        let sc_off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<5>(sc));
+        for h in 0..2 {
+            let ql = _mm512_loadu_si512(p.add(64 * h) as *const _);
+            let qh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(128 + 32 * h) as *const __m256i));
+            // Values 0–63 and 64–127 of this half.
+            let w01 = _mm512_or_si512(
+                _mm512_and_si512(ql, m4),
+                _mm512_and_si512(_mm512_sllv_epi16(qh, up), m30),
+            );
+            let w23 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                _mm512_and_si512(_mm512_srlv_epi16(qh, down), m30),
+            );
+            let s01 = _mm512_permutexvar_epi16(group_index(8 * h as i16), sc512);
+            let s23 = _mm512_permutexvar_epi16(group_index(8 * h as i16 + 4), sc512);
+            each(128 * h, &[(w01, s01), (w23, s23)]);
         }
-        let mut out = [0f32; N];
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = hsum(a);
-        }
-        out
-    }
-}
-
-#[cfg(target_arch = "aarch64")]
-mod neon {
-    use std::arch::aarch64::*;
-
-    use super::{offset_term, BLOCK_BYTES};
-    use crate::engine::cpu::act::BlockQ8K;
-    use crate::engine::cpu::kernels::f16_at;
-    use crate::engine::cpu::kernels::q4_k::neon::{has_dotprod, Dot, Sdot, Smull};
-
-    pub(super) fn dot<const N: usize>(w: &[u8], x: [&[BlockQ8K]; N]) -> [f32; N] {
-        if has_dotprod() {
-            // SAFETY: the dot-product extension was detected at run time (NEON is always there).
-            unsafe { dot_sdot(w, x) }
-        } else {
-            // SAFETY: NEON is part of every aarch64 CPU.
-            unsafe { dot_smull(w, x) }
-        }
+        (d, sc_off)
     }
 
-    #[target_feature(enable = "neon,dotprod")]
-    unsafe fn dot_sdot<const N: usize>(w: &[u8], x: [&[BlockQ8K]; N]) -> [f32; N] {
-        body::<Sdot, N>(w, x)
-    }
-
-    #[target_feature(enable = "neon")]
-    unsafe fn dot_smull<const N: usize>(w: &[u8], x: [&[BlockQ8K]; N]) -> [f32; N] {
-        body::<Smull, N>(w, x)
-    }
-
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn body<D: Dot, const N: usize>(w: &[u8], x: [&[BlockQ8K]; N]) -> [f32; N] {
-        let nb = x.iter().fold(w.len() / BLOCK_BYTES, |n, x| n.min(x.len()));
+    unsafe fn avx512_finish(
+        acc: __m256,
+        isum: __m256i,
+        xb: &BlockQ8K,
+        t: &(f32, __m256i),
+    ) -> __m256 {
+        let (d, sc_off) = *t;
+        let bs = _mm256_loadu_si256(xb.bsums.as_ptr() as *const __m256i);
+        let s = _mm256_dpwssd_epi32(isum, bs, sc_off);
+        _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(s), acc)
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    const NEON_SCALE_VALUES: usize = 16;
+
+    #[cfg(target_arch = "aarch64")]
+    #[inline(always)]
+    unsafe fn neon_block(p: *const u8, mut each: impl FnMut(usize, &[NeonChunk])) {
         let m4 = vdupq_n_u8(0x0f);
         let m30 = vdupq_n_u8(0x30);
-        let mut out = [0f32; N];
-        for i in 0..nb {
-            let wb = &w[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            let d = f16_at(wb, 208);
-            let p = wb.as_ptr();
-            let sc = &wb[192..208];
-            let mut isum = [vdupq_n_s32(0); N];
-            for h in 0..2 {
-                for part in 0..2 {
-                    // Values l = 16·part .. 16·part + 16 of each of the four sets.
-                    let ql0 = vld1q_u8(p.add(64 * h + 16 * part));
-                    let ql1 = vld1q_u8(p.add(64 * h + 32 + 16 * part));
-                    let qh = vld1q_u8(p.add(128 + 32 * h + 16 * part));
-                    let q = [
-                        vreinterpretq_s8_u8(vorrq_u8(
-                            vandq_u8(ql0, m4),
-                            vandq_u8(vshlq_n_u8::<4>(qh), m30),
-                        )),
-                        vreinterpretq_s8_u8(vorrq_u8(
-                            vandq_u8(ql1, m4),
-                            vandq_u8(vshlq_n_u8::<2>(qh), m30),
-                        )),
-                        vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8::<4>(ql0), vandq_u8(qh, m30))),
-                        vreinterpretq_s8_u8(vorrq_u8(
-                            vshrq_n_u8::<4>(ql1),
-                            vandq_u8(vshrq_n_u8::<2>(qh), m30),
-                        )),
-                    ];
-                    for (t, xt) in x.iter().enumerate() {
-                        let a = xt.get_unchecked(i).qs.as_ptr().add(128 * h + 16 * part);
-                        for (s, &qs) in q.iter().enumerate() {
-                            let g = D::dot(vdupq_n_s32(0), qs, vld1q_s8(a.add(32 * s)));
-                            let scale = sc[8 * h + 2 * s + part] as i8 as i32;
-                            isum[t] = vmlaq_n_s32(isum[t], g, scale);
-                        }
-                    }
-                }
-            }
-            for (t, xt) in x.iter().enumerate() {
-                let xb = xt.get_unchecked(i);
-                let s = vaddvq_s32(isum[t]) - 32 * offset_term(sc, &xb.bsums);
-                // The same float expression as the scalar path, so the two agree to the bit.
-                out[t] += d * xb.d * s as f32;
-            }
+        // The four sets (values l, l + 32, l + 64, l + 96) of 16 values l of a half.
+        let sets = |ql0: uint8x16_t, ql1: uint8x16_t, qh: uint8x16_t| {
+            [
+                vorrq_u8(vandq_u8(ql0, m4), vandq_u8(vshlq_n_u8::<4>(qh), m30)),
+                vorrq_u8(vandq_u8(ql1, m4), vandq_u8(vshlq_n_u8::<2>(qh), m30)),
+                vorrq_u8(vshrq_n_u8::<4>(ql0), vandq_u8(qh, m30)),
+                vorrq_u8(vshrq_n_u8::<4>(ql1), vandq_u8(vshrq_n_u8::<2>(qh), m30)),
+            ]
+        };
+        for h in 0..2 {
+            // Values l = 0..16 (part 0) and 16..32 (part 1) of each set.
+            let part = |k: usize| {
+                let ql = p.add(64 * h + 16 * k);
+                sets(
+                    vld1q_u8(ql),
+                    vld1q_u8(ql.add(32)),
+                    vld1q_u8(p.add(128 + 32 * h + 16 * k)),
+                )
+            };
+            let (p0, p1) = (part(0), part(1));
+            let sc = |g: usize| *p.add(192 + 8 * h + g) as i8 as i32;
+            let chunk = |s: usize| NeonChunk {
+                q: [vreinterpretq_s8_u8(p0[s]), vreinterpretq_s8_u8(p1[s])],
+                sc: [sc(2 * s), sc(2 * s + 1)],
+            };
+            each(128 * h, &[chunk(0), chunk(1), chunk(2), chunk(3)]);
         }
-        out
     }
 }
 
@@ -380,8 +286,8 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::Rng;
 
+    use super::super::testing::{self, check_kernel};
     use super::*;
-    use crate::engine::cpu::kernels::testing::{self, check_kernel};
 
     fn block(rng: &mut StdRng) -> Vec<u8> {
         let mut b: Vec<u8> = (0..208).map(|_| rng.gen::<u8>()).collect();
