@@ -596,3 +596,60 @@ mod neon {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::super::{q4_k::Q4K, q5_k::Q5K, q6_k::Q6K, testing};
+    use super::KQuant;
+    use crate::engine::cpu::act::{ActBlock, BlockQ8K};
+    use crate::engine::cpu::isa::Isa;
+
+    /// A row and activations of different lengths: every path covers the blocks both hold, no more (the
+    /// shared walk's bound), bit for bit what the equal-length call gives.
+    fn uneven<K: KQuant>() {
+        let mut rng = StdRng::seed_from_u64(K::BLOCK_BYTES as u64);
+        let mut w: Vec<u8> = (0..3 * K::BLOCK_BYTES).map(|_| rng.gen()).collect();
+        for b in w.chunks_exact_mut(K::BLOCK_BYTES) {
+            // Finite f16 scales (random bytes could be NaN): Q6_K's `d` is its last two bytes.
+            let at = if K::BLOCK_BYTES == 210 {
+                vec![208]
+            } else {
+                vec![0, 2]
+            };
+            for at in at {
+                b[at..at + 2].copy_from_slice(&testing::scale(&mut rng, 0.01));
+            }
+        }
+        let mut x = vec![BlockQ8K::default(); 3];
+        BlockQ8K::quantize(&testing::activations(&mut rng, 3 * 256), &mut x);
+        let two = 2 * K::BLOCK_BYTES;
+        for isa in Isa::available() {
+            let want = K::vec_dot(isa, &w[..two], &x[..2]);
+            let long_w = K::vec_dot(isa, &w, &x[..2]);
+            let long_x = K::vec_dot(isa, &w[..two], &x);
+            assert_eq!(
+                want.to_bits(),
+                long_w.to_bits(),
+                "{} {}",
+                K::NAME,
+                isa.name()
+            );
+            assert_eq!(
+                want.to_bits(),
+                long_x.to_bits(),
+                "{} {}",
+                K::NAME,
+                isa.name()
+            );
+        }
+    }
+
+    #[test]
+    fn uneven_lengths_cover_the_common_blocks() {
+        uneven::<Q4K>();
+        uneven::<Q5K>();
+        uneven::<Q6K>();
+    }
+}
