@@ -1,5 +1,5 @@
 //! Build script: with the `cuda` feature, compiles `kernels/*.cu` to PTX with nvcc and embeds it
-//! (`$OUT_DIR/agentd_kernels.rs`, included by `src/engine/ops/cuda.rs`). Without the feature it does nothing.
+//! (`$OUT_DIR/agentd_kernels.rs`, included by `src/engine/candle/fused/cuda.rs`). Without the feature it does nothing.
 //!
 //! nvcc: `$NVCC`, else `$CUDA_ROOT/bin/nvcc` (or `CUDA_PATH`, `CUDA_HOME`), else `nvcc` on the PATH
 //! (`scripts/cuda-toolchain.sh` provides one). Target: `compute_$CUDA_COMPUTE_CAP` (as candle reads it: `90`

@@ -1,6 +1,6 @@
 // RMSNorm over the last dimension, alone or fused with the residual add that precedes it in every
 // pre-norm transformer block: `sum = x + r; out = sum / sqrt(mean(sum²) + eps) * w`.
-// One block per row. CPU twin: src/engine/ops/twin.rs (`rms_norm`, `add_rms_norm`).
+// One block per row. CPU twin: src/engine/candle/fused/twin.rs (`rms_norm`, `add_rms_norm`).
 #include "common.cuh"
 
 template <bool ADD>

@@ -1,7 +1,7 @@
 // Rotary position embedding of `x: [t, heads, d]` (the projection's own layout: no transpose first) at
 // positions `pos..pos + t`, from the engine's cos/sin tables `[positions, rot / 2]`. The first `rot` dims of
 // each head rotate, as pairs (i, i + rot/2) (NeoX) or (2i, 2i + 1) (interleaved); the rest pass unchanged.
-// One thread per pair. CPU twin: src/engine/ops/twin.rs (`rotary`).
+// One thread per pair. CPU twin: src/engine/candle/fused/twin.rs (`rotary`).
 extern "C" __global__ void rotary_f32(const float* __restrict__ x, const float* __restrict__ cos,
                                       const float* __restrict__ sin, float* __restrict__ out, int t, int heads,
                                       int d, int rot, int pos, int interleaved) {
