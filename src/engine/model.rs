@@ -10,7 +10,7 @@ use crate::engine::candle::{CandleModel, Kernels};
 use crate::engine::cpu::model::CpuModel;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
-use crate::engine::kv::{BatchSeq, DeviceBlocks, PagedStore, SeqKv};
+use crate::engine::kv::{BatchSeq, DeviceBlocks, PagedStore, StandaloneSeq};
 
 /// A loaded model: weights on one device, no sequence state.
 pub struct Model {
@@ -147,14 +147,14 @@ impl Model {
     }
 
     /// A fresh, empty standalone sequence for [`forward`](Self::forward).
-    pub fn new_sequence(&self) -> SeqKv {
-        SeqKv::new()
+    pub fn new_sequence(&self) -> StandaloneSeq {
+        StandaloneSeq::new()
     }
 
     /// Feeds `tokens` after what `kv` already holds, through the same paged forward pass the scheduler steps;
     /// returns the logits (f32, `[vocab]`) of the last position. Long inputs go in chunks so the attention
     /// matrix stays small.
-    pub fn forward(&self, tokens: &[u32], kv: &mut SeqKv) -> Result<Tensor> {
+    pub fn forward(&self, tokens: &[u32], kv: &mut StandaloneSeq) -> Result<Tensor> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -165,7 +165,7 @@ impl Model {
                 limit: self.config.context_length,
             });
         }
-        let need = SeqKv::blocks_for(total);
+        let need = StandaloneSeq::blocks_for(total);
         let store = match &mut kv.store {
             Some(store) => store,
             None => kv.store.insert(self.new_paged_store(need)?),

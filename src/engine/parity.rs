@@ -55,7 +55,7 @@ pub struct ParityReport {
 fn logits(
     model: &Model,
     tokens: &[u32],
-    kv: &mut crate::engine::kv::seq::SeqKv,
+    kv: &mut crate::engine::kv::standalone::StandaloneSeq,
 ) -> Result<Vec<f32>> {
     Ok(model.forward(tokens, kv)?.to_vec1()?)
 }

@@ -1,18 +1,18 @@
 //! KV memory, no math: the paged stores of continuous batching (fixed blocks of [`BLOCK_TOKENS`] positions:
 //! host memory for the CPU engine, one tensor per layer on candle's devices), the block manager that hands
 //! blocks to sequences and shares full prefix blocks within a scope (`blocks.rs`), the layout of one batched
-//! step ([`BatchSeq`]), and a standalone sequence's own store ([`SeqKv`]). Every forward pass reads and writes
+//! step ([`BatchSeq`]), and a standalone sequence's own store ([`StandaloneSeq`]). Every forward pass reads and writes
 //! keys and values only through these stores.
 
 pub mod blocks;
 pub mod device;
 pub mod host;
-pub mod seq;
+pub mod standalone;
 
 pub use blocks::{BlockManager, PrefixCacheStats};
 pub use device::DeviceBlocks;
 pub use host::KvBlocks;
-pub use seq::SeqKv;
+pub use standalone::StandaloneSeq;
 
 use crate::engine::error::Result;
 

@@ -6,7 +6,7 @@ use super::PagedStore;
 
 /// The KV state of one standalone sequence.
 #[derive(Default)]
-pub struct SeqKv {
+pub struct StandaloneSeq {
     /// Created on the first forward pass (the model knows its shape).
     pub store: Option<PagedStore>,
     /// Block ids in position order: `0, 1, 2, …` of the own store.
@@ -15,7 +15,7 @@ pub struct SeqKv {
     tokens: Vec<u32>,
 }
 
-impl SeqKv {
+impl StandaloneSeq {
     pub fn new() -> Self {
         Self::default()
     }
