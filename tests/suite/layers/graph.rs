@@ -194,7 +194,12 @@ pub fn paths(text: &str, heads: &BTreeSet<String>) -> Vec<String> {
                 break;
             }
         }
-        if path.contains("::") && path.split("::").next().is_some_and(|h| heads.contains(h)) {
+        // `a::b::{…}` is a use tree's prefix: its branches are the arrows (`use_items`), not `a::b` itself.
+        let tree_prefix = chars.get(j..j + 3) == Some(&[':', ':', '{'][..]);
+        if !tree_prefix
+            && path.contains("::")
+            && path.split("::").next().is_some_and(|h| heads.contains(h))
+        {
             out.push(path);
         }
         i = j.max(i + 1);

@@ -270,3 +270,61 @@ fn other_layers_use_the_engines_api() {
         "engine internals named outside the engine (re-export the name in engine/mod.rs): {wrong:#?}"
     );
 }
+
+/// Writes a small crate's `src/` under a temp dir.
+fn mini_crate(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_reader_follows_re_exports_and_skips_tests_and_comments() {
+    let dir = mini_crate(&[
+        ("lib.rs", "pub mod a;\npub mod b;\n"),
+        // `a` is a door: its re-export of `b::leaf::Thing` is not an arrow of its own.
+        ("a/mod.rs", "pub mod inner;\npub use crate::b::leaf::Thing;\n"),
+        ("a/inner.rs", "use super::super::b::leaf::Other;\n"),
+        ("b/mod.rs", "pub mod leaf;\npub mod user;\n"),
+        ("b/leaf.rs", "pub struct Thing;\npub struct Other;\n// use crate::b::user::X;\n#[cfg(test)]\nmod tests {\n    use crate::b::user::X;\n}\n"),
+        ("b/user.rs", "use crate::a::{Thing, inner};\npub struct X;\n"),
+    ]);
+    let g = Graph::read(dir.path());
+    let m = |p: &str| graph::module_of(p);
+    // Through the door to the file that defines the name; a module into its own child is no arrow.
+    assert_eq!(
+        g.edges[&m("b/user.rs")],
+        [m("a/inner.rs"), m("b/leaf.rs")].into_iter().collect()
+    );
+    assert_eq!(
+        g.edges[&m("a/inner.rs")],
+        [m("b/leaf.rs")].into_iter().collect()
+    );
+    assert!(g.edges[&m("a/mod.rs")].contains(&m("b/leaf.rs")));
+    // The comment and the test module name `user`; neither is an arrow, so there is no cycle.
+    assert!(
+        g.edges[&m("b/leaf.rs")].is_empty(),
+        "{:?}",
+        g.edges[&m("b/leaf.rs")]
+    );
+    assert!(g.cycles().is_empty());
+}
+
+#[test]
+fn the_reader_finds_a_cycle_between_two_files() {
+    let dir = mini_crate(&[
+        ("lib.rs", "mod x;\nmod y;\nmod z;\n"),
+        ("x.rs", "pub fn f() { crate::y::g() }\n"),
+        ("y.rs", "use crate::z::h;\npub fn g() { h() }\n"),
+        ("z.rs", "pub fn h() { super::x::f() }\n"),
+    ]);
+    let cycles = Graph::read(dir.path()).cycles();
+    assert_eq!(
+        cycles,
+        vec![vec!["x.rs".to_string(), "y.rs".into(), "z.rs".into()]]
+    );
+}
