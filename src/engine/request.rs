@@ -1,5 +1,5 @@
 //! What a generation is asked for and what it reports: the request, its token events and summary, and the checks
-//! made before any work. The generation itself is a [`super::sequence::Sequence`] driven by the scheduler.
+//! made before any work. The generation itself is a [`Sequence`](crate::engine::runtime::sequence::Sequence) driven by the scheduler.
 
 use serde::Serialize;
 
@@ -30,7 +30,7 @@ pub struct GenerateRequest {
     /// not apply under a grammar.
     pub constraint: Option<ConstraintSpec>,
     /// Who may share KV prefixes with whom: the prefix cache reuses (by cache key or by content) only sequences
-    /// left by requests of the same scope. `None` is a scope of its own (see [`super::prefix_cache`]).
+    /// left by requests of the same scope. `None` is a scope of its own (see `kv/blocks.rs`).
     pub cache_scope: Option<String>,
 }
 

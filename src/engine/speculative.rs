@@ -5,7 +5,7 @@
 //! earlier in the same sequence, and the tokens that followed their most recent earlier occurrence are the
 //! draft. An agent's output copies its input — an edit quotes the file it read, a rewrite repeats most of it — so
 //! such drafts are often right, and the scheduler verifies all of them in one forward pass
-//! ([`super::sequence::Sequence::verify`] keeps exactly the tokens plain decoding would have produced).
+//! ([`Sequence::verify`](crate::engine::runtime::sequence::Sequence::verify) keeps exactly the tokens plain decoding would have produced).
 //!
 //! **Adaptive**: a draft costs a verify step more than a plain one, so each sequence's [`Drafter`] drafts only as
 //! many tokens as its recent acceptance says will pay at the price the scheduler's [`StepCost`] measures for this

@@ -2,7 +2,7 @@
 //! `{"error": {"message", "type", "param", "code"}}` with the status a client expects (400 bad input, 401 key,
 //! 404 unknown model or route, 413 body too large, 503 saturated or shutting down, 500 our bug).
 //!
-//! Provider and engine failures are mapped here once ([`ApiError::from_provider`], [`ApiError::from_engine`]), so
+//! Provider and engine failures are mapped here once ([`ApiError::from_provider`], [`ApiError::from_provider_error`]), so
 //! every route reports the same failure the same way.
 
 use axum::http::{header, HeaderValue, StatusCode};

@@ -84,7 +84,7 @@ struct Shared {
     scheduler: SchedulerConfig,
     tokenizer: Tokenizer,
     template: ChatTemplate,
-    /// The think-block markers, when the template writes reasoning (see [`super::reasoning`]).
+    /// The think-block markers, when the template writes reasoning (see [`crate::engine::text::reasoning`]).
     think: Option<ThinkMarkers>,
     info: ModelInfo,
     /// Built on the first constrained request (the error, if building failed, as text).
@@ -264,7 +264,7 @@ impl Engine {
 
     /// The prompt tokens of a chat (OpenAI-shaped `messages`, the tools shown unless `tool_choice` is `none`),
     /// rendered with the model's template and tokenized so that only the template's own markup becomes control
-    /// tokens (see [`super::prompt::chat_prompt_tokens`]).
+    /// tokens (see [`crate::engine::text::chat_prompt::chat_prompt_tokens`]).
     pub fn chat_prompt(
         &self,
         messages: &[serde_json::Value],

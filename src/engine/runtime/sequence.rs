@@ -6,7 +6,7 @@
 //! Under a grammar ([`Constraint`]) each step samples first and lets the grammar check the token; a rejected token
 //! costs a full mask and a resample. EOS ends the output only where the grammar accepts it, and a grammar that can
 //! take nothing more ends it too. Within [`CLOSE_WINDOW_TOKENS`] of `max_tokens` a call in progress keeps a way to
-//! close in the budget left (see [`super::constraint::close`]).
+//! close in the budget left (see [`crate::engine::constraint::close`]).
 //!
 //! Which positions are in the KV cache is the scheduler's business: the sequence only says which tokens exist
 //! (prompt + generated). A preempted sequence keeps all of this state and is recomputed from its tokens.

@@ -327,7 +327,7 @@ impl Tokenizer {
     /// parsing would make it. Everything else (where text is split, user-defined tokens) is exactly `encode(text,
     /// true)`, so with no literal range, or none holding a control token's text, the ids are the same. This is
     /// how a chat prompt keeps request content (a user's `<|im_start|>`) from becoming markup; see
-    /// [`super::prompt::chat_prompt_tokens`].
+    /// [`super::chat_prompt::chat_prompt_tokens`].
     pub fn encode_with_literals(&self, text: &str, literal: &[Range<usize>]) -> Result<Vec<u32>> {
         self.encode_fragments(text, true, literal)
     }

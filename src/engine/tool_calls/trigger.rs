@@ -3,7 +3,7 @@
 //! - a marker of the format (`<tool_call>`, `<|python_tag|>`, `[TOOL_CALLS]`) anywhere;
 //! - the JSON trigger `{"name": "` (JSON whitespace allowed around the tokens) where its `{` begins the output
 //!   (after whitespace) or a line, or anywhere after a call; see
-//!   [`grammar::JSON_TRIGGER`](super::grammar::JSON_TRIGGER).
+//!   [`grammar::JSON_TRIGGER`](crate::engine::constraint::grammar::JSON_TRIGGER).
 //!
 //! Text is streamed, so besides full matches the scanner reports where a trigger *may* be starting (a suffix
 //! that is a proper prefix of one), which the assembler holds back until it is decided; and a ```` ``` ````
