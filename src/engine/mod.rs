@@ -19,7 +19,7 @@
 //! fetching, listing and synthesising model files) and `parity` (logits against a reference model, for `bench
 //! parity`). Other layers of the crate use only those (`tests/suite/layers.rs` checks it). The folders are
 //! reachable from outside only so the integration tests and benches can test the parts one by one; they are
-//! hidden from the docs and are not an API.
+//! hidden from the docs and are not an API. Inside them, a module nothing outside the engine names is `pub(crate)`.
 
 #[doc(hidden)]
 pub mod arch;

@@ -6,7 +6,7 @@
 mod batch;
 pub mod fused;
 mod layers;
-pub mod paged;
+pub(crate) mod paged;
 
 use candle_core::{Device, Tensor};
 

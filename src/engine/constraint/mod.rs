@@ -10,10 +10,10 @@
 //! shortest way out of an unfinished call, used when `max_tokens` is about to cut one). The tool-call formats
 //! are `engine::call_format`'s table; splitting generated text into content and calls is `engine::tool_calls`.
 
-pub mod arguments;
-pub mod close;
-pub mod grammar;
-pub mod spec;
+pub(crate) mod arguments;
+pub(crate) mod close;
+pub(crate) mod grammar;
+pub(crate) mod spec;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -4,10 +4,10 @@
 //! (`engine::kv`). Its weights come from the shared loader (`arch::weights`); candle runs the other devices.
 
 pub mod act;
-pub mod attention;
+pub(crate) mod attention;
 pub mod isa;
-pub mod kernels;
+pub(crate) mod kernels;
 pub mod model;
 pub mod pool;
 pub mod qmatrix;
-pub mod vector;
+pub(crate) mod vector;

@@ -56,30 +56,6 @@ multiversion! {
     pub fn add(y: &mut [f32], x: &[f32]) => add_generic, add_avx2
 }
 
-multiversion! {
-    /// `scores[j] = q·k_j · scale` for the `scores.len()` rows of `keys` (one block of an attention head).
-    pub fn scores(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) => scores_generic, scores_avx2
-}
-
-multiversion! {
-    /// `out += Σ_j w[j] · v_j` over the `w.len()` rows of `values` (one block of an attention head).
-    pub fn accumulate(out: &mut [f32], w: &[f32], values: &[f32]) => accumulate_generic, accumulate_avx2
-}
-
-#[inline(always)]
-fn scores_generic(q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
-    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(q.len())) {
-        *s = dot_generic(q, k) * scale;
-    }
-}
-
-#[inline(always)]
-fn accumulate_generic(out: &mut [f32], w: &[f32], values: &[f32]) {
-    for (w, v) in w.iter().zip(values.chunks_exact(out.len())) {
-        axpy_generic(out, *w, v);
-    }
-}
-
 #[inline(always)]
 fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -149,21 +125,6 @@ fn gelu_mul_generic(g: &mut [f32], u: &[f32]) {
     }
 }
 
-/// Softmax in place (max-subtracted).
-#[inline(always)]
-pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
-}
-
 /// Rotary embedding of one head in place: `cos`/`sin` hold `head_dim / 2` values for the position;
 /// `neox` pairs dimension i with i + d/2, otherwise adjacent pairs (2i, 2i + 1).
 pub fn rope(x: &mut [f32], cos: &[f32], sin: &[f32], neox: bool) {
@@ -217,8 +178,5 @@ mod tests {
         let mut x = vec![1.0, 0.0, 0.0, 1.0];
         rope(&mut x, &[0.0, 1.0], &[1.0, 0.0], true);
         assert_eq!(x, vec![0.0, 0.0, 1.0, 1.0]);
-        let mut p = vec![3.0, 1.0, 2.0, 5.0];
-        softmax(&mut p);
-        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6 && p[3] > p[0]);
     }
 }

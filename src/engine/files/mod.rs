@@ -9,6 +9,6 @@ pub mod hf_folder;
 mod hub;
 pub mod manifest;
 mod pip_wheel;
-pub mod source;
+pub(crate) mod source;
 pub mod staging;
 pub mod synth;

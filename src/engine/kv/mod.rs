@@ -4,10 +4,10 @@
 //! step ([`BatchSeq`]), and a standalone sequence's own store ([`StandaloneSeq`]). Every forward pass reads and writes
 //! keys and values only through these stores.
 
-pub mod blocks;
-pub mod device;
-pub mod host;
-pub mod standalone;
+pub(crate) mod blocks;
+pub(crate) mod device;
+pub(crate) mod host;
+pub(crate) mod standalone;
 
 pub use blocks::{BlockManager, PrefixCacheStats};
 pub use device::DeviceBlocks;

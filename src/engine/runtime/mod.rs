@@ -2,6 +2,6 @@
 //! batches every running sequence into one forward pass over the paged KV store (`scheduler.rs`), and one
 //! sequence's decode state (`sequence.rs`). Nothing else in the engine imports it.
 
-pub mod actor;
+pub(crate) mod actor;
 pub mod scheduler;
-pub mod sequence;
+pub(crate) mod sequence;

@@ -117,11 +117,6 @@ impl Sequence {
         self.cancel.is_cancelled() || self.reply.is_closed()
     }
 
-    /// Whether a grammar constrains the output (its step costs more: masks, forced tokens).
-    pub fn is_constrained(&self) -> bool {
-        self.constraint.is_some()
-    }
-
     /// Marks the first time the sequence is scheduled (the start of its prefill) and how many prompt tokens
     /// came from the prefix cache then.
     pub fn start(&mut self, cached_tokens: usize) {
@@ -129,11 +124,6 @@ impl Sequence {
             self.started = Some(Instant::now());
             self.out.cached_tokens = cached_tokens;
         }
-    }
-
-    /// Whether any token has been sampled yet.
-    pub fn has_output(&self) -> bool {
-        self.decode_start.is_some()
     }
 
     fn send(&self, ev: GenerateEvent) -> bool {

@@ -4,9 +4,9 @@
 //! (`content_guard.rs`) and streaming detokenisation (`detok.rs`).
 
 pub mod chat_prompt;
-pub mod content_guard;
-pub mod detok;
+pub(crate) mod content_guard;
+pub(crate) mod detok;
 pub mod reasoning;
-pub mod spm;
+pub(crate) mod spm;
 pub mod template;
 pub mod tokenizer;

@@ -2,10 +2,10 @@
 //! the model's format (`call_parser.rs`) and the streaming assembler that splits a request's output into text
 //! and calls (`output.rs`).
 
-pub mod call_parser;
-pub mod delta;
+pub(crate) mod call_parser;
+pub(crate) mod delta;
 pub mod output;
-pub mod trigger;
+pub(crate) mod trigger;
 
 pub use delta::{new_call_id, OutputDelta, ToolCall};
 pub use output::OutputAssembler;

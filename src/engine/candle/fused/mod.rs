@@ -10,7 +10,7 @@
 
 pub mod check;
 mod paged;
-pub mod twin;
+pub(crate) mod twin;
 
 #[cfg(feature = "cuda")]
 mod cuda;

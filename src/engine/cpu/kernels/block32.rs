@@ -28,6 +28,7 @@ use std::arch::aarch64::*;
 pub(super) trait Block32 {
     /// The type's name and GGUF type (for [`WeightKernel`]).
     const NAME: &'static str;
+    #[cfg_attr(not(test), allow(dead_code))]
     const DTYPE: GgmlDType;
     /// Bytes per block.
     const BYTES: usize;

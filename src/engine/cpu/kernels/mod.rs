@@ -21,7 +21,8 @@ pub mod q8_0;
 /// A quantized weight type's dot products.
 pub trait WeightKernel: Send + Sync + 'static {
     const NAME: &'static str;
-    /// The GGUF/ggml type of the rows.
+    /// The GGUF/ggml type of the rows (read by the kernels' tests, which check against candle's dequantisation).
+    #[cfg_attr(not(test), allow(dead_code))]
     const DTYPE: GgmlDType;
     /// Values and bytes per weight block, as stored in the file.
     const BLOCK_ELEMS: usize;
