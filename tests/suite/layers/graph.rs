@@ -15,7 +15,8 @@ pub struct Graph {
     pub files: BTreeMap<ModPath, String>,
     /// Module → the modules it imports.
     pub edges: BTreeMap<ModPath, BTreeSet<ModPath>>,
-    texts: BTreeMap<ModPath, String>,
+    /// Module → the paths of its `pub use` items, read once.
+    reexports: BTreeMap<ModPath, Vec<String>>,
 }
 
 fn collect(dir: &Path, root: &Path, out: &mut Vec<String>) {
@@ -225,17 +226,21 @@ impl Graph {
             );
             files.insert(m, rel);
         }
+        let reexports = texts
+            .iter()
+            .map(|(m, text)| (m.clone(), use_items(text, true)))
+            .collect();
         let mut g = Graph {
             files,
             edges: BTreeMap::new(),
-            texts,
+            reexports,
         };
-        for m in g.files.keys().cloned().collect::<Vec<_>>() {
-            let text = g.texts[&m].clone();
+        for (m, text) in &texts {
+            let m = m.clone();
             let mut heads: BTreeSet<String> = ["crate", "super", "self"].map(String::from).into();
             heads.extend(g.children(&m));
-            let mut found = use_items(&text, false);
-            found.extend(paths(&text, &heads));
+            let mut found = use_items(text, false);
+            found.extend(paths(text, &heads));
             let mut to = BTreeSet::new();
             for p in found {
                 let Some(abs) = g.absolute(&m, &p) else {
@@ -295,7 +300,7 @@ impl Graph {
             .find(|&k| self.files.contains_key(&segs[..k]))?;
         let m = segs[..k].to_vec();
         if k < segs.len() && depth < 8 {
-            for re in use_items(&self.texts[&m], true) {
+            for re in &self.reexports[&m] {
                 let (path, alias) = match re.split_once(" as ") {
                     Some((p, a)) => (p.trim().to_string(), a.trim().to_string()),
                     None => (re.clone(), re.rsplit("::").next().unwrap_or("").to_string()),

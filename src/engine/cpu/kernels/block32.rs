@@ -408,7 +408,11 @@ pub(super) mod neon {
     /// `acc + Σ` of the four products per lane, with the dot-product extension.
     #[inline]
     #[target_feature(enable = "neon,dotprod")]
-    fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    pub(in crate::engine::cpu::kernels) fn sdot(
+        acc: int32x4_t,
+        a: int8x16_t,
+        b: int8x16_t,
+    ) -> int32x4_t {
         let mut acc = acc;
         // SAFETY: `sdot` only reads and writes these registers; the dot-product extension is enabled for
         // this function (callers reach it only where it was detected).

@@ -25,6 +25,7 @@ use std::arch::x86_64::*;
 pub(super) trait KQuant: WeightKernel<Act = BlockQ8K> {
     /// Whether AVX2 runs `vec_dot_x4` as two passes of two tokens: the type's unpacked step and four tokens'
     /// accumulators overflow its 16 registers (measured slower than two for Q4_K and Q5_K).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     const AVX2_PAIRS: bool;
 
     /// What [`KQuant::finish`] needs of a block, read once per block.
@@ -503,23 +504,13 @@ mod neon {
         unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t;
     }
 
-    /// `sdot` (the dot-product extension). The intrinsic is not stable yet, so it is written as assembly.
+    /// `sdot` (the dot-product extension), as the 32-element block kernels run it (`block32::neon::sdot`).
     struct Sdot;
     impl Dot for Sdot {
         #[inline(always)]
-        unsafe fn dot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-            // SAFETY: only reached from functions compiled with (and run after detecting) `dotprod`; the
-            // instruction touches only the three registers.
-            unsafe {
-                core::arch::asm!(
-                    "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-                    acc = inout(vreg) acc,
-                    a = in(vreg) a,
-                    b = in(vreg) b,
-                    options(pure, nomem, nostack, preserves_flags)
-                );
-            }
-            acc
+        unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+            // SAFETY: only reached from functions compiled with (and run after detecting) `dotprod`.
+            unsafe { super::super::block32::neon::sdot(acc, a, b) }
         }
     }
 
