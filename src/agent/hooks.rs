@@ -36,6 +36,36 @@ pub type ChooseTools = Arc<dyn Fn(&[AgentMessage]) -> ToolChoice + Send + Sync>;
 /// turn's content (ids of their own) and run like any other call.
 pub type TextCalls = Arc<dyn Fn(&str) -> Vec<ToolCall> + Send + Sync>;
 
+/// A finished reply as the model produced it: its text, and for the tokens it generated (those after
+/// `generated_from`, a byte offset into `text`: an assistant prefill before it was given, not generated) each
+/// token with its most likely alternatives, when [`ReplyRevision::logprobs`] asked for them.
+#[derive(Debug, Clone, Default)]
+pub struct ReplyTrace {
+    pub text: String,
+    pub generated_from: usize,
+    pub tokens: Vec<crate::provider::TokenLogprob>,
+}
+
+/// Decides, after a turn's calls ran, whether the next reply starts from a given text (an assistant prefill,
+/// continued by the model) instead of from nothing: `(the reply, its calls' results)` → the prefill. Used by the
+/// file-blocks format to continue a block that changed nothing from the model's own second choice
+/// (`app::second_choice`).
+pub type NextReplyPrefill =
+    Arc<dyn Fn(&ReplyTrace, &[ToolCall], &[ToolResult]) -> Option<String> + Send + Sync>;
+
+/// Asked once per run, when a reply made no calls and the run would end: a note to add (as a user message) and
+/// the prefill of one more reply, when the hook sees the job is not done (a file the task asks for is missing).
+pub type BeforeEnd = Arc<dyn Fn() -> Option<(String, String)> + Send + Sync>;
+
+/// The loop's reply revision: how many alternatives per token a reply is traced with (top logprobs; asked of
+/// the provider only when it reports them), the decision that reads the trace, and the one before the end.
+#[derive(Clone)]
+pub struct ReplyRevision {
+    pub logprobs: usize,
+    pub next_prefill: NextReplyPrefill,
+    pub before_end: Option<BeforeEnd>,
+}
+
 /// What `before_tool_call` decides.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BeforeToolCall {
@@ -112,6 +142,8 @@ pub struct AgentLoopConfig {
     /// The context budget: checked when a run starts and at every `turn_end`, and asked to compact once after a
     /// context-overflow error (see `agent::compaction::Compactor`). `None`: the transcript is sent as it is.
     pub context_policy: Option<SharedContextPolicy>,
+    /// Continue the next reply from a prefill the hook picks (see [`ReplyRevision`]).
+    pub reply_revision: Option<ReplyRevision>,
 }
 
 pub const DEFAULT_MAX_TURNS: usize = 50;
@@ -142,6 +174,7 @@ impl AgentLoopConfig {
             before_tool_call: None,
             after_tool_call: None,
             context_policy: None,
+            reply_revision: None,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod context;
 pub mod events;
 pub mod handle;
 pub mod hooks;
+mod prefill;
 pub mod run;
 pub mod summary;
 
@@ -17,6 +18,7 @@ pub use events::{AgentEndReason, AgentEvent};
 pub use handle::{Agent, AgentError, AgentState, AgentStatus, Listener, QueueMode};
 pub use hooks::{
     AfterToolCall, AfterToolCallHook, AgentContext, AgentLoopConfig, BeforeToolCall,
-    BeforeToolCallHook, ContextPolicy, SharedContextPolicy,
+    BeforeToolCallHook, ContextPolicy, NextReplyPrefill, ReplyRevision, ReplyTrace,
+    SharedContextPolicy,
 };
 pub use run::agent_loop;

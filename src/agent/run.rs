@@ -82,6 +82,10 @@ pub(crate) async fn run(
     // Whether messages were added since the last budget check (the check runs at every turn_end and before a
     // model call that would send unchecked messages).
     let mut unchecked = true;
+    // Where the next reply starts (see `ReplyRevision`), decided after a turn's calls ran.
+    let mut prefill: Option<String> = None;
+    // Whether the revision's `before_end` was answered in this run (it is asked once).
+    let mut ended_once = false;
     loop {
         let mut more_tool_calls = true;
         while more_tool_calls || !pending.is_empty() {
@@ -98,7 +102,10 @@ pub(crate) async fn run(
             if unchecked {
                 check_budget(&mut context, &config, &cancel, em).await;
             }
-            let turn = match stream_assistant(&context, &config, &cancel, em, true).await {
+            let start = prefill.take();
+            let mut trace = super::prefill::trace(start.as_deref());
+            let reply = stream_assistant(&context, &config, &cancel, em, true, start, &mut trace);
+            let turn = match reply.await {
                 Ok(turn) => turn,
                 // The prompt was too long for the window: compact and retry once.
                 Err(overflow) => {
@@ -139,6 +146,12 @@ pub(crate) async fn run(
                 results = done;
                 pending = steering;
                 stopped = stop;
+                if let Some(revision) = &config.reply_revision {
+                    if pending.is_empty() && turn.stop_reason == StopReason::Stop {
+                        trace.text = turn.text();
+                        prefill = (revision.next_prefill)(&trace, &calls, &results);
+                    }
+                }
             }
             em.emit(AgentEvent::TurnEnd {
                 message,
@@ -162,6 +175,17 @@ pub(crate) async fn run(
             }
             if pending.is_empty() {
                 pending = config.steering.as_ref().map(|s| s()).unwrap_or_default();
+            }
+            if !more_tool_calls && pending.is_empty() && turn.stop_reason == StopReason::Stop {
+                let before_end = config
+                    .reply_revision
+                    .as_ref()
+                    .and_then(|r| r.before_end.as_ref());
+                if let Some((note, start)) = before_end.filter(|_| !ended_once).and_then(|f| f()) {
+                    ended_once = true;
+                    pending.push(AgentMessage::user(note));
+                    prefill = Some(start);
+                }
             }
             if turns >= config.max_turns && (more_tool_calls || !pending.is_empty()) {
                 let note = format!(
@@ -241,7 +265,8 @@ async fn retry_after_overflow(
     match compaction {
         Some(c) => {
             apply_compaction(context, c, em).await;
-            match stream_assistant(context, config, cancel, em, false).await {
+            let mut trace = super::prefill::trace(None);
+            match stream_assistant(context, config, cancel, em, false, None, &mut trace).await {
                 Ok(turn) | Err(turn) => turn,
             }
         }
@@ -263,13 +288,16 @@ async fn stream_assistant(
     cancel: &CancellationToken,
     em: &Emitter,
     defer_overflow: bool,
+    prefill: Option<String>,
+    trace: &mut super::hooks::ReplyTrace,
 ) -> Result<AssistantTurn, AssistantTurn> {
     let defer_overflow = defer_overflow && config.context_policy.is_some();
     let messages = match &config.transform_context {
         Some(t) => t(context.messages.clone()).await,
         None => context.messages.clone(),
     };
-    let request = prompt_request(context, &messages, config);
+    let mut request = prompt_request(context, &messages, config);
+    super::prefill::prepare(&mut request, prefill.as_deref(), config);
     let session_id = config.cache_key.clone().unwrap_or_default();
     let model = crate::provider::named_or_default(&request.model, &config.provider.models());
     tracing::info!(
@@ -301,6 +329,9 @@ async fn stream_assistant(
         timestamp: now_ms(),
     };
     let mut stream = config.provider.stream(request, cancel.clone());
+    if let Some(text) = prefill {
+        stream = super::prefill::whole_reply(stream, text);
+    }
     let mut started = false;
     // Tool-call index → position of its block in `turn.content`.
     let mut call_blocks: HashMap<usize, usize> = HashMap::new();
@@ -331,7 +362,8 @@ async fn stream_assistant(
                     serde_json::Value::Null,
                 )));
             }
-            ProviderEvent::ToolCallDelta { .. } | ProviderEvent::Logprobs { .. } => {}
+            ProviderEvent::ToolCallDelta { .. } => {}
+            ProviderEvent::Logprobs { entries } => trace.tokens.extend(entries.iter().cloned()),
             ProviderEvent::ToolCallEnd { index, call } => match call_blocks.get(index) {
                 Some(&at) => turn.content[at] = ContentBlock::ToolCall(call.clone()),
                 None => turn.content.push(ContentBlock::ToolCall(call.clone())),

@@ -283,7 +283,7 @@ fn path_line(line: &str, files: &[String]) -> Option<String> {
 
 /// `word` as a relative path when it looks like one: decorations (`*`, `` ` ``, quotes, a trailing `:`) stripped,
 /// no spaces, no `..` segment, not absolute, and either a workspace file or a name with an extension or a `/`.
-fn path_word(word: &str, files: &[String]) -> Option<String> {
+pub(crate) fn path_word(word: &str, files: &[String]) -> Option<String> {
     let colon = word.trim().trim_end_matches(['*', '`']).ends_with(':');
     let w = word
         .trim()

@@ -31,6 +31,7 @@ pub mod mcp_servers;
 pub mod mentions;
 pub mod named_files;
 pub mod recorder;
+pub mod second_choice;
 pub mod sessions;
 pub mod settings;
 pub mod skills;

@@ -1,17 +1,18 @@
 //! The prompt a blocks session is running, as the loop's hooks need it: the task as the user wrote it, the files
-//! it named with their text then, and whether a block has changed a file since. After a block lands, the first
-//! named file still as it was is asked about; a first block that changes nothing is answered as a failure with
-//! the task restated (see [`NamedFiles`]).
+//! it named with their text then, and whether a block has changed a file since. After a block changes an
+//! existing file, the first named file still as it was is asked about; a first block that changes nothing is
+//! answered as a failure with the task restated; a run about to end without a file the task asks for gets one
+//! more turn that starts with that file's block (see [`NamedFiles`]).
 
 use std::sync::Arc;
 
 use crate::tools::write_block::WRITE_BLOCK;
 
 /// The prompt now running, the files it named (shown to the model with it) and their text then. After a block
-/// lands, the first of them still as it was is asked about: small models change the first file of a two-file job
-/// and stop (Qwen2.5-Coder-0.5B changed `pricing.py` and never the test that expects the old price). A block
-/// that changes nothing before any change landed (the model copied the file it was shown, bug included) is
-/// answered as the failure it is, with the task restated: told only "nothing changed", Qwen2.5-Coder-0.5B
+/// changes an existing file, the first of them still as it was is asked about: small models change the first
+/// file of a two-file job and stop (Qwen2.5-Coder-0.5B changed `pricing.py` and never the test that expects the
+/// old price). A block that changes nothing before any change landed (the model copied the file it was shown,
+/// bug included) is answered as the failure it is, with the task restated: told only "nothing changed", Qwen2.5-Coder-0.5B
 /// repeated that sentence as its answer and the run ended with the bug in place. (Measured and dropped: one more
 /// turn, "nothing in the project has changed…", for a run about to end with the workspace as the prompt found it
 /// after a command ran: Qwen2.5-Coder-0.5B repeated that sentence as its answer too.)
@@ -89,6 +90,19 @@ impl NamedFiles {
         })
     }
 
+    /// When the task asks for a file that is still missing (`count.txt` in "write the count into a new file
+    /// count.txt"): the note and the reply's start for one more turn, for a run about to end without it.
+    /// Qwen2.5-Coder-0.5B ran `wc -l data.csv`, saw `7 data.csv` and answered "The task is done."; told only
+    /// that, it said so again, but a reply that starts with the file's block gets its text (`7`).
+    pub fn missing_file_turn(&self) -> Option<(String, String)> {
+        let task = self.lock().task.clone();
+        let path = asked_for_missing(&task, &self.root)?;
+        Some((
+            format!("{path} does not exist yet, and the task asks for it."),
+            format!("{path}\n```\n"),
+        ))
+    }
+
     /// Puts the question after `write_block` results (and the task after a block that changed nothing), around
     /// `config`'s `after_tool_call`.
     pub fn install(&self, config: &mut crate::agent::hooks::AgentLoopConfig) {
@@ -111,10 +125,16 @@ impl NamedFiles {
                     .unwrap_or_default()
                     .trim_start_matches("./")
                     .to_string();
+                let created = result.details.get("created").and_then(|v| v.as_bool()) == Some(true);
                 if ok && noop == Some(false) {
                     named.lock().landed = true;
                     let content = change.content.clone().unwrap_or(result.content);
-                    if let Some(q) = named.question(&written, &content) {
+                    // After a new file, the named ones are what it was made from (asked "does data.csv need a
+                    // change?" after writing count.txt, Qwen2.5-Coder-0.5B appended the count to data.csv).
+                    let question = (!created)
+                        .then(|| named.question(&written, &content))
+                        .flatten();
+                    if let Some(q) = question {
                         change.content = Some(format!("{content}\n\n{q}"));
                     }
                 } else if ok && noop == Some(true) {
@@ -126,5 +146,76 @@ impl NamedFiles {
                 change
             })
         }));
+    }
+}
+
+/// Words that ask for a file to be made.
+const MAKING: [&str; 8] = [
+    "create", "write", "save", "record", "store", "put", "new", "generate",
+];
+
+/// The first file `task` names that does not exist under `root`, when the task asks for something to be made
+/// (a word of [`MAKING`]): a word that looks like a relative file path (an extension with a letter: not
+/// `3.14`, not `e.g.`; not a web domain).
+fn asked_for_missing(task: &str, root: &std::path::Path) -> Option<String> {
+    let words: Vec<&str> = task.split_whitespace().collect();
+    let making = words.iter().any(|w| {
+        let w = w
+            .trim_matches(|c: char| !c.is_alphanumeric())
+            .to_ascii_lowercase();
+        MAKING.contains(&w.as_str())
+    });
+    if !making {
+        return None;
+    }
+    words.iter().find_map(|word| {
+        let word = word
+            .trim_start_matches(['`', '"', '\'', '(', '['])
+            .trim_end_matches(['`', '"', '\'', ',', '.', ';', ':', '!', '?', ')', ']']);
+        let path = super::edit_format::path_word(word, &[])?;
+        let ext = path.rsplit_once('.')?.1;
+        let domain = ["com", "org", "net", "io", "dev"].contains(&ext);
+        let file = ext.chars().any(|c| c.is_ascii_alphabetic())
+            && !domain
+            && !matches!(path.as_str(), "e.g" | "i.e");
+        (file && !root.join(&path).exists()).then_some(path)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_file_the_task_asks_for() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("data.csv"), "a\n").unwrap();
+        std::fs::write(dir.path().join("compute.py"), "print(1)\n").unwrap();
+        let root = dir.path();
+        let task = "Count the lines of data.csv (for example with wc -l) and write the count into a new file count.txt.";
+        assert_eq!(asked_for_missing(task, root).as_deref(), Some("count.txt"));
+        assert_eq!(
+            asked_for_missing(
+                "Run compute.py and record what it prints in `out/result.txt`.",
+                root
+            )
+            .as_deref(),
+            Some("out/result.txt")
+        );
+        // Nothing to make, a file that exists, numbers, abbreviations and domains.
+        assert_eq!(asked_for_missing("Does notes.md exist?", root), None);
+        assert_eq!(
+            asked_for_missing("Write a header into data.csv.", root),
+            None
+        );
+        assert_eq!(
+            asked_for_missing(
+                "Create PI = 3.14159 in data.csv, e.g. at the top; see example.com",
+                root
+            ),
+            None
+        );
+        std::fs::write(root.join("count.txt"), "7\n").unwrap();
+        assert_eq!(asked_for_missing(task, root), None);
     }
 }

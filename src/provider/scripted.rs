@@ -21,7 +21,7 @@ use super::assemble::Assembler;
 use super::events::{spawn_stream, EventSender};
 use super::{
     estimate_tokens, model_or_default, CompletionRequest, ErrorKind, ModelDescriptor, Provider,
-    ProviderError, ProviderStream, StopReason, TokenCount, Usage,
+    ProviderError, ProviderStream, StopReason, TokenCount, TokenLogprob, Usage,
 };
 
 /// One step of a scripted reply.
@@ -44,6 +44,8 @@ pub enum ScriptStep {
         kind: ErrorKind,
         message: String,
     },
+    /// Report these log-probabilities (for the text that follows), when the request asked for them.
+    Logprobs(Vec<TokenLogprob>),
 }
 
 /// What the scripted model answers to one request.
@@ -119,6 +121,13 @@ impl ScriptedReply {
         self
     }
 
+    /// The log-probabilities of the text that follows (sent only to a request that asks for `logprobs`; see
+    /// [`ScriptedProvider::with_logprobs`]).
+    pub fn logprobs(mut self, entries: Vec<TokenLogprob>) -> Self {
+        self.steps.push(ScriptStep::Logprobs(entries));
+        self
+    }
+
     pub fn stop_reason(mut self, reason: StopReason) -> Self {
         self.stop_reason = Some(reason);
         self
@@ -136,6 +145,8 @@ struct Inner {
     chunk_chars: usize,
     chunk_delay: Duration,
     model: ModelDescriptor,
+    /// Whether requests may ask for `logprobs` (the script's [`ScriptStep::Logprobs`]).
+    logprobs: bool,
 }
 
 /// A provider that plays back scripted replies, one per request, in order. Cheap to clone: clones share the
@@ -169,6 +180,7 @@ impl ScriptedProvider {
                     max_output_tokens: 4_096,
                     device: None,
                 },
+                logprobs: false,
             }),
         }
     }
@@ -176,10 +188,22 @@ impl ScriptedProvider {
     /// The same script on a "model" with a `window`-token context window (for compaction tests). Call it before
     /// the provider is cloned: requests recorded so far are not carried over.
     pub fn with_context_window(self, window: u64) -> Self {
-        let replies = std::mem::take(&mut *lock(&self.inner.replies));
         let mut model = self.inner.model.clone();
         model.context_window = window;
         model.max_output_tokens = model.max_output_tokens.min(window);
+        let logprobs = self.inner.logprobs;
+        self.rebuilt(model, logprobs)
+    }
+
+    /// The same script on a "model" that reports log-probabilities (its replies' [`ScriptStep::Logprobs`]). Call
+    /// it before the provider is cloned, as [`with_context_window`](Self::with_context_window).
+    pub fn with_logprobs(self) -> Self {
+        let model = self.inner.model.clone();
+        self.rebuilt(model, true)
+    }
+
+    fn rebuilt(self, model: ModelDescriptor, logprobs: bool) -> Self {
+        let replies = std::mem::take(&mut *lock(&self.inner.replies));
         Self {
             inner: Arc::new(Inner {
                 replies: Mutex::new(replies),
@@ -187,6 +211,7 @@ impl ScriptedProvider {
                 chunk_chars: self.inner.chunk_chars,
                 chunk_delay: self.inner.chunk_delay,
                 model,
+                logprobs,
             }),
         }
     }
@@ -234,6 +259,10 @@ impl Provider for ScriptedProvider {
 
     fn describe(&self) -> String {
         "scripted".into()
+    }
+
+    fn supports_logprobs(&self) -> bool {
+        self.inner.logprobs
     }
 }
 
@@ -289,6 +318,12 @@ async fn play(
                 Err(ProviderError::Cancelled)
             }
             ScriptStep::Fail { kind, message } => Err(scripted_error(kind, message)),
+            ScriptStep::Logprobs(entries) => {
+                if request.logprobs.is_some() {
+                    out.logprobs(entries);
+                }
+                Ok(())
+            }
         };
         if let Err(e) = result {
             out.fail(&e, usage);

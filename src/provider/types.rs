@@ -397,6 +397,19 @@ impl CompletionRequest {
             ..Self::default()
         }
     }
+
+    /// The text of a last message that is the assistant's and holds only text: an **assistant prefill**, the
+    /// start of the reply, which the model continues (Anthropic's prefill, vLLM's `continue_final_message`). The
+    /// stream then carries only the continuation. `None` when the last message is anything else.
+    pub fn prefill(&self) -> Option<&str> {
+        let Some(Message::Assistant(a)) = self.messages.last() else {
+            return None;
+        };
+        match a.content.as_slice() {
+            [ContentBlock::Text { text }] if !text.is_empty() => Some(text),
+            _ => None,
+        }
+    }
 }
 
 /// What a provider's stream yields. A stream is `start`, then deltas, then exactly one `done` or `error`, and

@@ -22,6 +22,7 @@ mod mcp;
 mod provider;
 mod real_checkpoints;
 mod schemas;
+mod second_choice;
 mod server;
 mod session;
 mod speculative;

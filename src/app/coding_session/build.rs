@@ -320,6 +320,9 @@ pub(super) async fn assemble(
     }
     if settings.loop_rules {
         LoopRules::new(mutating_tools(&tools), cwd.clone()).install(&mut config);
+        if edit_format == EditFormat::Blocks {
+            crate::app::second_choice::install(&mut config, &named_files);
+        }
     }
     let agent = Agent::new(config, system_prompt, tools);
     let inner = Inner {

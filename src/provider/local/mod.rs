@@ -516,16 +516,31 @@ pub fn render_prompt(
     format: ToolCallFormat,
     request: &CompletionRequest,
 ) -> Result<Vec<u32>, ProviderError> {
-    chat_prompt_tokens(
+    let mut messages = wire::messages(request);
+    let prefill = request.prefill();
+    if prefill.is_some() {
+        messages.pop();
+    }
+    let mut ids = chat_prompt_tokens(
         template,
         tokenizer,
-        &wire::messages(request),
+        &messages,
         &request.tools,
         &request.tool_choice,
         format,
         request.thinking.map(|t| t != Thinking::Off),
     )
-    .map_err(ProviderError::from_engine)
+    .map_err(ProviderError::from_engine)?;
+    // An assistant prefill: the reply's start, after the generation prompt, as plain text (a control token's
+    // text in it stays text, as in any message).
+    if let Some(text) = prefill {
+        ids.extend(
+            tokenizer
+                .encode(text, false)
+                .map_err(ProviderError::from_engine)?,
+        );
+    }
+    Ok(ids)
 }
 
 /// The exact usage of a local generation: its prompt, output and reused tokens, and what speculative decoding

@@ -109,6 +109,10 @@ fn chat_body(request: &CompletionRequest, model: &str) -> Value {
         "messages": wire::messages(request),
         "add_generation_prompt": true,
     });
+    if request.prefill().is_some() {
+        body["add_generation_prompt"] = false.into();
+        body["continue_final_message"] = true.into();
+    }
     if !request.tools.is_empty() {
         body["tools"] = Value::Array(wire::tools(&request.tools));
     }

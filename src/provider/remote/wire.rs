@@ -121,6 +121,11 @@ pub fn chat_body(request: &CompletionRequest, model: &str, compat: &Compat) -> V
     if request.ignore_eos {
         body.insert("ignore_eos".into(), true.into());
     }
+    if request.prefill().is_some() {
+        // vLLM's names: the last (assistant) message is continued, not closed and answered.
+        body.insert("continue_final_message".into(), true.into());
+        body.insert("add_generation_prompt".into(), false.into());
+    }
     match request.thinking {
         None => {}
         // vLLM's Qwen3 / DeepSeek templates read `enable_thinking`; OpenAI reads `reasoning_effort`.
@@ -399,5 +404,30 @@ pub fn error_message(body: &str) -> String {
         "(empty response body)".into()
     } else {
         super::sse::truncate(text, 1_000).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::AssistantMessage;
+
+    #[test]
+    fn an_assistant_prefill_asks_vllm_to_continue_the_final_message() {
+        let mut request = CompletionRequest::user("count to 5");
+        let plain = chat_body(&request, "m", &Compat::default());
+        assert_eq!(plain.get("continue_final_message"), None);
+        request.messages.push(Message::Assistant(AssistantMessage {
+            content: vec![ContentBlock::Text {
+                text: "1, 2,".into(),
+            }],
+        }));
+        let body = chat_body(&request, "m", &Compat::default());
+        assert_eq!(body["continue_final_message"], json!(true));
+        assert_eq!(body["add_generation_prompt"], json!(false));
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": "1, 2,"})
+        );
     }
 }

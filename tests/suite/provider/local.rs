@@ -390,3 +390,33 @@ async fn prefix_cache_reuse_stays_within_a_scope() {
         "raw: scope a missed its own prefix"
     );
 }
+
+#[tokio::test]
+async fn an_assistant_prefill_is_continued_after_the_generation_prompt() {
+    let p = provider();
+    let plain = CompletionRequest {
+        sampling: Sampling::greedy(),
+        max_tokens: Some(6),
+        ..CompletionRequest::user("Count from 1 to 10, separated by commas.")
+    };
+    let prefill = "1, 2, 3, 4,";
+    let mut req = plain.clone();
+    req.messages
+        .push(Message::Assistant(agentd::provider::AssistantMessage {
+            content: vec![ContentBlock::Text {
+                text: prefill.into(),
+            }],
+        }));
+    assert_eq!(req.prefill(), Some(prefill));
+    // The prompt is the plain request's (generation prompt included), then the prefill's own tokens as text.
+    let mut expected = p.prompt_tokens(&plain).unwrap();
+    expected.extend(common::engine().tokenizer().encode(prefill, false).unwrap());
+    assert_eq!(p.prompt_tokens(&req).unwrap(), expected);
+    let c = collect(p.stream(req, CancellationToken::new())).await;
+    contract::assert_well_formed(&c.events);
+    assert_eq!(c.usage.input, expected.len() as u64);
+    // Only the continuation comes back, and it goes on counting.
+    let text = c.message.text();
+    assert!(!text.contains("1, 2"), "{text:?}");
+    assert!(text.trim_start().starts_with('5'), "{text:?}");
+}

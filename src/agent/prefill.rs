@@ -1,0 +1,139 @@
+//! A reply that starts from a given text (an assistant prefill, see [`ReplyRevision`]): the request that asks
+//! for its continuation, and the provider's stream of that continuation seen as the stream of the whole reply,
+//! so the loop, the events and the transcript hold one assistant message that begins with the prefill.
+
+use futures::StreamExt;
+
+use super::hooks::{AgentLoopConfig, ReplyRevision, ReplyTrace};
+use crate::provider::{
+    AssistantMessage, CompletionRequest, ContentBlock, Message, ProviderEvent, ProviderStream,
+};
+
+/// Sets `request` up for the reply: continued from `prefill` (when given) and traced with the alternatives
+/// `config`'s revision asks for (when the provider reports them).
+pub(super) fn prepare(
+    request: &mut CompletionRequest,
+    prefill: Option<&str>,
+    config: &AgentLoopConfig,
+) {
+    if let Some(text) = prefill {
+        request.messages.push(Message::Assistant(AssistantMessage {
+            content: vec![ContentBlock::Text { text: text.into() }],
+        }));
+    }
+    if let Some(ReplyRevision { logprobs, .. }) = &config.reply_revision {
+        if *logprobs > 0 && config.provider.supports_logprobs() {
+            request.logprobs = Some(*logprobs);
+        }
+    }
+}
+
+/// A new trace for a reply that starts with `prefill`.
+pub(super) fn trace(prefill: Option<&str>) -> ReplyTrace {
+    ReplyTrace {
+        text: prefill.unwrap_or_default().to_string(),
+        generated_from: prefill.map_or(0, str::len),
+        tokens: Vec::new(),
+    }
+}
+
+/// The stream of the whole reply from the stream of `prefill`'s continuation: the prefill is the first text
+/// delta (right after `start`), and the final (or partial) message begins with it.
+pub(super) fn whole_reply(stream: ProviderStream, prefill: String) -> ProviderStream {
+    Box::pin(stream.flat_map(move |ev| {
+        let events = match ev {
+            ProviderEvent::Start { .. } => vec![
+                ev,
+                ProviderEvent::TextDelta {
+                    delta: prefill.clone(),
+                },
+            ],
+            ProviderEvent::Done {
+                stop_reason,
+                usage,
+                mut message,
+            } => {
+                prepend(&mut message, &prefill);
+                vec![ProviderEvent::Done {
+                    stop_reason,
+                    usage,
+                    message,
+                }]
+            }
+            ProviderEvent::Error {
+                kind,
+                reason,
+                message,
+                usage,
+                mut partial,
+            } => {
+                prepend(&mut partial, &prefill);
+                vec![ProviderEvent::Error {
+                    kind,
+                    reason,
+                    message,
+                    usage,
+                    partial,
+                }]
+            }
+            other => vec![other],
+        };
+        futures::stream::iter(events)
+    }))
+}
+
+fn prepend(message: &mut AssistantMessage, prefill: &str) {
+    match message.content.first_mut() {
+        Some(ContentBlock::Text { text }) => text.insert_str(0, prefill),
+        _ => message.content.insert(
+            0,
+            ContentBlock::Text {
+                text: prefill.to_string(),
+            },
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::{StopReason, Usage};
+
+    #[tokio::test]
+    async fn the_prefill_leads_the_deltas_and_the_final_message() {
+        let events = vec![
+            ProviderEvent::Start { model: "m".into() },
+            ProviderEvent::TextDelta {
+                delta: " b)".into(),
+            },
+            ProviderEvent::Done {
+                stop_reason: StopReason::Stop,
+                usage: Usage::default(),
+                message: AssistantMessage {
+                    content: vec![ContentBlock::Text { text: " b)".into() }],
+                },
+            },
+        ];
+        let got: Vec<ProviderEvent> =
+            whole_reply(Box::pin(futures::stream::iter(events)), "f(a +".into())
+                .collect()
+                .await;
+        let deltas: String = got
+            .iter()
+            .filter_map(|e| match e {
+                ProviderEvent::TextDelta { delta } => Some(delta.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas, "f(a + b)");
+        match got.last() {
+            Some(ProviderEvent::Done { message, .. }) => assert_eq!(
+                message.content,
+                vec![ContentBlock::Text {
+                    text: "f(a + b)".into()
+                }]
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}

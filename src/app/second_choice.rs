@@ -1,0 +1,197 @@
+//! A file block that changed nothing, continued from the model's own second choice.
+//!
+//! Asked to fix a bug, a small model often writes the file back exactly as it was: greedy decoding follows the
+//! text it was shown. Told so, it copies it again (Qwen2.5-Coder-0.5B did, three times, in `fix_off_by_one`,
+//! `fix_return_value` and `fix_comparison` of `benches/agent_tasks`; re-sampling at temperature 0.7 did not
+//! help either). Yet the model is rarely sure everywhere: where the bug is, its second choice is close
+//! (`if x < best` with ` >` 1.4 nats behind, `range(1, n` with ` +` 2.1 behind, `age >` with ` >=` 0.8 behind).
+//!
+//! So the loop traces a blocks reply with the top alternatives of every token, and when a block's result is
+//! "the same as the file" the next reply starts from that block as the model wrote it up to its least certain
+//! token, with the runner-up there instead; the model continues from it (an assistant prefill). Only tokens
+//! inside the unchanged block's text count, and only alternatives that are code: whitespace-only ones (a blank
+//! line more) and fence backticks change nothing that matters, and one the chosen token merely extends would
+//! let it write the same text again. The reply that changed nothing and its result stay in the transcript; the
+//! continued reply is the model's next turn, checked and run like any other (a wrong change still fails the
+//! task's check, and the loop rules still stop a run that repeats itself).
+
+use std::sync::Arc;
+
+use super::named_files::NamedFiles;
+use crate::agent::{AgentLoopConfig, ReplyRevision, ReplyTrace};
+use crate::provider::{TokenLogprob, ToolCall};
+use crate::tools::write_block::WRITE_BLOCK;
+use crate::transcript::ToolResult;
+
+/// Alternatives traced per token.
+pub const ALTERNATIVES: usize = 5;
+
+/// Installs the revision of a blocks session on `config`: a block that changed nothing is continued from the
+/// model's second choice, and a run about to end without a file the task asks for gets one more turn that
+/// starts with that file's block ([`NamedFiles::missing_file_turn`]).
+pub fn install(config: &mut AgentLoopConfig, named: &NamedFiles) {
+    let named = named.clone();
+    config.reply_revision = Some(ReplyRevision {
+        logprobs: ALTERNATIVES,
+        next_prefill: Arc::new(next_prefill),
+        before_end: Some(Arc::new(move || named.missing_file_turn())),
+    });
+}
+
+/// The prefill of the reply after `trace`'s turn: its first block whose result says it changed nothing,
+/// written up to its least certain token, then the runner-up there.
+pub fn next_prefill(
+    trace: &ReplyTrace,
+    calls: &[ToolCall],
+    results: &[ToolResult],
+) -> Option<String> {
+    results
+        .iter()
+        .filter(|r| r.is_error && r.details.get("noop").and_then(|v| v.as_bool()) == Some(true))
+        .filter_map(|r| calls.iter().find(|c| c.id == r.tool_call_id))
+        .filter(|c| c.name == WRITE_BLOCK)
+        .find_map(|call| {
+            let content = call.arguments.get("content")?.as_str()?;
+            let start = trace.text.find(content)?;
+            flip(trace, start..start + content.len())
+        })
+}
+
+/// The reply up to its least certain generated token whose start lies in `span` (byte offsets), with that
+/// token's best code alternative in its place.
+fn flip(trace: &ReplyTrace, span: std::ops::Range<usize>) -> Option<String> {
+    let text = trace.text.as_bytes();
+    let mut at = trace.generated_from;
+    let mut best: Option<(f32, usize, &str)> = None;
+    for token in &trace.tokens {
+        let start = at;
+        at += token.bytes.len();
+        if text.get(start..at) != Some(token.bytes.as_slice()) {
+            // The tokens do not spell the reply (a split the provider made): no position can be trusted.
+            return None;
+        }
+        if !span.contains(&start) || !trace.text.is_char_boundary(start) {
+            continue;
+        }
+        if let Some((margin, alt)) = runner_up(token) {
+            if best.is_none_or(|(m, _, _)| margin < m) {
+                best = Some((margin, start, alt));
+            }
+        }
+    }
+    let (_, start, alt) = best?;
+    Some(format!("{}{alt}", &trace.text[..start]))
+}
+
+/// The most likely alternative of `token` that is code, with how far behind it is (nats).
+fn runner_up(token: &TokenLogprob) -> Option<(f32, &str)> {
+    token
+        .top
+        .iter()
+        .filter(|alt| alt.bytes != token.bytes)
+        .find_map(|alt| {
+            let text = std::str::from_utf8(&alt.bytes).ok()?;
+            let code = !text.trim().is_empty()
+                && !text.contains('`')
+                && !token.bytes.starts_with(&alt.bytes);
+            code.then_some((token.logprob - alt.logprob, text))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::TopLogprob;
+
+    fn token(text: &str, logprob: f32, top: &[(&str, f32)]) -> TokenLogprob {
+        TokenLogprob {
+            token: text.into(),
+            bytes: text.as_bytes().to_vec(),
+            logprob,
+            top: top
+                .iter()
+                .map(|(t, l)| TopLogprob {
+                    token: t.to_string(),
+                    bytes: t.as_bytes().to_vec(),
+                    logprob: *l,
+                })
+                .collect(),
+        }
+    }
+
+    fn reply(tokens: Vec<TokenLogprob>) -> ReplyTrace {
+        ReplyTrace {
+            text: tokens.iter().map(|t| t.token.as_str()).collect(),
+            generated_from: 0,
+            tokens,
+        }
+    }
+
+    fn noop(content: &str) -> (Vec<ToolCall>, Vec<ToolResult>) {
+        let call = ToolCall::new(
+            "text_1",
+            WRITE_BLOCK,
+            serde_json::json!({"path": "stats.py", "content": content}),
+        );
+        let result = ToolResult {
+            tool_call_id: "text_1".into(),
+            tool_name: WRITE_BLOCK.into(),
+            content: "Your block for stats.py is the same as the file".into(),
+            details: serde_json::json!({"noop": true}),
+            is_error: true,
+            timestamp: 0,
+        };
+        (vec![call], vec![result])
+    }
+
+    fn stats_reply() -> ReplyTrace {
+        reply(vec![
+            token(
+                "stats.py\n```\n",
+                -0.1,
+                &[("stats.py\n```\n", -0.1), ("todo", -3.0)],
+            ),
+            token("if x", -0.1, &[("if x", -0.1)]),
+            // Whitespace and fences are not code.
+            token(" <", -0.3, &[(" <", -0.3), (" ", -0.5), (" >", -1.7)]),
+            token(
+                " best:\n",
+                -0.2,
+                &[(" best:\n", -0.2), ("```", -0.3), ("\n\n", -0.25)],
+            ),
+            token("```", -0.01, &[("```", -0.01), ("x", -0.2)]),
+        ])
+    }
+
+    #[test]
+    fn the_least_certain_code_token_of_the_unchanged_block_is_flipped() {
+        let (calls, results) = noop("if x < best:\n");
+        let got = next_prefill(&stats_reply(), &calls, &results);
+        assert_eq!(got.as_deref(), Some("stats.py\n```\nif x >"));
+    }
+
+    #[test]
+    fn nothing_without_an_unchanged_block_or_when_tokens_do_not_spell_the_reply() {
+        let (calls, mut results) = noop("if x < best:\n");
+        results[0].details = serde_json::json!({"noop": false});
+        assert_eq!(next_prefill(&stats_reply(), &calls, &results), None);
+        let (calls, results) = noop("if x < best:\n");
+        let mut trace = stats_reply();
+        trace.text.insert(0, '!');
+        assert_eq!(next_prefill(&trace, &calls, &results), None);
+        // Tokens before `generated_from` were given (a prefill): only later ones are candidates.
+        let (calls, results) = noop("if x < best:\n");
+        let mut trace = stats_reply();
+        let given = trace.tokens.drain(..3).map(|t| t.token).collect::<String>();
+        trace.generated_from = given.len();
+        assert_eq!(next_prefill(&trace, &calls, &results), None);
+    }
+
+    #[test]
+    fn an_alternative_the_chosen_token_extends_is_no_change() {
+        let t = token(" >=", -0.1, &[(" >=", -0.1), (" >", -0.2), (" <", -2.0)]);
+        let (margin, alt) = runner_up(&t).unwrap();
+        assert_eq!(alt, " <");
+        assert!((margin - 1.9).abs() < 1e-5, "{margin}");
+    }
+}
