@@ -95,7 +95,11 @@ impl NamedFiles {
     /// Qwen2.5-Coder-0.5B ran `wc -l data.csv`, saw `7 data.csv` and answered "The task is done."; told only
     /// that, it said so again, but a reply that starts with the file's block gets its text (`7`).
     pub fn missing_file_turn(&self) -> Option<(String, String)> {
-        let task = self.lock().task.clone();
+        let Prompted { task, landed, .. } = self.lock().clone();
+        // A run that changed something is past this: the missing name may be one its code reads.
+        if landed {
+            return None;
+        }
         let path = asked_for_missing(&task, &self.root)?;
         Some((
             format!("{path} does not exist yet, and the task asks for it."),
@@ -129,11 +133,11 @@ impl NamedFiles {
                 if ok && noop == Some(false) {
                     named.lock().landed = true;
                     let content = change.content.clone().unwrap_or(result.content);
-                    // After a new file, the named ones are what it was made from (asked "does data.csv need a
-                    // change?" after writing count.txt, Qwen2.5-Coder-0.5B appended the count to data.csv).
-                    let question = (!created)
-                        .then(|| named.question(&written, &content))
-                        .flatten();
+                    // After a new file, the named ones are what it was made from unless the task asks to change
+                    // one (asked "does data.csv need a change?" after writing count.txt, Qwen2.5-Coder-0.5B
+                    // appended the count to data.csv).
+                    let ask = !created || asks_for_a_change(&named.lock().task);
+                    let question = ask.then(|| named.question(&written, &content)).flatten();
                     if let Some(q) = question {
                         change.content = Some(format!("{content}\n\n{q}"));
                     }
@@ -149,6 +153,26 @@ impl NamedFiles {
     }
 }
 
+/// Words that ask for an existing file to be changed.
+const CHANGING: [&str; 10] = [
+    "change", "update", "edit", "modify", "fix", "rename", "replace", "remove", "delete", "use",
+];
+
+/// Whether `task` asks for some existing file to be changed (a word of [`CHANGING`]).
+fn asks_for_a_change(task: &str) -> bool {
+    has_word(task, &CHANGING)
+}
+
+/// Whether `text` holds one of `words` as a word of its own (any case).
+fn has_word(text: &str, words: &[&str]) -> bool {
+    text.split_whitespace().any(|w| {
+        let w = w
+            .trim_matches(|c: char| !c.is_alphanumeric())
+            .to_ascii_lowercase();
+        words.contains(&w.as_str())
+    })
+}
+
 /// Words that ask for a file to be made.
 const MAKING: [&str; 8] = [
     "create", "write", "save", "record", "store", "put", "new", "generate",
@@ -158,17 +182,10 @@ const MAKING: [&str; 8] = [
 /// (a word of [`MAKING`]): a word that looks like a relative file path (an extension with a letter: not
 /// `3.14`, not `e.g.`; not a web domain).
 fn asked_for_missing(task: &str, root: &std::path::Path) -> Option<String> {
-    let words: Vec<&str> = task.split_whitespace().collect();
-    let making = words.iter().any(|w| {
-        let w = w
-            .trim_matches(|c: char| !c.is_alphanumeric())
-            .to_ascii_lowercase();
-        MAKING.contains(&w.as_str())
-    });
-    if !making {
+    if !has_word(task, &MAKING) {
         return None;
     }
-    words.iter().find_map(|word| {
+    task.split_whitespace().find_map(|word| {
         let word = word
             .trim_start_matches(['`', '"', '\'', '(', '['])
             .trim_end_matches(['`', '"', '\'', ',', '.', ';', ':', '!', '?', ')', ']']);
@@ -217,5 +234,19 @@ mod tests {
         );
         std::fs::write(root.join("count.txt"), "7\n").unwrap();
         assert_eq!(asked_for_missing(task, root), None);
+    }
+
+    #[test]
+    fn tasks_that_ask_to_change_a_file() {
+        assert!(asks_for_a_change(
+            "Create constants.py with PI, then change circle.py to import it."
+        ));
+        assert!(asks_for_a_change("Add helpers.py and use it in main.py"));
+        assert!(!asks_for_a_change(
+            "Count the lines of data.csv and write the count into a new file count.txt."
+        ));
+        assert!(!asks_for_a_change(
+            "Create test_strings.py that imports reverse from strings.py."
+        ));
     }
 }
