@@ -10,6 +10,7 @@ pub mod hooks;
 mod prefill;
 pub mod run;
 pub mod summary;
+mod tool_exec;
 
 pub use crate::transcript::{convert_to_llm, AgentMessage, AssistantTurn, ToolResult};
 pub use compaction::{CompactionSettings, Compactor};

@@ -1,0 +1,6 @@
+def shout(s):
+    return s.upper()
+
+
+def whisper(s):
+    return s.lower()

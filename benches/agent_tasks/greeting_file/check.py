@@ -1,0 +1,3 @@
+import os
+assert open("greeting.txt").read().strip() == "Hello, world"
+print("ok")

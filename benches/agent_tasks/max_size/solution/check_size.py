@@ -1,0 +1,5 @@
+from limits import MAX_SIZE
+
+
+def too_big(n):
+    return n > MAX_SIZE

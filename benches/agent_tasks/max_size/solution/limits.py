@@ -1,0 +1,2 @@
+MIN_SIZE = 1
+MAX_SIZE = 100

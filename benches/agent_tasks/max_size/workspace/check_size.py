@@ -1,0 +1,2 @@
+def too_big(n):
+    return n > 100
