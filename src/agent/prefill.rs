@@ -20,6 +20,7 @@ pub(super) fn prepare(
         request.messages.push(Message::Assistant(AssistantMessage {
             content: vec![ContentBlock::Text { text: text.into() }],
         }));
+        request.continue_final_message = true;
     }
     if let Some(ReplyRevision { logprobs, .. }) = &config.reply_revision {
         if *logprobs > 0 && config.provider.supports_logprobs() {

@@ -348,6 +348,10 @@ pub struct CompletionRequest {
     /// How much a reasoning model should think (`None`: the model's default). Remote servers get
     /// `reasoning_effort` and `chat_template_kwargs.enable_thinking`.
     pub thinking: Option<Thinking>,
+    /// Continue the last message, the assistant's text, instead of answering it with a new one: an **assistant
+    /// prefill** (vLLM's `continue_final_message`; Anthropic's Messages API does so whenever the last message is
+    /// the assistant's). See [`prefill`](Self::prefill).
+    pub continue_final_message: bool,
 }
 
 /// How much a reasoning model thinks before it answers (Pi's thinking level).
@@ -398,10 +402,14 @@ impl CompletionRequest {
         }
     }
 
-    /// The text of a last message that is the assistant's and holds only text: an **assistant prefill**, the
-    /// start of the reply, which the model continues (Anthropic's prefill, vLLM's `continue_final_message`). The
-    /// stream then carries only the continuation. `None` when the last message is anything else.
+    /// With [`continue_final_message`](Self::continue_final_message), the text of the last message when it is
+    /// the assistant's and holds only text: the start of the reply, which the model continues. The stream then
+    /// carries only the continuation. `None` otherwise (a request that asks to continue something else is one
+    /// the doors refuse).
     pub fn prefill(&self) -> Option<&str> {
+        if !self.continue_final_message {
+            return None;
+        }
         let Some(Message::Assistant(a)) = self.messages.last() else {
             return None;
         };

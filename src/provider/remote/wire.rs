@@ -422,6 +422,10 @@ mod tests {
                 text: "1, 2,".into(),
             }],
         }));
+        // A last assistant message alone is answered with a new one (OpenAI's rule); the flag continues it.
+        let answered = chat_body(&request, "m", &Compat::default());
+        assert_eq!(answered.get("continue_final_message"), None);
+        request.continue_final_message = true;
         let body = chat_body(&request, "m", &Compat::default());
         assert_eq!(body["continue_final_message"], json!(true));
         assert_eq!(body["add_generation_prompt"], json!(false));

@@ -175,6 +175,7 @@ pub fn messages_request(
         None,
         None,
     )?;
+    let prefilled = matches!(messages.last(), Some(Message::Assistant(_)));
     let request = CompletionRequest {
         model,
         system,
@@ -192,6 +193,8 @@ pub fn messages_request(
             .and_then(Value::as_str)
             .map(|u| format!("openai-user:{}", user_scope(u))),
         thinking,
+        // A last message of the assistant's is a prefill the reply continues (the Messages API's rule).
+        continue_final_message: prefilled,
         ..CompletionRequest::default()
     };
     check_constraint(&request)?;

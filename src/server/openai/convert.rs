@@ -28,6 +28,31 @@ pub struct ChatOptions {
     pub logprobs: Option<usize>,
 }
 
+/// vLLM's `continue_final_message`: allowed only with the last message the assistant's (with no tool calls) and
+/// without `add_generation_prompt: true` (vLLM refuses both together too).
+fn continue_final(req: &ChatCompletionRequest) -> Result<bool, ApiError> {
+    if req.continue_final_message != Some(true) {
+        return Ok(false);
+    }
+    if req.add_generation_prompt == Some(true) {
+        return Err(ApiError::invalid_param(
+            "continue_final_message",
+            "continue_final_message and add_generation_prompt cannot both be true",
+        ));
+    }
+    match req.messages.last() {
+        Some(ChatMessage::Assistant { tool_calls, .. })
+            if tool_calls.as_ref().is_none_or(|c| c.is_empty()) =>
+        {
+            Ok(true)
+        }
+        _ => Err(ApiError::invalid_param(
+            "continue_final_message",
+            "continue_final_message needs the last message to be the assistant's text",
+        )),
+    }
+}
+
 /// Checks `req` and converts it. `model` is the canonical model id the caller resolved.
 pub fn chat_request(
     req: ChatCompletionRequest,
@@ -75,6 +100,7 @@ pub fn chat_request(
         (true, k) => Some(k.unwrap_or(0) as usize),
         (false, _) => None,
     };
+    let continue_final_message = continue_final(&req)?;
     let (system, messages) = messages(req.messages)?;
     let tools = match req.tools {
         None => Vec::new(),
@@ -138,6 +164,7 @@ pub fn chat_request(
             req.reasoning_effort.as_deref(),
             req.chat_template_kwargs.as_ref(),
         )?,
+        continue_final_message,
     };
     check_constraint(&request)?;
     Ok((

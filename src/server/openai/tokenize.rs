@@ -70,12 +70,13 @@ pub async fn tokenize(
     let value: Value = parse_json(body, state.options.max_body_bytes)?;
     let (request, strs) = if value.get("messages").is_some() {
         let extras: TokenizeChatExtras = parse_value(value.clone())?;
+        // Without a generation prompt the only rendering is one that continues the last message.
         if extras.add_generation_prompt == Some(false)
-            || extras.continue_final_message == Some(true)
+            && extras.continue_final_message != Some(true)
         {
             return Err(ApiError::invalid_param(
                 "add_generation_prompt",
-                "only add_generation_prompt = true (and continue_final_message = false) is supported",
+                "add_generation_prompt = false is supported only with continue_final_message = true",
             ));
         }
         let chat: ChatCompletionRequest = parse_value(value)?;

@@ -147,6 +147,12 @@ pub struct ChatCompletionRequest {
     /// Names the end user; also keys the engine's prefix cache.
     #[serde(default)]
     pub user: Option<String>,
+    /// vLLM's extension: continue the last message (the assistant's text) instead of answering it.
+    #[serde(default)]
+    pub continue_final_message: Option<bool>,
+    /// vLLM's extension; only `false` goes with `continue_final_message` (and is what it implies).
+    #[serde(default)]
+    pub add_generation_prompt: Option<bool>,
 }
 
 /// `prompt` of `/v1/completions`: text, token ids, or a batch of either.

@@ -401,6 +401,7 @@ async fn an_assistant_prefill_is_continued_after_the_generation_prompt() {
     };
     let prefill = "1, 2, 3, 4,";
     let mut req = plain.clone();
+    req.continue_final_message = true;
     req.messages
         .push(Message::Assistant(agentd::provider::AssistantMessage {
             content: vec![ContentBlock::Text {

@@ -8,6 +8,7 @@ mod extensions;
 mod hardening;
 mod load;
 mod openai;
+mod prefill;
 mod raw_text;
 mod reasoning;
 mod reliability;
