@@ -80,7 +80,8 @@ pub fn place(old: &str, block: &str) -> Placed {
         // file does not define, in a file that defines others, is new (a function added).
         let block_lines = b.iter().filter(|l| !l.trim().is_empty()).count();
         let (old_defs, new_defs) = (defined_names(&a), defined_names(&b));
-        let adds = !old_defs.is_empty() && !new_defs.is_empty() && old_defs.is_disjoint(&new_defs);
+        let adds = !old_defs.is_empty() && !new_defs.is_empty() && old_defs.is_disjoint(&new_defs)
+            || adds_assignments(&a, &b);
         if !adds && (content_lines <= 3 || block_lines * 2 >= content_lines) {
             return whole();
         }
@@ -327,6 +328,36 @@ fn defined_names<'a>(lines: &[&'a str]) -> std::collections::BTreeSet<&'a str> {
             (h.len() > 1 && DEFINES.contains(&h[0])).then(|| h[h.len() - 1])
         })
         .collect()
+}
+
+/// A block of top-level assignments (`MAX_SIZE = 100`) for a file of them that assigns none of its names and
+/// none of its values: new constants, added (Qwen2.5-Coder-0.5B, asked to add `MAX_SIZE = 100` to a file holding
+/// `MIN_SIZE = 1`, wrote only the new line). A name with a value the file already has is a rename
+/// (`TIMEOUT = 30` → `TIMEOUT_SECONDS = 30`): not this.
+fn adds_assignments(a: &[&str], b: &[&str]) -> bool {
+    fn assignments<'a>(lines: &[&'a str]) -> Option<Vec<(&'a str, &'a str)>> {
+        lines
+            .iter()
+            .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .map(|l| {
+                let (name, value) = l.split_once('=')?;
+                let name = name.trim_end();
+                let top_level = !l.starts_with(char::is_whitespace);
+                let ident = !name.is_empty()
+                    && name.chars().all(|c| c.is_alphanumeric() || c == '_')
+                    && !name.starts_with(|c: char| c.is_ascii_digit());
+                (top_level && ident && !value.starts_with('=')).then(|| (name, value.trim()))
+            })
+            .collect()
+    }
+    let (Some(old), Some(new)) = (assignments(a), assignments(b)) else {
+        return false;
+    };
+    !old.is_empty()
+        && !new.is_empty()
+        && new
+            .iter()
+            .all(|(n, v)| old.iter().all(|(on, ov)| on != n && ov != v))
 }
 
 /// For a block of one line that matched nothing: the old line with the same key (`DEBUG=false` for
@@ -630,6 +661,23 @@ mod tests {
             p.text,
             "def half(x):\n    return x / 2\n\ndef double(x):\n    return x * 2\n"
         );
+    }
+
+    #[test]
+    fn new_constants_are_added_and_a_renamed_one_replaces_its_line() {
+        let p = place("MIN_SIZE = 1\n", "MAX_SIZE = 100\n");
+        assert_eq!(p.placement, Placement::Appended);
+        assert_eq!(p.text, "MIN_SIZE = 1\n\nMAX_SIZE = 100\n");
+        // The same value under a new name is a rename; a file that is not all assignments is not this rule.
+        assert_eq!(
+            place("TIMEOUT = 30\n", "TIMEOUT_SECONDS = 30\n").text,
+            "TIMEOUT_SECONDS = 30\n"
+        );
+        assert_eq!(
+            place("1.2.3\n", "VERSION = 2\n").placement,
+            Placement::Whole
+        );
+        assert!(!adds_assignments(&["x == 1"], &["y = 2"]));
     }
 
     #[test]
