@@ -2,6 +2,7 @@
 //! (the `--mode json` output, the HTTP SSE stream and the RPC protocol all use this shape).
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
 
 use super::compaction_record::{CompactionDetails, CompactionReason};
 use crate::provider::ProviderEvent;
@@ -97,5 +98,21 @@ impl AgentEvent {
             AgentEvent::Compaction { .. } => "compaction",
             AgentEvent::AgentEnd { .. } => "agent_end",
         }
+    }
+}
+
+/// Where events go. A consumer that went away is not an error: the run finishes quietly.
+pub(crate) struct Emitter(pub mpsc::Sender<AgentEvent>);
+
+impl Emitter {
+    pub(super) async fn emit(&self, ev: AgentEvent) {
+        let _ = self.0.send(ev).await;
+    }
+
+    pub(super) async fn message(&self, m: &AgentMessage) {
+        self.emit(AgentEvent::MessageStart { message: m.clone() })
+            .await;
+        self.emit(AgentEvent::MessageEnd { message: m.clone() })
+            .await;
     }
 }

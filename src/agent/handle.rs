@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::events::Emitter;
 use super::events::{AgentEndReason, AgentEvent};
 use super::hooks::{AgentContext, AgentLoopConfig, MessageSource};
-use super::run::{self, Emitter};
+use super::run;
 use crate::tools::tool::Tool;
 use crate::transcript::AgentMessage;
 

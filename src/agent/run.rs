@@ -11,24 +11,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::compaction_record::Compaction;
 use super::context::prompt_request;
+use super::events::Emitter;
 use super::events::{AgentEndReason, AgentEvent};
 use super::hooks::{AgentContext, AgentLoopConfig};
-use super::tool_exec::{execute_tool_calls, fail_all};
+use super::tool_exec::{execute_tool_calls, fail_all, FINISHED};
 use crate::env::now_ms;
 use crate::provider::{ContentBlock, ErrorKind, ErrorReason, ProviderEvent, StopReason, ToolCall};
 use crate::transcript::{AgentMessage, AssistantTurn};
 
-/// The result text of calls skipped because the user queued a steering message.
-pub const SKIPPED_FOR_STEERING: &str = "Skipped due to queued user message.";
-/// The result text of calls not run because the run was aborted.
-pub const SKIPPED_FOR_ABORT: &str = "Aborted: the run was cancelled before this tool call ran.";
-/// What a hook's `finish` leaves in the stop slot: the run ends as completed.
-pub(super) const FINISHED: &str = "\u{0}finished";
-/// The result text of calls not run because a hook stopped the run.
-pub const SKIPPED_FOR_STOP: &str = "Skipped: the run was stopped before this tool call ran.";
-/// The result text of calls the model did not finish (the reply hit `max_tokens`).
-pub const CUT_BY_LENGTH: &str =
-    "This tool call was cut off by the output token limit and was not executed. Retry with a shorter call.";
+pub use super::tool_exec::{
+    CUT_BY_LENGTH, SKIPPED_FOR_ABORT, SKIPPED_FOR_STEERING, SKIPPED_FOR_STOP,
+};
 
 /// Starts a run on the current tokio runtime and returns its events. The stream ends after `agent_end`.
 pub fn agent_loop(
@@ -42,22 +35,6 @@ pub fn agent_loop(
         run(prompts, context, config, cancel, &Emitter(tx)).await;
     });
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
-/// Where events go. A consumer that went away is not an error: the run finishes quietly.
-pub(crate) struct Emitter(pub mpsc::Sender<AgentEvent>);
-
-impl Emitter {
-    pub(super) async fn emit(&self, ev: AgentEvent) {
-        let _ = self.0.send(ev).await;
-    }
-
-    pub(super) async fn message(&self, m: &AgentMessage) {
-        self.emit(AgentEvent::MessageStart { message: m.clone() })
-            .await;
-        self.emit(AgentEvent::MessageEnd { message: m.clone() })
-            .await;
-    }
 }
 
 /// The loop itself. `prompts` may be empty (continue from the context as it is).

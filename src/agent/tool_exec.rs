@@ -8,12 +8,24 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::events::AgentEvent;
+use super::events::Emitter;
 use super::hooks::{AgentContext, AgentLoopConfig, BeforeToolCall};
-use super::run::{Emitter, FINISHED, SKIPPED_FOR_ABORT, SKIPPED_FOR_STEERING, SKIPPED_FOR_STOP};
 use crate::env::now_ms;
 use crate::provider::ToolCall;
 use crate::tools::tool::{PolicyTag, Tool, ToolContext, ToolError};
 use crate::transcript::{AgentMessage, ToolResult};
+
+/// The result text of calls skipped because the user queued a steering message.
+pub const SKIPPED_FOR_STEERING: &str = "Skipped due to queued user message.";
+/// The result text of calls not run because the run was aborted.
+pub const SKIPPED_FOR_ABORT: &str = "Aborted: the run was cancelled before this tool call ran.";
+/// What a hook's `finish` leaves in the stop slot: the run ends as completed.
+pub(super) const FINISHED: &str = "\u{0}finished";
+/// The result text of calls not run because a hook stopped the run.
+pub const SKIPPED_FOR_STOP: &str = "Skipped: the run was stopped before this tool call ran.";
+/// The result text of calls the model did not finish (the reply hit `max_tokens`).
+pub const CUT_BY_LENGTH: &str =
+    "This tool call was cut off by the output token limit and was not executed. Retry with a shorter call.";
 
 fn error_result(call: &ToolCall, text: impl Into<String>) -> ToolResult {
     ToolResult {

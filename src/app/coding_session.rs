@@ -74,7 +74,7 @@ struct Inner {
     workspace_state: Option<WorkspaceState>,
     edit_format: EditFormat,
     /// The files the running prompt named (blocks: asked about after a block lands).
-    named_files: edit_format::NamedFiles,
+    named_files: super::named_files::NamedFiles,
     /// `bash` blocks run (file blocks with the `bash` tool offered).
     bash_blocks: bool,
 }

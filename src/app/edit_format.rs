@@ -21,8 +21,6 @@ use crate::provider::{AssistantMessage, ContentBlock, Message, ToolCall};
 use crate::tools::write_block::{NEXT_STEP, WRITE_BLOCK};
 use crate::transcript::AgentMessage;
 
-pub use super::named_files::NamedFiles;
-
 /// Ids of calls made in text start with this, so the conversion can tell them from tool calls.
 pub const TEXT_CALL_PREFIX: &str = "text_";
 

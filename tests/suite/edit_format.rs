@@ -52,7 +52,7 @@ async fn run_named(
     let tools: Vec<Arc<dyn Tool>> =
         vec![Arc::new(WriteBlockTool::new()), Arc::new(BashTool::new())];
     edit_format::install(&mut config, Some(state), true);
-    let named_files = edit_format::NamedFiles::new(dir);
+    let named_files = agentd::app::named_files::NamedFiles::new(dir);
     named_files.set("fix it", named);
     named_files.install(&mut config);
     LoopRules::new(mutating_tools(&tools), dir.to_path_buf()).install(&mut config);

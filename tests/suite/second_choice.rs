@@ -10,8 +10,9 @@ use std::sync::Arc;
 use agentd::agent::{
     agent_loop, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig, AgentMessage,
 };
-use agentd::app::edit_format::{self, NamedFiles};
+use agentd::app::edit_format;
 use agentd::app::loop_rules::{mutating_tools, LoopRules};
+use agentd::app::named_files::NamedFiles;
 use agentd::app::second_choice::{self, ALTERNATIVES};
 use agentd::provider::{
     ContentBlock, Message, ScriptedProvider, ScriptedReply, TokenLogprob, TopLogprob,

@@ -311,7 +311,7 @@ pub(super) async fn assemble(
     if settings.workspace_grammar {
         config.choose_tools = Some(Arc::new(crate::app::loop_rules::act_on_named_files));
     }
-    let named_files = edit_format::NamedFiles::new(&cwd);
+    let named_files = crate::app::named_files::NamedFiles::new(&cwd);
     let bash_blocks =
         edit_format == EditFormat::Blocks && tools.iter().any(|t| t.spec().name == "bash");
     if edit_format == EditFormat::Blocks {
