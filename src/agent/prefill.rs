@@ -29,56 +29,33 @@ pub(super) fn prepare(
     }
 }
 
-/// A new trace for a reply that starts with `prefill`.
+/// A new trace for a reply that starts with `prefill` (its text is the turn's, filled in when the turn ends).
 pub(super) fn trace(prefill: Option<&str>) -> ReplyTrace {
     ReplyTrace {
-        text: prefill.unwrap_or_default().to_string(),
         generated_from: prefill.map_or(0, str::len),
-        tokens: Vec::new(),
+        ..ReplyTrace::default()
     }
 }
 
 /// The stream of the whole reply from the stream of `prefill`'s continuation: the prefill is the first text
 /// delta (right after `start`), and the final (or partial) message begins with it.
 pub(super) fn whole_reply(stream: ProviderStream, prefill: String) -> ProviderStream {
-    Box::pin(stream.flat_map(move |ev| {
-        let events = match ev {
-            ProviderEvent::Start { .. } => vec![
-                ev,
-                ProviderEvent::TextDelta {
-                    delta: prefill.clone(),
-                },
-            ],
-            ProviderEvent::Done {
-                stop_reason,
-                usage,
-                mut message,
-            } => {
-                prepend(&mut message, &prefill);
-                vec![ProviderEvent::Done {
-                    stop_reason,
-                    usage,
-                    message,
-                }]
-            }
-            ProviderEvent::Error {
-                kind,
-                reason,
-                message,
-                usage,
-                mut partial,
-            } => {
-                prepend(&mut partial, &prefill);
-                vec![ProviderEvent::Error {
-                    kind,
-                    reason,
-                    message,
-                    usage,
-                    partial,
-                }]
-            }
-            other => vec![other],
-        };
+    Box::pin(stream.flat_map(move |mut ev| {
+        let mut events = Vec::with_capacity(2);
+        match &mut ev {
+            ProviderEvent::Done { message, .. }
+            | ProviderEvent::Error {
+                partial: message, ..
+            } => prepend(message, &prefill),
+            _ => {}
+        }
+        let start = matches!(ev, ProviderEvent::Start { .. });
+        events.push(ev);
+        if start {
+            events.push(ProviderEvent::TextDelta {
+                delta: prefill.clone(),
+            });
+        }
         futures::stream::iter(events)
     }))
 }

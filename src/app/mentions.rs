@@ -107,6 +107,13 @@ pub fn attach_named_files(
     }
 }
 
+/// A word of a prompt without the quotes, brackets and sentence punctuation around it (`` `calc.py`, `` →
+/// `calc.py`).
+pub(crate) fn prompt_word(word: &str) -> &str {
+    word.trim_start_matches(['`', '"', '\'', '(', '['])
+        .trim_end_matches(['`', '"', '\'', ',', '.', ';', ':', '!', '?', ')', ']'])
+}
+
 /// The small text files of the workspace that `prompt` names by their relative path as a plain word (quotes,
 /// backticks and trailing punctuation aside), each once, in the order named, with their text. Each counts as
 /// seen.
@@ -117,9 +124,7 @@ pub fn named_files(
     let files = state.listing().files;
     let mut out: Vec<(String, String)> = Vec::new();
     for word in prompt.split_whitespace() {
-        let name = word
-            .trim_start_matches(['`', '"', '\'', '(', '['])
-            .trim_end_matches(['`', '"', '\'', ',', '.', ';', ':', '!', '?', ')', ']']);
+        let name = prompt_word(word);
         let name = name.strip_prefix("./").unwrap_or(name);
         let Some(rel) = files.iter().find(|f| f.as_str() == name) else {
             continue;

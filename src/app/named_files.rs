@@ -186,10 +186,7 @@ fn asked_for_missing(task: &str, root: &std::path::Path) -> Option<String> {
         return None;
     }
     task.split_whitespace().find_map(|word| {
-        let word = word
-            .trim_start_matches(['`', '"', '\'', '(', '['])
-            .trim_end_matches(['`', '"', '\'', ',', '.', ';', ':', '!', '?', ')', ']']);
-        let path = super::edit_format::path_word(word, &[])?;
+        let path = super::edit_format::path_word(super::mentions::prompt_word(word), &[])?;
         let ext = path.rsplit_once('.')?.1;
         let domain = ["com", "org", "net", "io", "dev"].contains(&ext);
         let file = ext.chars().any(|c| c.is_ascii_alphabetic())
