@@ -7,13 +7,14 @@
 // A bench is a test harness: a failed setup ends it with the reason (`expect`), as a test would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use agentd::engine::cpu::act::Acts;
 use agentd::engine::cpu::isa::Isa;
 use agentd::engine::cpu::pool::ThreadPool;
 use agentd::engine::cpu::qmatrix::{matmul_many, QMatrix};
+use agentd::engine::gguf::SharedBytes;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 
@@ -77,7 +78,7 @@ fn weights(case: Case) -> &'static Weights {
                 let w = Tensor::randn(0f32, 0.05, (case.rows, case.cols), &Device::Cpu)
                     .expect("random weights");
                 let q = QTensor::quantize(&w, case.dtype).expect("quantize");
-                let raw: Arc<[u8]> = Arc::from(q.data().expect("raw blocks").into_owned());
+                let raw = SharedBytes::from(q.data().expect("raw blocks").into_owned());
                 let ours = QMatrix::from_raw(raw, case.dtype, case.rows, case.cols, Isa::detect())
                     .expect("agentd's matrix");
                 let candle = QMatMul::from_qtensor(q).expect("candle's QMatMul");

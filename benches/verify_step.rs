@@ -13,7 +13,7 @@ use agentd::engine::cpu::model::CpuModel;
 use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::kv::BatchSeq;
-use agentd::engine::kv::KvBlocks;
+use agentd::engine::kv::{KvBlocks, KvDtype};
 use agentd::engine::model::Model;
 use candle_core::Device;
 
@@ -53,7 +53,7 @@ fn cpu(i: usize) -> (&'static CpuModel, &'static [u32]) {
 
 /// A store holding `DEPTH` positions of a prompt.
 fn primed(m: &CpuModel, table: &[u32]) -> KvBlocks {
-    let mut store = m.new_blocks(BLOCKS);
+    let mut store = m.new_blocks(BLOCKS, KvDtype::Auto).expect("a store");
     let prompt: Vec<u32> = (0..DEPTH as u32).map(|i| 100 + (i * 37) % 900).collect();
     for (c, chunk) in prompt.chunks(256).enumerate() {
         let b = [BatchSeq {

@@ -71,6 +71,9 @@ pub struct EngineConfig {
     pub max_num_batched_tokens: usize,
     /// Memory for the KV cache: bytes, or a size like `512MiB`, `2GiB`.
     pub kv_cache_memory: String,
+    /// What the KV cache keeps keys and values as: `auto` (f16 on the CPU engine, f32 on candle's devices),
+    /// `f16`, `f32` or `q8_0` (vLLM's `kv_cache_dtype`).
+    pub kv_cache_dtype: crate::engine::KvDtype,
     /// Keep and share the KV blocks of prompts that start the same way.
     pub prefix_caching: bool,
     /// Speculative decoding (`[engine.speculative]`: `method` = `ngram` | `off`, `num_speculative_tokens`,
@@ -94,6 +97,7 @@ impl Default for EngineConfig {
             max_num_seqs: crate::engine::DEFAULT_MAX_NUM_SEQS,
             max_num_batched_tokens: crate::engine::DEFAULT_MAX_NUM_BATCHED_TOKENS,
             kv_cache_memory: "1GiB".into(),
+            kv_cache_dtype: Default::default(),
             prefix_caching: true,
             speculative: Default::default(),
             chat_template: None,
@@ -200,6 +204,7 @@ impl Config {
             max_num_batched_tokens: e.max_num_batched_tokens,
             kv_cache_bytes: parse_bytes(&e.kv_cache_memory)
                 .map_err(|err| format!("engine.kv_cache_memory: {err}"))?,
+            kv_cache_dtype: e.kv_cache_dtype,
             prefix_caching: e.prefix_caching,
             speculative: e.speculative.clone(),
         };

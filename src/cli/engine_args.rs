@@ -50,6 +50,10 @@ pub struct BatchArgs {
     /// are preempted and recomputed; a request that fits alone always completes.
     #[arg(long, value_name = "SIZE")]
     pub kv_cache_memory: Option<String>,
+    /// What the KV cache keeps keys and values as: auto (f16 on the CPU engine, f32 on CUDA/Metal), f16, f32, or
+    /// q8_0 (34 bytes per 32 values). f16 holds twice the positions of f32 in the same memory.
+    #[arg(long, value_name = "auto|f16|f32|q8_0")]
+    pub kv_cache_dtype: Option<agentd::engine::KvDtype>,
     /// Do not keep or share the KV blocks of prompt prefixes.
     #[arg(long)]
     pub no_prefix_caching: bool,
@@ -83,6 +87,9 @@ impl BatchArgs {
         }
         if let Some(m) = &self.kv_cache_memory {
             engine.kv_cache_memory = m.clone();
+        }
+        if let Some(d) = self.kv_cache_dtype {
+            engine.kv_cache_dtype = d;
         }
         if self.no_prefix_caching {
             engine.prefix_caching = false;
@@ -121,6 +128,7 @@ impl BatchArgs {
             max_num_batched_tokens: engine.max_num_batched_tokens,
             kv_cache_bytes: agentd::config::parse_bytes(&engine.kv_cache_memory)
                 .map_err(|e| anyhow::anyhow!("--kv-cache-memory: {e}"))?,
+            kv_cache_dtype: engine.kv_cache_dtype,
             prefix_caching: engine.prefix_caching,
             speculative: engine.speculative,
         };

@@ -1,10 +1,14 @@
-//! Opening GGUF files and reading their metadata with errors that name the missing key.
+//! Opening GGUF files and reading their metadata with errors that name the missing key; the file mapped into
+//! memory, so tensors used as stored are read in place ([`SharedBytes`]) instead of copied out at load.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::GgmlDType;
 
 use crate::engine::error::{EngineError, Result};
 
@@ -12,6 +16,67 @@ use crate::engine::error::{EngineError, Result};
 pub struct GgufFile {
     pub path: PathBuf,
     pub content: Content,
+    /// The file mapped read-only, once asked for ([`GgufFile::mapped`]).
+    map: Mutex<Option<Arc<memmap2::Mmap>>>,
+}
+
+/// Read-only bytes that clone cheaply: a range of a mapped file (weights read in place, shared with the page
+/// cache and with every process that maps the same file), or an owned buffer.
+#[derive(Clone)]
+pub struct SharedBytes {
+    /// Keeps the memory alive and unchanged while `ptr..ptr + len` is read.
+    _owner: Owner,
+    ptr: *const u8,
+    len: usize,
+}
+
+#[derive(Clone)]
+enum Owner {
+    Map(Arc<memmap2::Mmap>),
+    Buf(Arc<[u8]>),
+}
+
+// SAFETY: the bytes are never written through this type (or by anyone while an owner lives: an `Arc<[u8]>` is
+// immutable, a map is read-only); `_owner` keeps them alive, so sharing the pointer across threads is sound.
+unsafe impl Send for SharedBytes {}
+// SAFETY: as above; only shared reads happen.
+unsafe impl Sync for SharedBytes {}
+
+impl SharedBytes {
+    fn new(owner: Owner, range: Range<usize>) -> Self {
+        let base = match &owner {
+            Owner::Map(m) => &m[range.clone()],
+            Owner::Buf(b) => &b[range.clone()],
+        };
+        let (ptr, len) = (base.as_ptr(), base.len());
+        Self {
+            _owner: owner,
+            ptr,
+            len,
+        }
+    }
+
+    /// Whether the bytes are read in place from a mapped file.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self._owner, Owner::Map(_))
+    }
+}
+
+impl From<Vec<u8>> for SharedBytes {
+    fn from(v: Vec<u8>) -> Self {
+        let len = v.len();
+        Self::new(Owner::Buf(Arc::from(v)), 0..len)
+    }
+}
+
+impl std::ops::Deref for SharedBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr + len` lies inside the owner's memory (checked by the slicing in `new`), which
+        // `_owner` keeps alive and nobody writes.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
 }
 
 impl GgufFile {
@@ -64,7 +129,55 @@ impl GgufFile {
         Ok(Self {
             path: path.to_path_buf(),
             content,
+            map: Mutex::new(None),
         })
+    }
+
+    /// Tensor `name`'s type, shape (rows first) and byte range in the file.
+    pub fn tensor_range(&self, name: &str) -> Result<(GgmlDType, Vec<usize>, Range<usize>)> {
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| invalid(&self.path, format!("tensor `{name}` is missing")))?;
+        let elems = info.shape.elem_count();
+        let bytes = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        let start = (self.content.tensor_data_offset + info.offset) as usize;
+        Ok((
+            info.ggml_dtype,
+            info.shape.dims().to_vec(),
+            start..start + bytes,
+        ))
+    }
+
+    /// Tensor `name`'s bytes as stored, read in place from the mapped file.
+    pub fn mapped(&self, name: &str) -> Result<SharedBytes> {
+        let (_, _, range) = self.tensor_range(name)?;
+        let mut slot = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let map = match &*slot {
+            Some(m) => m.clone(),
+            None => {
+                let file = File::open(&self.path).map_err(|e| {
+                    EngineError::io(format!("cannot open {}", self.path.display()), e)
+                })?;
+                // SAFETY: the map is read-only and model files are never changed in place (the cache writes
+                // a new file and renames it over); a file truncated under a running server is outside what
+                // any mmap-based loader (llama.cpp's included) can defend against.
+                let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| {
+                    EngineError::io(format!("cannot map {}", self.path.display()), e)
+                })?;
+                // Read ahead: every weight is touched by the first forward pass anyway.
+                let _ = map.advise(memmap2::Advice::WillNeed);
+                slot.insert(Arc::new(map)).clone()
+            }
+        };
+        if range.end > map.len() {
+            return Err(invalid(
+                &self.path,
+                format!("tensor `{name}` ends past the end of the file"),
+            ));
+        }
+        Ok(SharedBytes::new(Owner::Map(map), range))
     }
 
     pub fn get(&self, key: &str) -> Result<&Value> {

@@ -58,6 +58,7 @@ pub mod tool_calls;
 
 // The engine thread and what one asks of it.
 pub use error::{EngineError, Result};
+pub use kv::KvDtype;
 pub use request::{
     FinishReason, GenerateEvent, GenerateRequest, GenerateSummary, TokenEvent, TokenLogprob,
 };

@@ -10,7 +10,7 @@ use crate::engine::candle::{CandleModel, Kernels};
 use crate::engine::cpu::model::CpuModel;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
-use crate::engine::kv::{BatchSeq, DeviceBlocks, PagedStore, StandaloneSeq};
+use crate::engine::kv::{BatchSeq, DeviceBlocks, KvDtype, PagedStore, StandaloneSeq};
 
 /// A loaded model: weights on one device, no sequence state.
 pub struct Model {
@@ -70,22 +70,38 @@ impl Model {
         &self.device
     }
 
-    /// Bytes one block of this model's paged KV store takes.
-    pub fn paged_block_bytes(&self) -> usize {
-        match &self.backend {
-            Backend::Cpu(m) => m.kv_block_bytes(),
-            Backend::Candle(_) => DeviceBlocks::bytes_per_block(
-                self.config.n_layer,
-                self.config.n_kv_head,
-                self.config.head_dim,
-            ),
+    /// The element type this model's paged KV store keeps for the setting `dtype` (`auto` resolved: f16 on the
+    /// CPU engine, f32 on candle's devices); a type the backend cannot keep is a configuration error.
+    pub fn kv_dtype(&self, dtype: KvDtype) -> Result<KvDtype> {
+        let resolved = dtype.resolve(self.cpu_engine().is_some());
+        match (&self.backend, resolved) {
+            (Backend::Candle(_), KvDtype::F16 | KvDtype::Q8_0) => Err(EngineError::Config(format!(
+                "--kv-cache-dtype {resolved} is not supported on candle's backend ({:?}; its paged attention reads \
+                 f32): use auto or f32",
+                self.device.location()
+            ))),
+            _ => Ok(resolved),
         }
     }
 
-    /// A paged KV store of `n_blocks` blocks for [`forward_batch`](Self::forward_batch).
-    pub fn new_paged_store(&self, n_blocks: usize) -> Result<PagedStore> {
+    /// Bytes one block of this model's paged KV store takes as `dtype`.
+    pub fn paged_block_bytes(&self, dtype: KvDtype) -> Result<usize> {
+        let dtype = self.kv_dtype(dtype)?;
         match &self.backend {
-            Backend::Cpu(m) => Ok(PagedStore::Cpu(m.new_blocks(n_blocks))),
+            Backend::Cpu(m) => m.kv_block_bytes(dtype),
+            Backend::Candle(_) => Ok(DeviceBlocks::bytes_per_block(
+                self.config.n_layer,
+                self.config.n_kv_head,
+                self.config.head_dim,
+            )),
+        }
+    }
+
+    /// A paged KV store of `n_blocks` blocks for [`forward_batch`](Self::forward_batch), kept as `dtype`.
+    pub fn new_paged_store(&self, n_blocks: usize, dtype: KvDtype) -> Result<PagedStore> {
+        let dtype = self.kv_dtype(dtype)?;
+        match &self.backend {
+            Backend::Cpu(m) => Ok(PagedStore::Cpu(m.new_blocks(n_blocks, dtype)?)),
             Backend::Candle(_) => Ok(PagedStore::Device(DeviceBlocks::new(
                 n_blocks,
                 self.config.n_layer,
@@ -146,13 +162,26 @@ impl Model {
         }
     }
 
+    /// Runs `f(i)` for every `i < n` in parallel: on the CPU engine's own thread pool (so no second set of
+    /// threads competes with its workers for the cores), on rayon's elsewhere.
+    pub fn parallel_for(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        match &self.backend {
+            Backend::Cpu(m) => m.parallel_for(n, f),
+            Backend::Candle(_) => {
+                use rayon::prelude::*;
+                (0..n).into_par_iter().for_each(f)
+            }
+        }
+    }
+
     /// A fresh, empty standalone sequence for [`forward`](Self::forward).
     pub fn new_sequence(&self) -> StandaloneSeq {
         StandaloneSeq::new()
     }
 
-    /// Feeds `tokens` after what `kv` already holds, through the same paged forward pass the scheduler steps;
-    /// returns the logits (f32, `[vocab]`) of the last position. Long inputs go in chunks so the attention
+    /// Feeds `tokens` after what `kv` already holds, through the same paged forward pass the scheduler steps
+    /// (over an f32 store: standalone sequences are the reference path of parity checks, which compare against
+    /// candle's f32 caches); returns the logits (f32, `[vocab]`) of the last position. Long inputs go in chunks so the attention
     /// matrix stays small.
     pub fn forward(&self, tokens: &[u32], kv: &mut StandaloneSeq) -> Result<Tensor> {
         if tokens.is_empty() {
@@ -168,7 +197,7 @@ impl Model {
         let need = StandaloneSeq::blocks_for(total);
         let store = match &mut kv.store {
             Some(store) => store,
-            None => kv.store.insert(self.new_paged_store(need)?),
+            None => kv.store.insert(self.new_paged_store(need, KvDtype::F32)?),
         };
         if store.len() < need {
             // Doubling keeps a token-by-token decode from copying the store at every block.

@@ -139,7 +139,7 @@ fn preemption_under_a_tiny_kv_budget_loses_no_request() {
     let longest = reqs.iter().map(|r| r.prompt.len()).max().unwrap() + 48;
     drop(probe);
     // Room for about two of them at once (each fits alone).
-    let block_bytes = 30 * 2 * 3 * 16 * 64 * 4;
+    let block_bytes = 30 * 2 * 3 * 16 * 64 * 2; // f16, the CPU engine's KV type
     let blocks = 2 * longest.div_ceil(16) + 1;
     let engine = engine_with(SchedulerConfig {
         kv_cache_bytes: blocks * block_bytes,
@@ -161,7 +161,7 @@ fn preemption_under_a_tiny_kv_budget_loses_no_request() {
 /// but would grow past the cache ends with `length`.
 #[test]
 fn a_request_larger_than_the_kv_cache_is_refused_or_cut() {
-    let block_bytes = 30 * 2 * 3 * 16 * 64 * 4;
+    let block_bytes = 30 * 2 * 3 * 16 * 64 * 2; // f16, the CPU engine's KV type
     let engine = engine_with(SchedulerConfig {
         kv_cache_bytes: 4 * block_bytes,
         max_num_seqs: 4,

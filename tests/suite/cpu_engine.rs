@@ -4,7 +4,7 @@
 
 use agentd::engine::arch::weights::WeightFormat;
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::kv::BatchSeq;
+use agentd::engine::kv::{BatchSeq, KvDtype};
 use agentd::engine::model::Model;
 use candle_core::Device;
 
@@ -83,7 +83,7 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
         })
         .collect();
     // Blocks interleaved across the sequences, in a store with room to spare.
-    let mut store = cpu.new_blocks(16);
+    let mut store = cpu.new_blocks(16, KvDtype::Auto).unwrap();
     let tables: Vec<Vec<u32>> = vec![vec![5, 0], vec![3, 7, 1], vec![9]];
     let batch: Vec<BatchSeq> = prompts
         .iter()
@@ -223,4 +223,74 @@ fn synthetic_qwen2_agrees_with_candle() {
 #[test]
 fn synthetic_qwen3_agrees_with_candle() {
     synthetic_agrees_with_candle("qwen3:tiny", common::qwen_path());
+}
+
+/// Logits of a prompt and of each token of `then` fed after it, with the KV cache kept as `dtype`.
+fn with_kv(model: &Model, dtype: KvDtype, prompt: &[u32], then: &[u32]) -> Vec<Vec<f32>> {
+    let cpu = model.cpu_engine().unwrap();
+    let mut store = cpu.new_blocks(64, dtype).unwrap();
+    let table: Vec<u32> = (0..64).collect();
+    let mut out = Vec::new();
+    let (mut fed, mut pos) = (prompt.to_vec(), 0);
+    for step in 0..=then.len() {
+        let b = [BatchSeq {
+            tokens: &fed[pos..],
+            blocks: &table,
+            pos,
+            logits: 1,
+        }];
+        out.push(cpu.forward_batch(&mut store, &b).unwrap().pop().unwrap());
+        pos = fed.len();
+        if let Some(&t) = then.get(step) {
+            fed.push(t);
+        }
+    }
+    out
+}
+
+/// `--kv-cache-dtype`: f16 (the CPU default, llama.cpp's) and q8_0 keep the logits of a 300-token prompt and 24
+/// decode steps after it (the f32 cache's greedy tokens, fed to all three) close to the f32 cache's, with the
+/// same greedy token wherever the f32 top two are further apart than the tolerance; an f16 block is half an f32
+/// one.
+#[test]
+fn reduced_kv_types_keep_the_logits_of_the_f32_cache() {
+    let gguf = GgufFile::open(&common::qwen_path()).unwrap();
+    let model = Model::load_with_threads(&gguf, &Device::Cpu, WeightFormat::Auto, 2).unwrap();
+    let tok = agentd::engine::Tokenizer::from_gguf(&gguf).unwrap();
+    let text = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n    \
+                for _ in range(n):\n        a, b = b, a + b\n    return a\n\n\nclass Stack:\n";
+    let prompt: Vec<u32> = tok.encode(&text.repeat(6), false).unwrap();
+    let top = |v: &Vec<f32>| agentd::engine::sampler::argmax(v).unwrap();
+    // The f32 cache's own greedy continuation.
+    let mut then = Vec::new();
+    for _ in 0..24 {
+        let l = with_kv(&model, KvDtype::F32, &prompt, &then);
+        then.push(top(l.last().unwrap()));
+    }
+    let want = with_kv(&model, KvDtype::F32, &prompt, &then);
+    // Measured: f16 0.25–0.49 per step, q8_0 1.3–1.95 (Qwen2.5's keys carry large outliers).
+    for (dtype, tolerance) in [(KvDtype::F16, 0.75), (KvDtype::Q8_0, 2.5)] {
+        let got = with_kv(&model, dtype, &prompt, &then);
+        let per: Vec<f32> = want
+            .iter()
+            .zip(&got)
+            .map(|(a, b)| max_abs_diff(a, b))
+            .collect();
+        eprintln!("{dtype}: max |Δlogit| per step {per:?}");
+        for (step, (a, b)) in want.iter().zip(&got).enumerate() {
+            assert!(
+                per[step] < tolerance,
+                "{dtype} step {step}: max |Δlogit| {}",
+                per[step]
+            );
+            let mut sorted = a.clone();
+            sorted.sort_by(|p, q| q.total_cmp(p));
+            if sorted[0] - sorted[1] > tolerance {
+                assert_eq!(top(a), top(b), "{dtype} step {step}: greedy token");
+            }
+        }
+    }
+    let bytes = |d| model.paged_block_bytes(d).unwrap();
+    assert_eq!(bytes(KvDtype::F16) * 2, bytes(KvDtype::F32));
+    assert_eq!(bytes(KvDtype::Auto), bytes(KvDtype::F16));
 }

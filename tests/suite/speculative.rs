@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use agentd::engine::kv::BatchSeq;
+use agentd::engine::kv::{BatchSeq, KvDtype};
 use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest, GenerateSummary};
 use agentd::engine::runtime::scheduler::SchedulerConfig;
 use agentd::engine::sampler::SamplingParams;
@@ -221,13 +221,13 @@ fn a_rejected_draft_leaves_the_kv_cache_as_plain_decoding_does() {
         };
     let n = prompt.len();
     // Plain: prompt, then tokens 11 and 12 one step each.
-    let mut plain = cpu.new_blocks(8);
+    let mut plain = cpu.new_blocks(8, KvDtype::Auto).unwrap();
     step(&mut plain, &prompt, 0, 0);
     let p11 = step(&mut plain, &[11], n, 1);
     let p12 = step(&mut plain, &[12], n + 1, 1);
     let p13 = step(&mut plain, &[13], n + 2, 1);
     // Speculative: 11 with drafts 99, 98, 97 (all wrong), then 12 and 13 fed over the rejected positions.
-    let mut spec = cpu.new_blocks(8);
+    let mut spec = cpu.new_blocks(8, KvDtype::Auto).unwrap();
     step(&mut spec, &prompt, 0, 0);
     let rows = step(&mut spec, &[11, 99, 98, 97], n, 4);
     assert_eq!(rows.len(), 4 * vocab);
@@ -235,7 +235,7 @@ fn a_rejected_draft_leaves_the_kv_cache_as_plain_decoding_does() {
     let s12 = step(&mut spec, &[12], n + 1, 1);
     assert_eq!(s12, p12, "logits after the rejected draft was overwritten");
     // A partly right draft (12 confirmed, 55 rejected): the confirmed position is kept as it is.
-    let mut part = cpu.new_blocks(8);
+    let mut part = cpu.new_blocks(8, KvDtype::Auto).unwrap();
     step(&mut part, &prompt, 0, 0);
     let rows = step(&mut part, &[11, 12, 55], n, 3);
     assert_eq!(
@@ -265,7 +265,7 @@ fn preemption_and_cancellation_in_the_middle_of_drafting_lose_nothing() {
         })
         .collect();
     let longest = reqs.iter().map(|r| r.prompt.len()).max().unwrap() + 160 + 32;
-    let block_bytes = 30 * 2 * 3 * 16 * 64 * 4;
+    let block_bytes = 30 * 2 * 3 * 16 * 64 * 2; // f16, the CPU engine's KV type
     let blocks = 2 * longest.div_ceil(16) + 1;
     let tight = engine(
         path.clone(),

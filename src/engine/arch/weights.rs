@@ -2,7 +2,8 @@
 //! one load sequence ([`WeightReader::layer`]): fused matrices (Phi-3's `attn_qkv` and `ffn_up`, MoE expert
 //! stacks) split into their parts so every forward pass sees one layout, matrices requantised to Q8_0 when the
 //! [`WeightFormat`] asks, norms and biases as stored. What a forward pass keeps (candle's `QMatMul`, the CPU
-//! engine's `QMatrix`) it builds from these tensors itself.
+//! engine's `QMatrix`) it builds from these tensors itself. A reader made with [`WeightReader::mapped`] (the CPU
+//! engine's) hands out matrices used as stored as ranges of the mapped file ([`WeightMatrix::Stored`]).
 
 use std::fs::File;
 use std::io::BufReader;
@@ -12,7 +13,7 @@ use candle_core::Device;
 
 use super::{DecoderConfig, Moe};
 use crate::engine::error::{EngineError, Result};
-use crate::engine::gguf::GgufFile;
+use crate::engine::gguf::{GgufFile, SharedBytes};
 
 /// How quantized weights are kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -141,13 +142,60 @@ fn slice_rows(
     Ok(out)
 }
 
+/// A weight matrix from the loader: a tensor read (or split, or requantised) into memory, or the file's own
+/// bytes of a matrix used as stored, read in place.
+pub enum WeightMatrix {
+    Tensor(QTensor),
+    Stored {
+        bytes: SharedBytes,
+        dtype: GgmlDType,
+        rows: usize,
+        cols: usize,
+    },
+}
+
+impl WeightMatrix {
+    pub fn dtype(&self) -> GgmlDType {
+        match self {
+            Self::Tensor(q) => q.dtype(),
+            Self::Stored { dtype, .. } => *dtype,
+        }
+    }
+
+    /// (rows, cols).
+    pub fn dims2(&self) -> Result<(usize, usize)> {
+        match self {
+            Self::Tensor(q) => Ok(q.shape().dims2()?),
+            Self::Stored { rows, cols, .. } => Ok((*rows, *cols)),
+        }
+    }
+
+    /// The matrix as a tensor on `device` (stored bytes are copied).
+    pub fn into_tensor(self, device: &Device) -> Result<QTensor> {
+        match self {
+            Self::Tensor(q) => Ok(q),
+            Self::Stored {
+                bytes,
+                dtype,
+                rows,
+                cols,
+            } => Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
+                dtype,
+                &bytes,
+                vec![rows, cols],
+                device,
+            )?),
+        }
+    }
+}
+
 /// One layer's tensors, fused ones split: matrices (requantised per the format) and vectors (as stored).
 pub struct LayerWeights {
     pub attn_norm: QTensor,
-    pub q: QTensor,
-    pub k: QTensor,
-    pub v: QTensor,
-    pub o: QTensor,
+    pub q: WeightMatrix,
+    pub k: WeightMatrix,
+    pub v: WeightMatrix,
+    pub o: WeightMatrix,
     /// Qwen2's q, k, v biases.
     pub bias: Option<[QTensor; 3]>,
     /// Qwen3's and Gemma's per-head q and k norms.
@@ -164,16 +212,16 @@ pub struct LayerWeights {
 #[allow(clippy::large_enum_variant)]
 pub enum FfnWeights {
     Dense {
-        gate: QTensor,
-        up: QTensor,
-        down: QTensor,
+        gate: WeightMatrix,
+        up: WeightMatrix,
+        down: WeightMatrix,
     },
     /// A mixture of experts: the router's `[experts × hidden]` weights and one matrix per expert.
     Moe {
         router: QTensor,
-        gate: Vec<QTensor>,
-        up: Vec<QTensor>,
-        down: Vec<QTensor>,
+        gate: Vec<WeightMatrix>,
+        up: Vec<WeightMatrix>,
+        down: Vec<WeightMatrix>,
         moe: Moe,
     },
 }
@@ -184,6 +232,8 @@ pub struct WeightReader<'a> {
     reader: BufReader<File>,
     device: Device,
     format: WeightFormat,
+    /// Matrices used as stored come back as ranges of the mapped file.
+    mapped: bool,
 }
 
 impl<'a> WeightReader<'a> {
@@ -193,6 +243,15 @@ impl<'a> WeightReader<'a> {
             reader: gguf.reader()?,
             device: device.clone(),
             format,
+            mapped: false,
+        })
+    }
+
+    /// A reader on the CPU whose matrices used as stored are read in place from the mapped file.
+    pub fn mapped(gguf: &'a GgufFile, format: WeightFormat) -> Result<Self> {
+        Ok(Self {
+            mapped: true,
+            ..Self::new(gguf, &Device::Cpu, format)?
         })
     }
 
@@ -218,25 +277,41 @@ impl<'a> WeightReader<'a> {
     }
 
     /// A weight matrix, requantised per the format.
-    pub fn matrix(&mut self, name: &str) -> Result<QTensor> {
+    pub fn matrix(&mut self, name: &str) -> Result<WeightMatrix> {
+        if self.mapped {
+            let (dtype, shape, _) = self.gguf.tensor_range(name)?;
+            if let (&[rows, cols], false) = (shape.as_slice(), self.requantises(dtype)) {
+                return Ok(WeightMatrix::Stored {
+                    bytes: self.gguf.mapped(name)?,
+                    dtype,
+                    rows,
+                    cols,
+                });
+            }
+        }
         let q = self.raw(name)?;
-        self.requantised(q)
+        Ok(WeightMatrix::Tensor(self.requantised(q)?))
+    }
+
+    /// Whether the format turns matrices of `dtype` into Q8_0 (quantized types other than Q8_0, when asked).
+    pub fn requantises(&self, dtype: GgmlDType) -> bool {
+        let quantized = !matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        self.format == WeightFormat::Q8_0 && quantized && dtype != GgmlDType::Q8_0
     }
 
     /// `q` as the format keeps matrices: Q8_0 when asked (quantized types other than Q8_0), else as is.
     pub fn requantised(&self, q: QTensor) -> Result<QTensor> {
-        let quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-        if self.format == WeightFormat::Q8_0 && quantized && q.dtype() != GgmlDType::Q8_0 {
+        if self.requantises(q.dtype()) {
             let f = q.dequantize(&self.device)?;
             return Ok(QTensor::quantize(&f, GgmlDType::Q8_0)?);
         }
         Ok(q)
     }
 
-    fn matrices<const N: usize>(&mut self, qs: Vec<QTensor>) -> Result<[QTensor; N]> {
+    fn matrices<const N: usize>(&mut self, qs: Vec<QTensor>) -> Result<[WeightMatrix; N]> {
         let qs = qs
             .into_iter()
-            .map(|q| self.requantised(q))
+            .map(|q| Ok(WeightMatrix::Tensor(self.requantised(q)?)))
             .collect::<Result<Vec<_>>>()?;
         qs.try_into().map_err(|_| {
             EngineError::Internal("a fused matrix split into the wrong number of parts".into())
@@ -244,9 +319,11 @@ impl<'a> WeightReader<'a> {
     }
 
     /// A 3-D expert tensor as one matrix per expert.
-    fn experts(&mut self, name: &str) -> Result<Vec<QTensor>> {
+    fn experts(&mut self, name: &str) -> Result<Vec<WeightMatrix>> {
         let qs = split_experts(self.gguf, &mut self.reader, name, &self.device)?;
-        qs.into_iter().map(|q| self.requantised(q)).collect()
+        qs.into_iter()
+            .map(|q| Ok(WeightMatrix::Tensor(self.requantised(q)?)))
+            .collect()
     }
 
     /// Layer `i`'s tensors, in the one load sequence both forward passes share.

@@ -9,7 +9,7 @@ use candle_core::{Device, Module, Tensor};
 
 use super::fused::{self, Kernels, PagedBatch};
 use super::paged::PagedLayout;
-use crate::engine::arch::weights::{FfnWeights, LayerWeights};
+use crate::engine::arch::weights::{FfnWeights, LayerWeights, WeightMatrix};
 use crate::engine::arch::{Activation, DecoderConfig, RopeStyle};
 use crate::engine::error::{EngineError, Result};
 
@@ -22,12 +22,13 @@ pub(super) struct Build {
 
 impl Build {
     /// A weight matrix for `x @ Wᵀ`, on candle's kernels.
-    pub fn linear(&mut self, q: QTensor) -> Result<Linear> {
+    pub fn linear(&mut self, w: WeightMatrix) -> Result<Linear> {
+        let q = w.into_tensor(&self.device)?;
         self.weight_bytes += q.storage_size_in_bytes();
         Ok(Linear::Candle(QMatMul::from_qtensor(q)?))
     }
 
-    fn linears(&mut self, qs: Vec<QTensor>) -> Result<Vec<Linear>> {
+    fn linears(&mut self, qs: Vec<WeightMatrix>) -> Result<Vec<Linear>> {
         qs.into_iter().map(|q| self.linear(q)).collect()
     }
 

@@ -10,7 +10,7 @@ pub(crate) mod paged;
 
 use candle_core::{Device, Tensor};
 
-use crate::engine::arch::weights::{WeightFormat, WeightReader};
+use crate::engine::arch::weights::{WeightFormat, WeightMatrix, WeightReader};
 use crate::engine::arch::DecoderConfig;
 use crate::engine::error::Result;
 use crate::engine::gguf::GgufFile;
@@ -56,7 +56,7 @@ impl CandleModel {
             b.linear(ld.matrix("output.weight")?)?
         } else {
             // Tied embeddings: the output head reuses token_embd.
-            b.linear(ld.requantised(embed_q)?)?
+            b.linear(WeightMatrix::Tensor(ld.requantised(embed_q)?))?
         };
         let norm = b.norm(ld.raw("output_norm.weight")?, config.rms_eps)?;
         let layers = (0..config.n_layer)

@@ -53,7 +53,7 @@ pub const CHUNK: usize = 4 * BLOCK_TOKENS;
 
 /// Per-thread scratch (floats) [`attend`] needs for a model with `n_head` query heads of `head_dim`.
 pub fn scratch_per_thread(n_head: usize, head_dim: usize) -> usize {
-    CHUNK + 2 * CHUNK * head_dim + 2 * TILE_ROWS * n_head
+    CHUNK + 2 * CHUNK * head_dim + BLOCK_TOKENS * head_dim + 2 * TILE_ROWS * n_head
 }
 
 /// The shape of one layer's attention.
@@ -116,6 +116,7 @@ pub fn attend(
         let (s_buf, rest) = sc.split_at_mut(CHUNK);
         let (keys_t, rest) = rest.split_at_mut(CHUNK * d);
         let (values, rest) = rest.split_at_mut(CHUNK * d);
+        let (keys, rest) = rest.split_at_mut(BLOCK_TOKENS * d);
         let (max, rest) = rest.split_at_mut(nq);
         let sum = &mut rest[..nq];
         max.fill(f32::NEG_INFINITY);
@@ -139,17 +140,18 @@ pub fn attend(
         while at < len_max {
             let end = (at + CHUNK).min(len_max);
             // The chunk's keys transposed (keys_t[c * CHUNK + j] = k_{at+j}[c], so one query's scores are a row
-            // of FMAs) and its values in position order.
+            // of FMAs) and its values in position order, as f32 whatever the store keeps.
             keys_t.fill(0.0);
             for_pieces(at, end, |p, b0, n| {
-                let (k, v) = kv.run(blocks[b0 / BLOCK_TOKENS], layer, kvh, n);
-                for (j, key) in k.chunks_exact(d).enumerate().skip(p - b0) {
-                    let col = b0 + j - at;
+                let (block, slots) = (blocks[b0 / BLOCK_TOKENS], p - b0..n);
+                kv.read(block, layer, kvh, 0, slots.clone(), keys);
+                for (j, key) in keys[..slots.len() * d].chunks_exact(d).enumerate() {
+                    let col = p + j - at;
                     for (c, &x) in key.iter().enumerate() {
                         keys_t[c * CHUNK + col] = x;
                     }
                 }
-                values[(p - at) * d..(b0 + n - at) * d].copy_from_slice(&v[(p - b0) * d..n * d]);
+                kv.read(block, layer, kvh, 1, slots, &mut values[(p - at) * d..]);
             });
             for (ri, r) in (r0..r1).enumerate() {
                 let pos = rows[r].1;

@@ -8,13 +8,15 @@
 //! walks the sequence's blocks. That is the shape continuous batching needs. Logits are computed only for the
 //! sequences that ask for them (a prefill chunk that does not end its prompt needs none).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 
-use crate::engine::arch::weights::{FfnWeights, LayerWeights, WeightFormat, WeightReader};
+use crate::engine::arch::weights::{
+    FfnWeights, LayerWeights, WeightFormat, WeightMatrix, WeightReader,
+};
 use crate::engine::arch::{Activation, DecoderConfig, Moe, RopeStyle};
 use crate::engine::cpu::act::{grow, ActKind, Acts, SyncPtr};
 use crate::engine::cpu::attention;
@@ -23,8 +25,8 @@ use crate::engine::cpu::pool::ThreadPool;
 use crate::engine::cpu::qmatrix::{matmul_many, QMatrix};
 use crate::engine::cpu::vector;
 use crate::engine::error::{EngineError, Result};
-use crate::engine::gguf::GgufFile;
-use crate::engine::kv::{BatchSeq, KvBlocks, BLOCK_TOKENS};
+use crate::engine::gguf::{GgufFile, SharedBytes};
+use crate::engine::kv::{BatchSeq, KvBlocks, KvDtype, BLOCK_TOKENS};
 
 /// The widest head QK-norm handles (Qwen3's are 128).
 const MAX_HEAD_DIM: usize = 512;
@@ -79,7 +81,7 @@ impl Ffn {
 
 /// The token embedding table, kept in its file type; rows are dequantized when looked up.
 struct Embedding {
-    data: Arc<[u8]>,
+    data: SharedBytes,
     dtype: GgmlDType,
     row_bytes: usize,
     cols: usize,
@@ -185,24 +187,21 @@ impl Build {
         Ok(q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?)
     }
 
-    /// A matrix over `q`'s bytes, or over `data` when the caller already holds them (tied embeddings).
-    fn matrix_over(&mut self, q: &QTensor, data: Option<Arc<[u8]>>) -> Result<QMatrix> {
-        let (rows, cols) = q.shape().dims2()?;
-        let data = match data {
-            Some(d) => d,
-            None => Arc::from(q.data()?.into_owned()),
+    /// A matrix over the loader's matrix: the file's bytes in place when used as stored, else the tensor's.
+    fn matrix(&mut self, w: WeightMatrix) -> Result<QMatrix> {
+        let (rows, cols) = w.dims2()?;
+        let dtype = w.dtype();
+        let data = match w {
+            WeightMatrix::Stored { bytes, .. } => bytes,
+            WeightMatrix::Tensor(q) => SharedBytes::from(q.data()?.into_owned()),
         };
-        let m = QMatrix::from_raw(data, q.dtype(), rows, cols, self.isa)?;
+        let m = QMatrix::from_raw(data, dtype, rows, cols, self.isa)?;
         self.weight_bytes += m.storage_bytes();
         Ok(m)
     }
 
-    fn matrix(&mut self, q: QTensor) -> Result<QMatrix> {
-        self.matrix_over(&q, None)
-    }
-
-    fn matrices(&mut self, qs: Vec<QTensor>) -> Result<Vec<QMatrix>> {
-        qs.into_iter().map(|q| self.matrix(q)).collect()
+    fn matrices(&mut self, ws: Vec<WeightMatrix>) -> Result<Vec<QMatrix>> {
+        ws.into_iter().map(|w| self.matrix(w)).collect()
     }
 
     fn layer(&mut self, w: LayerWeights, swa: bool) -> Result<Layer> {
@@ -263,28 +262,45 @@ impl CpuModel {
             true => WeightFormat::Q8_0,
             false => WeightFormat::Auto,
         };
-        let mut ld = WeightReader::new(gguf, &Device::Cpu, format)?;
+        let mut ld = WeightReader::mapped(gguf, format)?;
         let mut build = Build {
             isa,
             weight_bytes: 0,
         };
-        let embed_q = ld.raw("token_embd.weight")?;
-        let (vocab_size, hidden) = embed_q.shape().dims2()?;
+        // The embedding table is read in place (rows are dequantized when looked up).
+        let (embed_dtype, embed_shape, _) = gguf.tensor_range("token_embd.weight")?;
+        let &[vocab_size, hidden] = embed_shape.as_slice() else {
+            return Err(EngineError::InvalidGguf {
+                path: gguf.path.clone(),
+                message: format!(
+                    "token_embd.weight has shape {embed_shape:?}, not [vocab, hidden]"
+                ),
+            });
+        };
         config.check_embedding_width(gguf, hidden)?;
-        let embed_data: Arc<[u8]> = Arc::from(embed_q.data()?.into_owned());
+        let embed_data = gguf.mapped("token_embd.weight")?;
         let embed = Embedding {
             row_bytes: embed_data.len() / vocab_size,
             data: embed_data.clone(),
-            dtype: embed_q.dtype(),
+            dtype: embed_dtype,
             cols: hidden,
         };
         let output = if ld.has("output.weight") {
-            build.matrix(ld.matrix("output.weight")?)?
+            let w = ld.matrix("output.weight")?;
+            build.matrix(w)?
+        } else if ld.requantises(embed_dtype) {
+            // Tied embeddings, requantised: the output head gets its own Q8_0 copy.
+            let raw = ld.raw("token_embd.weight")?;
+            let q = ld.requantised(raw)?;
+            build.matrix(WeightMatrix::Tensor(q))?
         } else {
-            // Tied embeddings: the output head reads the embedding table's bytes (unless requantised).
-            let q = ld.requantised(embed_q)?;
-            let shared = (q.dtype() == embed.dtype).then(|| embed_data.clone());
-            build.matrix_over(&q, shared)?
+            // Tied embeddings: the output head reads the embedding table's bytes.
+            build.matrix(WeightMatrix::Stored {
+                bytes: embed_data,
+                dtype: embed_dtype,
+                rows: vocab_size,
+                cols: hidden,
+            })?
         };
         let norm = build.vector(ld.raw("output_norm.weight")?)?;
         if config.qk_norm && config.head_dim > MAX_HEAD_DIM {
@@ -360,26 +376,33 @@ impl CpuModel {
         self.pool.threads()
     }
 
+    /// Runs `f(i)` for every `i < n` on the engine's own threads (the caller's included), claimed one at a time.
+    pub fn parallel_for(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.pool.run(n, &|i, _| f(i));
+    }
+
     pub fn isa(&self) -> Isa {
         self.isa
     }
 
-    /// A paged KV store for `n_blocks` blocks of this model.
-    pub fn new_blocks(&self, n_blocks: usize) -> KvBlocks {
+    /// A paged KV store for `n_blocks` blocks of this model, kept as `dtype`.
+    pub fn new_blocks(&self, n_blocks: usize, dtype: KvDtype) -> Result<KvBlocks> {
         KvBlocks::new(
             n_blocks,
             self.config.n_layer,
             self.config.n_kv_head,
             self.config.head_dim,
+            dtype,
         )
     }
 
-    /// Bytes one KV block of this model takes.
-    pub fn kv_block_bytes(&self) -> usize {
+    /// Bytes one KV block of this model takes as `dtype`.
+    pub fn kv_block_bytes(&self, dtype: KvDtype) -> Result<usize> {
         KvBlocks::bytes_per_block(
             self.config.n_layer,
             self.config.n_kv_head,
             self.config.head_dim,
+            dtype,
         )
     }
 

@@ -5,8 +5,6 @@
 //! (prefill as a tiled GEMM): rows go in pairs across 4 tokens (`vec_dot_2x4`), so a weight block is unpacked
 //! once per four tokens and an activation block loaded once per two rows.
 
-use std::sync::Arc;
-
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
@@ -17,6 +15,7 @@ use crate::engine::cpu::kernels::{self, WeightKernel};
 use crate::engine::cpu::pool::ThreadPool;
 use crate::engine::cpu::vector;
 use crate::engine::error::{EngineError, Result};
+use crate::engine::gguf::SharedBytes;
 
 /// Output rows a thread handles together: their weights stay in L1/L2 while every token is dotted with them.
 const ROW_BLOCK: usize = 16;
@@ -31,7 +30,7 @@ trait Rows: Send + Sync {
 
 /// Rows in a quantized type with a kernel, kept in the file's block layout.
 struct Typed<K: WeightKernel> {
-    data: Arc<[u8]>,
+    data: SharedBytes,
     row_bytes: usize,
     isa: Isa,
     _k: std::marker::PhantomData<K>,
@@ -137,7 +136,7 @@ pub struct QMatrix {
 impl QMatrix {
     /// Takes a matrix's raw GGUF bytes: kept as stored when a kernel exists for `dtype`, else dequantized to f32.
     pub fn from_raw(
-        data: Arc<[u8]>,
+        data: SharedBytes,
         dtype: GgmlDType,
         rows: usize,
         cols: usize,
@@ -169,7 +168,7 @@ impl QMatrix {
     }
 
     fn typed<K: WeightKernel>(
-        data: Arc<[u8]>,
+        data: SharedBytes,
         rows: usize,
         cols: usize,
         isa: Isa,

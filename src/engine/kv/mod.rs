@@ -1,16 +1,18 @@
 //! KV memory, no math: the paged stores of continuous batching (fixed blocks of [`BLOCK_TOKENS`] positions:
-//! host memory for the CPU engine, one tensor per layer on candle's devices), the block manager that hands
+//! host memory for the CPU engine, one tensor per layer on candle's devices; their element type, [`KvDtype`]), the block manager that hands
 //! blocks to sequences and shares full prefix blocks within a scope (`blocks.rs`), the layout of one batched
 //! step ([`BatchSeq`]), and a standalone sequence's own store ([`StandaloneSeq`]). Every forward pass reads and writes
 //! keys and values only through these stores.
 
 pub(crate) mod blocks;
 pub(crate) mod device;
+pub(crate) mod dtype;
 pub(crate) mod host;
 pub(crate) mod standalone;
 
 pub use blocks::{BlockManager, PrefixCacheStats};
 pub use device::DeviceBlocks;
+pub use dtype::KvDtype;
 pub use host::KvBlocks;
 pub use standalone::StandaloneSeq;
 

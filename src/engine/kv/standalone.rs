@@ -1,6 +1,7 @@
 //! One sequence outside the scheduler (`Model::forward`: parity checks, tests, reference decodes): a paged
 //! store of its own, grown as the sequence grows, and the table of its blocks in position order. It runs the
-//! same paged forward passes as the scheduler's sequences; there is no second KV layout.
+//! same paged forward passes as the scheduler's sequences; there is no second KV layout (its store keeps f32: it
+//! is the reference path parity checks compare).
 
 use super::PagedStore;
 

@@ -18,9 +18,8 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 
-use rayon::prelude::*;
 use serde::Serialize;
 use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
@@ -28,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::constraint::Constraint;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::kv::blocks::{self, BlockManager, PrefixCacheStats, BLOCK_TOKENS};
-use crate::engine::kv::{BatchSeq, PagedStore};
+use crate::engine::kv::{BatchSeq, KvDtype, PagedStore};
 use crate::engine::model::Model;
 use crate::engine::request::{FinishReason, GenerateEvent, GenerateRequest};
 use crate::engine::runtime::sequence::{Outcome, Sequence};
@@ -44,6 +43,8 @@ pub struct SchedulerConfig {
     pub max_num_batched_tokens: usize,
     /// Memory for the KV cache (the CPU engine's block pool; on candle's backends, kept sequences).
     pub kv_cache_bytes: usize,
+    /// What the KV cache keeps keys and values as (vLLM's `--kv-cache-dtype`; `auto` is f16 on the CPU engine).
+    pub kv_cache_dtype: KvDtype,
     /// Whether full blocks of a prompt are kept and shared with later prompts that start the same way.
     pub prefix_caching: bool,
     /// Speculative decoding: drafts verified in the batched step (the paged store only).
@@ -63,6 +64,7 @@ impl Default for SchedulerConfig {
             max_num_seqs: DEFAULT_MAX_NUM_SEQS,
             max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
             kv_cache_bytes: DEFAULT_KV_CACHE_BYTES,
+            kv_cache_dtype: KvDtype::Auto,
             prefix_caching: true,
             speculative: SpeculativeConfig::default(),
         }
@@ -176,8 +178,9 @@ impl Scheduler {
         prefix: Arc<PrefixCacheStats>,
         stats: Arc<SchedulerStats>,
     ) -> Result<Self> {
-        let n_blocks = (config.kv_cache_bytes / model.paged_block_bytes()).max(1);
-        let store = model.new_paged_store(n_blocks)?;
+        let n_blocks =
+            (config.kv_cache_bytes / model.paged_block_bytes(config.kv_cache_dtype)?).max(1);
+        let store = model.new_paged_store(n_blocks, config.kv_cache_dtype)?;
         let manager = BlockManager::new(n_blocks, config.prefix_caching, prefix.clone());
         let cost = StepCost::new(match model.cpu_engine() {
             Some(_) => CPU_TOKEN_PRICE,
@@ -486,23 +489,35 @@ impl Scheduler {
                 by_index[i] = Some(l);
             }
         }
+        // Sampling, in parallel across the sequences that got logits, on the model's threads (the CPU engine's
+        // own pool: its workers are the ones spinning for the next step, not a second pool's).
         let tokenizer = &self.tokenizer;
-        let mut work: Vec<(usize, &mut Entry, Vec<f32>)> = self
+        // Per sequence: its index, entry and logits, and what sampling them gave.
+        type Slot<'a> = (usize, &'a mut Entry, Vec<f32>, Option<Result<(Outcome, usize)>>);
+        let work: Vec<Mutex<Slot>> = self
             .running
             .iter_mut()
             .zip(by_index)
             .enumerate()
-            .filter_map(|(i, (e, l))| l.map(|l| (i, e, l)))
+            .filter_map(|(i, (e, l))| l.map(|l| Mutex::new((i, e, l, None))))
             .collect();
-        let step = |(i, e, l): &mut (usize, &mut Entry, Vec<f32>)| {
-            (*i, e.seq.verify(l, &e.drafts, tokenizer))
+        let step = |k: usize| {
+            let mut w = work[k].lock().unwrap_or_else(|e| e.into_inner());
+            let (_, e, l, out) = &mut *w;
+            *out = Some(e.seq.verify(l, &e.drafts, tokenizer));
         };
-        let results: Vec<(usize, Result<(Outcome, usize)>)> = if work.len() > 1 {
-            work.par_iter_mut().map(step).collect()
+        if work.len() > 1 {
+            self.model.parallel_for(work.len(), &step);
         } else {
-            work.iter_mut().map(step).collect()
-        };
-        drop(work);
+            (0..work.len()).for_each(step);
+        }
+        let results: Vec<(usize, Result<(Outcome, usize)>)> = work
+            .into_iter()
+            .filter_map(|w| {
+                let (i, _, _, out) = w.into_inner().unwrap_or_else(|e| e.into_inner());
+                out.map(|r| (i, r))
+            })
+            .collect();
         let mut accepted = vec![0; self.running.len()];
         let mut ended = Vec::new();
         for (i, r) in results {
