@@ -181,8 +181,8 @@ impl Model {
 
     /// Feeds `tokens` after what `kv` already holds, through the same paged forward pass the scheduler steps
     /// (over an f32 store: standalone sequences are the reference path of parity checks, which compare against
-    /// candle's f32 caches); returns the logits (f32, `[vocab]`) of the last position. Long inputs go in chunks so the attention
-    /// matrix stays small.
+    /// candle's f32 caches); returns the logits (f32, `[vocab]`) of the last position. Long inputs go in chunks
+    /// so the attention matrix stays small.
     pub fn forward(&self, tokens: &[u32], kv: &mut StandaloneSeq) -> Result<Tensor> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyPrompt);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest, GenerateSummary};
 use agentd::engine::runtime::scheduler::SchedulerConfig;
 use agentd::engine::sampler::SamplingParams;
-use agentd::engine::{Engine, EngineError, EngineOptions};
+use agentd::engine::{Engine, EngineError, EngineOptions, KvDtype};
 use agentd::schema::ToolChoice;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
@@ -404,5 +404,56 @@ fn both_candle_paths_batch_over_the_paged_store() {
         }
         // Four requests of up to 8 tokens in fewer steps than one after another would take.
         assert!(steps < 4 * 8, "{kernels:?}: {steps} steps");
+    }
+}
+
+/// `--kv-cache-dtype`: on the CPU engine every type serves a batch in which each request gets exactly the tokens
+/// it gets alone, and the pool's size follows the type (f16 holds twice f32's blocks in the same memory, q8_0
+/// 64/17 times); candle's backend, whose paged kernels read f32, refuses f16 and q8_0 with an error naming the
+/// flag instead of keeping f32 silently.
+#[test]
+fn every_kv_cache_dtype_serves_a_batch_and_candle_refuses_the_reduced_ones() {
+    let mut blocks = Vec::new();
+    for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
+        let engine = engine_with(SchedulerConfig {
+            kv_cache_dtype: dtype,
+            kv_cache_bytes: 32 << 20,
+            ..SchedulerConfig::default()
+        });
+        let reqs = requests(&engine);
+        let solo: Vec<Vec<u32>> = reqs.iter().map(|r| alone(&engine, r)).collect();
+        for (i, ((ids, _), want)) in together(&engine, &reqs).iter().zip(&solo).enumerate() {
+            assert_eq!(ids, want, "{dtype}: request {i} batched vs alone");
+        }
+        assert!(
+            solo.iter().all(|ids| !ids.is_empty()),
+            "{dtype}: empty replies"
+        );
+        blocks.push(engine.prefix_cache_stats().blocks_total.load(Relaxed));
+    }
+    // SmolLM2: 30 layers × (k, v) × 3 KV heads × 16 positions of 64 values, at 4, 2 and 68/64 bytes a value.
+    let expected = [256, 128, 68].map(|row_bytes| (32u64 << 20) / (30 * 2 * 3 * 16 * row_bytes));
+    assert_eq!(
+        blocks, expected,
+        "blocks in a 32 MiB pool as f32, f16, q8_0"
+    );
+    for dtype in [KvDtype::F16, KvDtype::Q8_0] {
+        let err = Engine::load(EngineOptions {
+            model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
+            device: agentd::engine::device::DeviceSpec::Cpu,
+            weight_format: agentd::engine::arch::weights::WeightFormat::Native,
+            scheduler: SchedulerConfig {
+                kv_cache_dtype: dtype,
+                ..SchedulerConfig::default()
+            },
+            ..Default::default()
+        })
+        .err()
+        .expect("candle's backend keeps f32 only")
+        .to_string();
+        assert!(
+            err.contains("--kv-cache-dtype") && err.contains(dtype.name()),
+            "{err}"
+        );
     }
 }

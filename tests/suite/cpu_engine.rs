@@ -83,7 +83,8 @@ fn a_batch_of_sequences_matches_each_sequence_alone() {
         })
         .collect();
     // Blocks interleaved across the sequences, in a store with room to spare.
-    let mut store = cpu.new_blocks(16, KvDtype::Auto).unwrap();
+    // f32, as the standalone sequences keep.
+    let mut store = cpu.new_blocks(16, KvDtype::F32).unwrap();
     let tables: Vec<Vec<u32>> = vec![vec![5, 0], vec![3, 7, 1], vec![9]];
     let batch: Vec<BatchSeq> = prompts
         .iter()

@@ -493,7 +493,12 @@ impl Scheduler {
         // own pool: its workers are the ones spinning for the next step, not a second pool's).
         let tokenizer = &self.tokenizer;
         // Per sequence: its index, entry and logits, and what sampling them gave.
-        type Slot<'a> = (usize, &'a mut Entry, Vec<f32>, Option<Result<(Outcome, usize)>>);
+        type Slot<'a> = (
+            usize,
+            &'a mut Entry,
+            Vec<f32>,
+            Option<Result<(Outcome, usize)>>,
+        );
         let work: Vec<Mutex<Slot>> = self
             .running
             .iter_mut()
