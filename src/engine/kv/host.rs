@@ -90,7 +90,7 @@ impl KvBlocks {
 
     /// Bytes one block holds once written.
     pub fn block_bytes(&self) -> usize {
-        self.units_per_block() * self.unit_bytes()
+        self.units_per_block() * unit_bytes(self.dtype)
     }
 
     /// Bytes one block of such a model takes as `dtype` (`auto` as the CPU engine resolves it).
@@ -101,20 +101,7 @@ impl KvBlocks {
         dtype: KvDtype,
     ) -> Result<usize> {
         let dtype = dtype.resolve(true);
-        let unit = match dtype {
-            KvDtype::F16 => 2,
-            KvDtype::Q8_0 => 1,
-            _ => 4,
-        };
-        Ok(n_layer * 2 * n_kv * BLOCK_TOKENS * Self::row_units(dtype, dim)? * unit)
-    }
-
-    fn unit_bytes(&self) -> usize {
-        match self.data {
-            Data::F32(_) => 4,
-            Data::F16(_) => 2,
-            Data::Q8(_) => 1,
-        }
+        Ok(n_layer * 2 * n_kv * BLOCK_TOKENS * Self::row_units(dtype, dim)? * unit_bytes(dtype))
     }
 
     fn units_per_block(&self) -> usize {
@@ -216,6 +203,15 @@ impl KvBlocks {
                 None => out.fill(0.0),
             },
         }
+    }
+}
+
+/// Bytes of one stored element of a resolved `dtype` (q8_0 rows are counted in bytes).
+fn unit_bytes(dtype: KvDtype) -> usize {
+    match dtype {
+        KvDtype::F16 => 2,
+        KvDtype::Q8_0 => 1,
+        KvDtype::F32 | KvDtype::Auto => 4,
     }
 }
 
