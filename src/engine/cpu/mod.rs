@@ -5,6 +5,7 @@
 
 pub mod act;
 pub(crate) mod attention;
+mod embedding;
 pub mod isa;
 pub(crate) mod kernels;
 pub mod model;
