@@ -115,10 +115,8 @@ impl GgufFile {
             false => content.tensor_data_offset,
         };
         for info in content.tensor_infos.values() {
-            let elems = info.shape.elem_count();
-            let block = info.ggml_dtype.block_size();
-            let bytes = elems / block * info.ggml_dtype.type_size();
-            needed = needed.max(content.tensor_data_offset + info.offset + bytes as u64);
+            needed =
+                needed.max(content.tensor_data_offset + info.offset + tensor_bytes(info) as u64);
         }
         if needed > file_len {
             return Err(invalid(
@@ -140,8 +138,7 @@ impl GgufFile {
             .tensor_infos
             .get(name)
             .ok_or_else(|| invalid(&self.path, format!("tensor `{name}` is missing")))?;
-        let elems = info.shape.elem_count();
-        let bytes = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        let bytes = tensor_bytes(info);
         let start = (self.content.tensor_data_offset + info.offset) as usize;
         Ok((
             info.ggml_dtype,
@@ -263,6 +260,11 @@ impl GgufFile {
             .map_err(|e| EngineError::io(format!("cannot open {}", self.path.display()), e))?;
         Ok(BufReader::new(file))
     }
+}
+
+/// Bytes a tensor's data takes in the file (whole blocks of its type).
+fn tensor_bytes(info: &candle_core::quantized::gguf_file::TensorInfo) -> usize {
+    info.shape.elem_count() / info.ggml_dtype.block_size() * info.ggml_dtype.type_size()
 }
 
 fn missing(key: &str) -> EngineError {

@@ -33,7 +33,6 @@ macro_rules! each {
 /// The block store of one model: every block's keys and values.
 pub struct KvBlocks {
     data: Data,
-    dtype: KvDtype,
     n_layer: usize,
     n_kv: usize,
     dim: usize,
@@ -60,7 +59,6 @@ impl KvBlocks {
         };
         let mut store = Self {
             data,
-            dtype,
             n_layer,
             n_kv,
             dim,
@@ -85,12 +83,16 @@ impl KvBlocks {
 
     /// The element type the store keeps.
     pub fn dtype(&self) -> KvDtype {
-        self.dtype
+        match self.data {
+            Data::F32(_) => KvDtype::F32,
+            Data::F16(_) => KvDtype::F16,
+            Data::Q8(_) => KvDtype::Q8_0,
+        }
     }
 
     /// Bytes one block holds once written.
     pub fn block_bytes(&self) -> usize {
-        self.units_per_block() * unit_bytes(self.dtype)
+        self.units_per_block() * unit_bytes(self.dtype())
     }
 
     /// Bytes one block of such a model takes as `dtype` (`auto` as the CPU engine resolves it).
