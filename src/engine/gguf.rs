@@ -33,10 +33,10 @@ pub struct SharedBytes {
 #[derive(Clone)]
 enum Owner {
     Map(Arc<memmap2::Mmap>),
-    Buf(Arc<[u8]>),
+    Buf(Arc<Vec<u8>>),
 }
 
-// SAFETY: the bytes are never written through this type (or by anyone while an owner lives: an `Arc<[u8]>` is
+// SAFETY: the bytes are never written through this type (or by anyone while an owner lives: a shared `Vec` is
 // immutable, a map is read-only); `_owner` keeps them alive, so sharing the pointer across threads is sound.
 unsafe impl Send for SharedBytes {}
 // SAFETY: as above; only shared reads happen.
@@ -60,12 +60,36 @@ impl SharedBytes {
     pub fn is_mapped(&self) -> bool {
         matches!(self._owner, Owner::Map(_))
     }
+
+    /// Hands the whole pages of a mapped range back to the kernel (`MADV_DONTNEED`) once their bytes have
+    /// been copied elsewhere (weights repacked at load), so that they stop counting in the process's RSS.
+    /// Nothing changes for readers: a read-only file mapping faults the same bytes back in from the file.
+    /// A no-op for owned buffers and where the advice is refused.
+    pub fn release_pages(&self) {
+        let Owner::Map(map) = &self._owner else {
+            return;
+        };
+        // SAFETY: `sysconf` has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let page = if page > 0 { page as usize } else { 4096 };
+        let offset = self.ptr as usize - map.as_ptr() as usize;
+        let start = offset.next_multiple_of(page);
+        let end = (offset + self.len) / page * page;
+        if end > start {
+            // SAFETY: DONTNEED on a private read-only file mapping only drops resident pages; later reads
+            // of them (by any clone of this map) fault the file's unchanged bytes back in, so no reference
+            // into the map ever sees different data.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+            };
+        }
+    }
 }
 
 impl From<Vec<u8>> for SharedBytes {
     fn from(v: Vec<u8>) -> Self {
         let len = v.len();
-        Self::new(Owner::Buf(Arc::from(v)), 0..len)
+        Self::new(Owner::Buf(Arc::new(v)), 0..len)
     }
 }
 

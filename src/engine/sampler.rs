@@ -194,14 +194,16 @@ impl Sampler {
         }
         let t = p.temperature;
         // NaN and −∞ scores fail the comparison and are dropped; `best` scores exactly 0 and stays.
-        let mut scored: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &l)| {
-                let s = (l - top) / t;
-                (s >= -NEGLIGIBLE_LOGIT_GAP).then_some((i as u32, s))
-            })
-            .collect();
+        let score = |(i, &l): (usize, &f32)| {
+            let s = (l - top) / t;
+            (s >= -NEGLIGIBLE_LOGIT_GAP).then_some((i as u32, s))
+        };
+        let mut scored: Vec<(u32, f32)> = if p.top_k > 0 && p.top_k < logits.len() / 8 {
+            // Only the k best can be kept: select them in one pass instead of collecting the vocabulary.
+            best_k(logits.iter().enumerate().filter_map(score), p.top_k)
+        } else {
+            logits.iter().enumerate().filter_map(score).collect()
+        };
         if p.top_k == 0 && p.min_p <= 0.0 && p.top_p >= 1.0 {
             // Nothing truncates the distribution: no order is needed (the best token still weighs 1).
             let probs = scored.iter().map(|&(_, s)| s.exp()).collect();
@@ -210,10 +212,14 @@ impl Sampler {
                 probs,
             });
         }
-        scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
+        // Best first, ties by token id: a total order, so the kept set and its order never depend on how
+        // the candidates were arranged. With top-k, only the k best are selected (linear) and sorted.
+        let order = |a: &(u32, f32), b: &(u32, f32)| by_rank(*a, *b);
         if p.top_k > 0 && scored.len() > p.top_k {
+            scored.select_nth_unstable_by(p.top_k - 1, order);
             scored.truncate(p.top_k);
         }
+        scored.sort_unstable_by(order);
         // Softmax weights, relative to the best (which weighs exactly 1).
         let weights: Vec<f32> = scored.iter().map(|&(_, s)| s.exp()).collect();
         let sum: f32 = weights.iter().sum();
@@ -239,6 +245,45 @@ impl Sampler {
             probs: weights[..keep].to_vec(),
         })
     }
+}
+
+/// Candidates best first (higher score), ties by lower token id: the total order top-k keeps by.
+fn by_rank(a: (u32, f32), b: (u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// The `k` best of `cand` by [`by_rank`] (in no particular order), with a heap whose top is the worst kept.
+fn best_k(cand: impl Iterator<Item = (u32, f32)>, k: usize) -> Vec<(u32, f32)> {
+    struct Ranked((u32, f32));
+    impl PartialEq for Ranked {
+        fn eq(&self, o: &Self) -> bool {
+            by_rank(self.0, o.0).is_eq()
+        }
+    }
+    impl Eq for Ranked {}
+    impl PartialOrd for Ranked {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Ranked {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            by_rank(self.0, o.0)
+        }
+    }
+    let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
+    for c in cand {
+        if heap.len() < k {
+            heap.push(Ranked(c));
+        } else if heap
+            .peek()
+            .is_some_and(|w: &Ranked| by_rank(c, w.0).is_lt())
+        {
+            heap.pop();
+            heap.push(Ranked(c));
+        }
+    }
+    heap.into_iter().map(|r| r.0).collect()
 }
 
 /// What [`Sampler::pick`] draws from.
@@ -328,6 +373,23 @@ pub fn logprobs(logits: &[f32], id: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn best_k_keeps_what_a_full_sort_keeps_with_ties() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for k in [1usize, 2, 5, 40, 199, 300] {
+            // Few distinct scores: many ties, broken by token id.
+            let cand: Vec<(u32, f32)> = (0..300u32)
+                .map(|i| (i, (rng.gen_range(0..20) as f32) * -0.5))
+                .collect();
+            let mut got = best_k(cand.iter().copied(), k);
+            got.sort_unstable_by(|a, b| by_rank(*a, *b));
+            let mut want = cand.clone();
+            want.sort_unstable_by(|a, b| by_rank(*a, *b));
+            want.truncate(k);
+            assert_eq!(got, want, "k = {k}");
+        }
+    }
 
     #[test]
     fn greedy_takes_argmax_and_skips_masked() {

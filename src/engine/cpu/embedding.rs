@@ -1,10 +1,12 @@
-//! The CPU engine's token embedding table: kept in its file type (read in place from the mapped GGUF), one row
-//! dequantized per looked-up token.
+//! The CPU engine's token embedding table: kept in its file type (read in place from the mapped GGUF, or, for a
+//! table tied to a repacked output head, read back out of the head's tiles), one row dequantized per
+//! looked-up token.
 
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
 
+use crate::engine::cpu::qmatrix::QMatrix;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::SharedBytes;
 
@@ -14,16 +16,29 @@ pub(super) struct Embedding {
     pub dtype: GgmlDType,
     pub row_bytes: usize,
     pub cols: usize,
+    /// The table is the output head's matrix (tied embeddings): rows are read from the head when it keeps
+    /// them in another layout, so that the file's pages need not stay resident as well.
+    pub tied: bool,
 }
 
 impl Embedding {
-    /// Writes the embedding of `token` into `out` (`cols` values).
-    pub fn row(&self, token: u32, out: &mut [f32]) -> Result<()> {
+    /// Writes the embedding of `token` into `out` (`cols` values); `head` is the output head.
+    pub fn row(&self, token: u32, out: &mut [f32], head: &QMatrix) -> Result<()> {
         use candle_core::quantized::k_quants as kq;
         let at = token as usize * self.row_bytes;
-        let bytes = self.data.get(at..at + self.row_bytes).ok_or_else(|| {
+        let stored = self.data.get(at..at + self.row_bytes).ok_or_else(|| {
             EngineError::Internal(format!("token id {token} is outside the vocabulary"))
         })?;
+        let mut from_head = Vec::new();
+        let bytes = if self.tied {
+            from_head.resize(self.row_bytes, 0);
+            match head.raw_row(token as usize, &mut from_head) {
+                true => &from_head[..],
+                false => stored,
+            }
+        } else {
+            stored
+        };
         let done = match self.dtype {
             GgmlDType::Q4_0 => to_float::<kq::BlockQ4_0>(bytes, out),
             GgmlDType::Q4_1 => to_float::<kq::BlockQ4_1>(bytes, out),

@@ -226,6 +226,7 @@ impl CpuModel {
             data: embed_data.clone(),
             dtype: embed_dtype,
             cols: hidden,
+            tied: !ld.has("output.weight") && !ld.requantises(embed_dtype),
         };
         let output = if ld.has("output.weight") {
             let w = ld.matrix("output.weight")?;
@@ -409,7 +410,7 @@ impl CpuModel {
                     )));
                 }
                 let row = &mut s.x[r * h..(r + 1) * h];
-                self.embed.row(tok, row)?;
+                self.embed.row(tok, row, &self.output)?;
                 if let Some(scale) = cfg.embed_scale {
                     row.iter_mut().for_each(|v| *v *= scale);
                 }

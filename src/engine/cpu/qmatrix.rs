@@ -1,9 +1,10 @@
-//! A weight matrix used as `y = x · Wᵀ` on the CPU: the rows of the file's own quantized type with its kernel
-//! from [`super::kernels`], or f32 rows for types without one. `matmul_many` runs several matrices that read
-//! the same activations (q/k/v, gate/up) in one pool job whose items are blocks of 16 rows (claimed by the
-//! threads one at a time); a block's weights stay in cache while the micro-kernel walks the token batch
-//! (prefill as a tiled GEMM): rows go in pairs across 4 tokens (`vec_dot_2x4`), so a weight block is unpacked
-//! once per four tokens and an activation block loaded once per two rows.
+//! A weight matrix used as `y = x · Wᵀ` on the CPU: the 32-value block types and Q4_K/Q6_K repacked at load
+//! into row-interleaved tiles ([`kernels::Tiled`]), the other K-quants (and, on AVX-512, all of them) in the
+//! file's own blocks with their kernels, or f32 rows for types without one. `matmul_many` runs several matrices that read the same activations (q/k/v,
+//! gate/up) in one pool job whose items are blocks of 16 rows (claimed by the threads one at a time); a block's
+//! weights stay in cache while the micro-kernel walks the token batch (prefill as a tiled GEMM, batched decode
+//! alike): a tile serves 8 rows × 4 tokens per weight unpack; rows kept as stored go in pairs across 4 tokens
+//! (`vec_dot_2x4`).
 
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::GgmlDType;
@@ -11,7 +12,8 @@ use candle_core::Device;
 
 use crate::engine::cpu::act::{ActBlock, ActKind, ActRows, Acts, SyncPtr};
 use crate::engine::cpu::isa::Isa;
-use crate::engine::cpu::kernels::{self, WeightKernel};
+use crate::engine::cpu::kernels::packed::ROWS;
+use crate::engine::cpu::kernels::{self, ktile, Tiled, WeightKernel};
 use crate::engine::cpu::pool::ThreadPool;
 use crate::engine::cpu::vector;
 use crate::engine::error::{EngineError, Result};
@@ -26,6 +28,10 @@ trait Rows: Send + Sync {
     /// `out[t * stride + r] = x_t · W_r` for every token `t < acts.rows` and row `r` in `rows`.
     fn compute(&self, acts: &Acts, rows: std::ops::Range<usize>, out: SyncPtr<f32>, stride: usize);
     fn storage_bytes(&self) -> usize;
+    /// Row `r` as the file stored it (`out`: one row's bytes), where the rows are kept in another layout.
+    fn raw_row(&self, _r: usize, _out: &mut [u8]) -> bool {
+        false
+    }
 }
 
 /// Rows in a quantized type with a kernel, kept in the file's block layout.
@@ -41,11 +47,7 @@ where
     K::Act: ActRows,
 {
     fn act_kind(&self) -> ActKind {
-        if K::Act::ELEMS == crate::engine::cpu::act::QK_K {
-            ActKind::Q8K
-        } else {
-            ActKind::Q8
-        }
+        act_kind_of::<K>()
     }
 
     fn compute(&self, acts: &Acts, rows: std::ops::Range<usize>, out: SyncPtr<f32>, stride: usize) {
@@ -96,6 +98,100 @@ where
     }
 }
 
+/// Rows of a tiled type ([`Tiled`]), packed into row groups of eight (the last one padded).
+struct Packed<T: Tiled> {
+    data: SharedBytes,
+    rows: usize,
+    /// Blocks per row.
+    nb: usize,
+    isa: Isa,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Tiled> Packed<T>
+where
+    T::Act: ActRows,
+{
+    /// Tokens `t0..t0 + N` through row group `g`, written to `out[t * stride + row]` for its real rows.
+    #[inline]
+    fn tokens<const N: usize>(
+        &self,
+        x: &[T::Act],
+        t0: usize,
+        g: usize,
+        out: SyncPtr<f32>,
+        stride: usize,
+    ) {
+        let gb = self.nb * T::TILE;
+        let group = &self.data[g * gb..(g + 1) * gb];
+        let xs: [&[T::Act]; N] =
+            std::array::from_fn(|t| &x[(t0 + t) * self.nb..(t0 + t + 1) * self.nb]);
+        let y = T::dot_group::<N>(self.isa, group, xs);
+        let r0 = g * ROWS;
+        let live = ROWS.min(self.rows - r0);
+        for (t, y) in y.iter().enumerate() {
+            // SAFETY: the group's rows belong to this thread alone; `t0 + t` is a token of the batch, whose
+            // `stride`-wide output row holds rows `r0..r0 + live`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(y.as_ptr(), out.0.add((t0 + t) * stride + r0), live)
+            };
+        }
+    }
+}
+
+impl<T: Tiled> Rows for Packed<T>
+where
+    T::Act: ActRows,
+{
+    fn act_kind(&self) -> ActKind {
+        act_kind_of::<T>()
+    }
+
+    fn compute(&self, acts: &Acts, rows: std::ops::Range<usize>, out: SyncPtr<f32>, stride: usize) {
+        let x = T::Act::rows(acts);
+        let n = acts.rows;
+        // Row ranges start on a multiple of ROW_BLOCK, hence of a group.
+        debug_assert!(rows.start.is_multiple_of(ROWS));
+        for g in rows.start / ROWS..rows.end.div_ceil(ROWS) {
+            let mut t = 0;
+            while t + 4 <= n {
+                self.tokens::<4>(x, t, g, out, stride);
+                t += 4;
+            }
+            match n - t {
+                3 => self.tokens::<3>(x, t, g, out, stride),
+                2 => self.tokens::<2>(x, t, g, out, stride),
+                1 => self.tokens::<1>(x, t, g, out, stride),
+                _ => {}
+            }
+        }
+    }
+
+    fn storage_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    fn raw_row(&self, r: usize, out: &mut [u8]) -> bool {
+        if r >= self.rows || out.len() != self.nb * T::BLOCK_BYTES {
+            return false;
+        }
+        let group = &self.data[(r / ROWS) * self.nb * T::TILE..];
+        for (i, b) in out.chunks_exact_mut(T::BLOCK_BYTES).enumerate() {
+            T::unpack(&group[i * T::TILE..(i + 1) * T::TILE], r % ROWS, b);
+        }
+        true
+    }
+}
+
+/// The activations a type's rows are dotted with.
+fn act_kind_of<K: WeightKernel>() -> ActKind {
+    if K::Act::ELEMS == crate::engine::cpu::act::QK_K {
+        ActKind::Q8K
+    } else {
+        ActKind::Q8
+    }
+}
+
 /// f32 rows (types without a kernel, and f32/f16 files): exact, slower.
 struct F32Rows {
     data: Vec<f32>,
@@ -143,11 +239,17 @@ impl QMatrix {
         isa: Isa,
     ) -> Result<Self> {
         let inner: Box<dyn Rows> = match dtype {
-            GgmlDType::Q4_0 => Self::typed::<kernels::q4_0::Q4_0>(data, rows, cols, isa)?,
-            GgmlDType::Q4_1 => Self::typed::<kernels::q4_1::Q4_1>(data, rows, cols, isa)?,
-            GgmlDType::Q5_0 => Self::typed::<kernels::q5_0::Q5_0>(data, rows, cols, isa)?,
-            GgmlDType::Q5_1 => Self::typed::<kernels::q5_1::Q5_1>(data, rows, cols, isa)?,
-            GgmlDType::Q8_0 => Self::typed::<kernels::q8_0::Q8_0>(data, rows, cols, isa)?,
+            GgmlDType::Q4_0 => Self::packed::<kernels::q4_0::Q4_0>(data, rows, cols, isa)?,
+            GgmlDType::Q4_1 => Self::packed::<kernels::q4_1::Q4_1>(data, rows, cols, isa)?,
+            GgmlDType::Q5_0 => Self::packed::<kernels::q5_0::Q5_0>(data, rows, cols, isa)?,
+            GgmlDType::Q5_1 => Self::packed::<kernels::q5_1::Q5_1>(data, rows, cols, isa)?,
+            GgmlDType::Q8_0 => Self::packed::<kernels::q8_0::Q8_0>(data, rows, cols, isa)?,
+            GgmlDType::Q4K if ktile::tiles_for(isa) => {
+                Self::packed::<kernels::q4_k::Q4K>(data, rows, cols, isa)?
+            }
+            GgmlDType::Q6K if ktile::tiles_for(isa) => {
+                Self::packed::<kernels::q6_k::Q6K>(data, rows, cols, isa)?
+            }
             GgmlDType::Q4K => Self::typed::<kernels::q4_k::Q4K>(data, rows, cols, isa)?,
             GgmlDType::Q5K => Self::typed::<kernels::q5_k::Q5K>(data, rows, cols, isa)?,
             GgmlDType::Q6K => Self::typed::<kernels::q6_k::Q6K>(data, rows, cols, isa)?,
@@ -165,6 +267,35 @@ impl QMatrix {
             dtype,
             inner,
         })
+    }
+
+    /// Repacks a tiled type's rows into tiles; the file's pages of them are handed back.
+    fn packed<T: Tiled>(
+        data: SharedBytes,
+        rows: usize,
+        cols: usize,
+        isa: Isa,
+    ) -> Result<Box<dyn Rows>>
+    where
+        T::Act: ActRows,
+    {
+        let nb = cols / T::BLOCK_ELEMS;
+        if !cols.is_multiple_of(T::BLOCK_ELEMS) || data.len() != rows * nb * T::BLOCK_BYTES {
+            return Err(EngineError::Internal(format!(
+                "{} matrix [{rows}, {cols}]: {} bytes do not fit its blocks",
+                T::NAME,
+                data.len()
+            )));
+        }
+        let tiles = T::pack(&data, rows, nb);
+        data.release_pages();
+        Ok(Box::new(Packed::<T> {
+            data: SharedBytes::from(tiles),
+            rows,
+            nb,
+            isa,
+            _t: std::marker::PhantomData,
+        }))
     }
 
     fn typed<K: WeightKernel>(
@@ -199,6 +330,13 @@ impl QMatrix {
 
     pub fn storage_bytes(&self) -> usize {
         self.inner.storage_bytes()
+    }
+
+    /// Row `r` as the file stored it, for a matrix kept in another layout (a tied embedding table reads its
+    /// rows back out of the output head's tiles); `false` where the matrix keeps the file's rows (or `out`
+    /// is not one row's size).
+    pub fn raw_row(&self, r: usize, out: &mut [u8]) -> bool {
+        self.inner.raw_row(r, out)
     }
 }
 

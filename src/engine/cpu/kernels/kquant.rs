@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 /// A K-quant super-block layout, as the drivers see it. The SIMD unpackers hand their chunks to `each(first,
 /// chunks)`, a step at a time: chunk `c` holds the block's values `first + W·c ..` (`W` = the vector width in
 /// bytes) with their scales, and the driver dots it with every token's activations before the next step.
-pub(super) trait KQuant: WeightKernel<Act = BlockQ8K> {
+pub(crate) trait KQuant: WeightKernel<Act = BlockQ8K> {
     /// Whether AVX2 runs `vec_dot_x4` as two passes of two tokens: the type's unpacked step and four tokens'
     /// accumulators overflow its 16 registers (measured slower than two for Q4_K and Q5_K).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -106,7 +106,7 @@ pub(super) trait KQuant: WeightKernel<Act = BlockQ8K> {
 /// 32 unpacked quants (values `0..16` and `16..32` of the chunk) and their scales, for NEON.
 #[cfg(target_arch = "aarch64")]
 #[derive(Clone, Copy)]
-pub(super) struct NeonChunk {
+pub(crate) struct NeonChunk {
     pub q: [int8x16_t; 2],
     pub sc: [i32; 2],
 }
@@ -170,7 +170,7 @@ fn blocks<K: KQuant, const N: usize>(w: &[u8], x: &[&[BlockQ8K]; N]) -> usize {
 }
 
 /// The portable path: each block unpacked to bytes, dotted per 16 values, scaled by [`KQuant::finish`].
-fn dot_scalar<K: KQuant>(w: &[u8], x: &[BlockQ8K]) -> f32 {
+pub(super) fn dot_scalar<K: KQuant>(w: &[u8], x: &[BlockQ8K]) -> f32 {
     let mut q = [0u8; QK_K];
     let mut sum = 0f32;
     for (b, xb) in w.chunks_exact(K::BLOCK_BYTES).zip(x) {
@@ -198,7 +198,7 @@ fn dot_scalar<K: KQuant>(w: &[u8], x: &[BlockQ8K]) -> f32 {
 /// `dx·(d·Σ_s sc[s]·Σ q·q8 − dmin·Σ_s m[s]·Σ q8)`,
 ///
 /// where `Σ q8` over sub-block `s` is `bsums[2s] + bsums[2s + 1]` of the activation block.
-pub(super) mod mins {
+pub(crate) mod mins {
     use super::{f16_at, BlockQ8K};
     #[cfg(target_arch = "x86_64")]
     use std::arch::x86_64::*;
@@ -359,7 +359,7 @@ pub(super) mod mins {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) mod x86 {
+pub(crate) mod x86 {
     //! The AVX2 and AVX-512 VNNI drivers and the helpers the types' unpackers share.
 
     use std::arch::x86_64::*;
@@ -504,13 +504,13 @@ mod neon {
         unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t;
     }
 
-    /// `sdot` (the dot-product extension), as the 32-element block kernels run it (`block32::neon::sdot`).
+    /// `sdot` (the dot-product extension), shared with the packed tiles (`kernels::neon_sdot`).
     struct Sdot;
     impl Dot for Sdot {
         #[inline(always)]
         unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
             // SAFETY: only reached from functions compiled with (and run after detecting) `dotprod`.
-            unsafe { super::super::block32::neon::sdot(acc, a, b) }
+            unsafe { super::super::neon_sdot(acc, a, b) }
         }
     }
 

@@ -9,6 +9,8 @@ use crate::engine::cpu::isa::Isa;
 
 mod block32;
 mod kquant;
+pub(crate) mod ktile;
+pub(crate) mod packed;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
@@ -17,6 +19,23 @@ pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
+
+/// A weight type the matrices keep as row-interleaved tiles of eight rows ([`packed`] for the 32-value types,
+/// [`ktile`] for Q4_K and Q6_K): packing, reading a row back, and the tile dot.
+pub(crate) trait Tiled: WeightKernel {
+    /// Bytes of one tile (block `i` of eight rows).
+    const TILE: usize;
+
+    /// Packs a `[rows, nb · BLOCK_ELEMS]` matrix of raw blocks into row groups of eight tiles per block.
+    fn pack(raw: &[u8], rows: usize, nb: usize) -> Vec<u8>;
+
+    /// Writes row `r` of `tile` back as the raw block it was packed from.
+    fn unpack(tile: &[u8], r: usize, out: &mut [u8]);
+
+    /// The eight rows of a row group (`nb` tiles) · `N` activation rows, on the best path `isa` allows:
+    /// `out[t][r]`, bit for bit the type's reference row dot.
+    fn dot_group<const N: usize>(isa: Isa, group: &[u8], x: [&[Self::Act]; N]) -> [[f32; 8]; N];
+}
 
 /// A quantized weight type's dot products.
 pub trait WeightKernel: Send + Sync + 'static {
@@ -44,6 +63,31 @@ pub trait WeightKernel: Send + Sync + 'static {
     fn vec_dot_2x4(isa: Isa, w: [&[u8]; 2], x: [&[Self::Act]; 4]) -> [[f32; 4]; 2] {
         w.map(|w| Self::vec_dot_x4(isa, w, x))
     }
+}
+
+/// `acc + Σ` of the four `a·b` byte products per lane: aarch64's `sdot` (the dot-product extension), shared by
+/// the packed tiles and the K-quant kernels.
+#[cfg(target_arch = "aarch64")]
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) fn neon_sdot(
+    acc: std::arch::aarch64::int32x4_t,
+    a: std::arch::aarch64::int8x16_t,
+    b: std::arch::aarch64::int8x16_t,
+) -> std::arch::aarch64::int32x4_t {
+    let mut acc = acc;
+    // SAFETY: `sdot` only reads and writes these registers; the dot-product extension is enabled for this
+    // function (callers reach it only where it was detected).
+    unsafe {
+        std::arch::asm!(
+            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
 }
 
 /// Reads a little-endian f16 at `b[at..at + 2]` as f32.
@@ -351,82 +395,6 @@ pub(crate) mod testing {
                         isa.name(),
                         x4[t]
                     );
-                }
-            }
-        }
-    }
-
-    /// Checks `K` on long rows (LLM widths: 896 and 4864 columns, 2 rows each): every instruction set this
-    /// machine has agrees with the scalar path within float rounding (relative to `Σ|w x|`, with candle's
-    /// dequantized weights), and `vec_dot_x4` gives bit for bit what `vec_dot` gives on each.
-    pub fn check_long_rows<K: WeightKernel>(
-        block: impl Fn(&mut StdRng) -> Vec<u8>,
-        dequant_act: impl Fn(&K::Act) -> Vec<f32>,
-    ) {
-        let mut rng = StdRng::seed_from_u64(0x10c5 ^ K::BLOCK_BYTES as u64);
-        for cols in [896usize, 4864] {
-            let (rows, blocks) = (2, cols / K::BLOCK_ELEMS);
-            let raw: Vec<u8> = (0..rows * blocks).flat_map(|_| block(&mut rng)).collect();
-            let q = qtensor_from_ggml(K::DTYPE, &raw, vec![rows, cols], &Device::Cpu)
-                .expect("candle reads the blocks");
-            let w: Vec<f32> = q
-                .dequantize(&Device::Cpu)
-                .and_then(|t| t.flatten_all())
-                .and_then(|t| t.to_vec1())
-                .expect("candle dequantizes");
-            let acts: Vec<Vec<K::Act>> = (0..4)
-                .map(|_| {
-                    let x = activations(&mut rng, cols);
-                    let mut a = vec![K::Act::default(); blocks];
-                    K::Act::quantize(&x, &mut a);
-                    a
-                })
-                .collect();
-            let x4 = [&acts[0][..], &acts[1][..], &acts[2][..], &acts[3][..]];
-            let row =
-                |r: usize| &raw[r * blocks * K::BLOCK_BYTES..(r + 1) * blocks * K::BLOCK_BYTES];
-            for isa in Isa::available() {
-                let got2 = K::vec_dot_2x4(isa, [row(0), row(1)], x4);
-                for (r, got) in got2.iter().enumerate() {
-                    let want = K::vec_dot_x4(isa, row(r), x4);
-                    assert_eq!(
-                        got.map(f32::to_bits),
-                        want.map(f32::to_bits),
-                        "{} {cols} cols row {r}: {} 2x4 {got:?} vs x4 {want:?}",
-                        K::NAME,
-                        isa.name()
-                    );
-                }
-            }
-            for r in 0..rows {
-                let wr = row(r);
-                let wf = &w[r * cols..(r + 1) * cols];
-                for isa in Isa::available() {
-                    let got4 = K::vec_dot_x4(isa, wr, x4);
-                    for (t, a) in acts.iter().enumerate() {
-                        let xf: Vec<f32> = a.iter().flat_map(&dequant_act).collect();
-                        let mag: f64 = wf
-                            .iter()
-                            .zip(&xf)
-                            .map(|(w, x)| (*w as f64 * *x as f64).abs())
-                            .sum();
-                        let scalar = K::vec_dot(Isa::Scalar, wr, a);
-                        let got = K::vec_dot(isa, wr, a);
-                        assert!(
-                            ((got as f64 - scalar as f64) / mag).abs() < 1e-5,
-                            "{} {cols} cols row {r}: {} {got} vs scalar {scalar} (magnitude {mag})",
-                            K::NAME,
-                            isa.name()
-                        );
-                        assert_eq!(
-                            got4[t].to_bits(),
-                            got.to_bits(),
-                            "{} {cols} cols row {r}: {} x4[{t}] {} vs vec_dot {got}",
-                            K::NAME,
-                            isa.name(),
-                            got4[t]
-                        );
-                    }
                 }
             }
         }

@@ -1,16 +1,9 @@
 //! Q5_1 weights (ggml `block_q5_1`, 24 bytes per 32 values): f16 `d`, f16 `m`, a little-endian u32 of fifth
-//! bits (bit `j` for element `j`), then 16 bytes of nibbles, low nibbles elements 0..16 and high nibbles
-//! 16..32; value `j` is `d · (q_j | h_j << 4) + m`. A block contributes `d_w d_x Σ q y + m_w s_x` with the
-//! activation's `s = d_x Σ y` (llama.cpp's `ggml_vec_dot_q5_1_q8_1`).
+//! bits, then 16 bytes of nibbles; value `j` is `d · (q_j | h_j << 4) + m` (the min enters as for Q4_1).
 
 use candle_core::quantized::GgmlDType;
 
-use crate::engine::cpu::kernels::block32::{self, Block32};
-
-#[cfg(target_arch = "aarch64")]
-use std::arch::aarch64::*;
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
+use crate::engine::cpu::kernels::block32::{Block32, Quants};
 
 /// Q5_1 rows.
 pub struct Q5_1;
@@ -18,94 +11,26 @@ pub struct Q5_1;
 impl Block32 for Q5_1 {
     const NAME: &'static str = "q5_1";
     const DTYPE: GgmlDType = GgmlDType::Q5_1;
-    const BYTES: usize = 24;
-    const SIGNED: bool = false;
-
-    fn idot(b: &[u8], y: &[i8; 32]) -> i32 {
-        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        let (lo, hi) = y.split_at(16);
-        let mut sum = 0;
-        for (j, (&q, (&y0, &y1))) in b[8..24].iter().zip(lo.iter().zip(hi)).enumerate() {
-            let w0 = ((q & 0x0f) as u32 | ((qh >> j) & 1) << 4) as i32;
-            let w1 = ((q >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4) as i32;
-            sum += w0 * y0 as i32 + w1 * y1 as i32;
-        }
-        sum
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn unpack_avx2(p: *const u8) -> __m256i {
-        // SAFETY: the block is 24 bytes: the fifth bits at 4..8, the nibbles at 8..24.
-        let (q, qh) = unsafe {
-            (
-                block32::x86::nibbles(p.add(8)),
-                block32::x86::u32_at(p.add(4)),
-            )
-        };
-        let high = _mm256_and_si256(block32::x86::bit_bytes(qh), _mm256_set1_epi8(0x10));
-        _mm256_or_si256(q, high)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    unsafe fn unpack_avx512(p: *const u8) -> __m256i {
-        // SAFETY: the block is 24 bytes: the fifth bits at 4..8, the nibbles at 8..24.
-        let (q, qh) = unsafe {
-            (
-                block32::x86::nibbles(p.add(8)),
-                block32::x86::u32_at(p.add(4)),
-            )
-        };
-        // q + 16 in the bytes whose fifth bit is set (the mask register is the bits).
-        _mm256_mask_add_epi8(q, qh, q, _mm256_set1_epi8(16))
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn unpack_neon(p: *const u8) -> (int8x16_t, int8x16_t) {
-        // SAFETY: the block is 24 bytes: the fifth bits at 4..8, the nibbles at 8..24.
-        let (lo, hi, qh) = unsafe {
-            let (lo, hi) = block32::neon::nibbles(p.add(8));
-            (
-                lo,
-                hi,
-                u32::from_le_bytes(std::ptr::read_unaligned(p.add(4).cast::<[u8; 4]>())),
-            )
-        };
-        let (h0, h1) = block32::neon::fifth_bits(qh);
-        (
-            vreinterpretq_s8_u8(vorrq_u8(lo, h0)),
-            vreinterpretq_s8_u8(vorrq_u8(hi, h1)),
-        )
-    }
+    const QUANTS: Quants = Quants::Nibbles5;
+    const MIN: bool = true;
+    const ZERO: i32 = 0;
 }
 
 #[cfg(test)]
 mod tests {
-    use rand::Rng;
-
+    use crate::engine::cpu::kernels::block32::tests::random_block;
     use crate::engine::cpu::kernels::q5_1::Q5_1;
-    use crate::engine::cpu::kernels::testing;
+    use crate::engine::cpu::kernels::{packed, testing};
 
-    fn block(rng: &mut rand::rngs::StdRng) -> Vec<u8> {
-        let mut b = testing::scale(rng, 0.03).to_vec();
-        b.extend(testing::scale(rng, 0.4));
-        b.extend(rng.gen::<u32>().to_le_bytes());
-        b.extend((0..16).map(|_| rng.gen::<u8>()));
-        b
+    #[test]
+    fn matches_candle() {
+        testing::check_kernel::<Q5_1>(random_block::<Q5_1>, |a| {
+            a.qs.iter().map(|&q| q as f32 * a.d).collect()
+        });
     }
 
     #[test]
-    fn matches_candle_on_every_isa() {
-        testing::check_kernel::<Q5_1>(block, |a| a.qs.iter().map(|&q| q as f32 * a.d).collect());
-    }
-
-    #[test]
-    fn long_rows_agree_with_scalar_on_every_isa() {
-        testing::check_long_rows::<Q5_1>(block, |a| a.qs.iter().map(|&q| q as f32 * a.d).collect());
+    fn tiles_give_the_row_dot_bit_for_bit_on_every_isa() {
+        packed::tests::check_tiles::<Q5_1>();
     }
 }

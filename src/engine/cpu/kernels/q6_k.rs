@@ -53,7 +53,7 @@ impl WeightKernel for Q6K {
 
 /// `d` and the 16 scales of a block.
 #[derive(Clone, Copy)]
-pub(super) struct Head {
+pub(crate) struct Head {
     d: f32,
     sc: [u8; 16],
 }
