@@ -1,5 +1,6 @@
-//! `cargo bench --bench cpu_matmul`: the CPU engine's matmul (`engine::cpu::qmatrix`: the file's quantized
-//! type, activations quantized once, rows split over the thread pool, the 4-token micro-kernel for prefill)
+//! `cargo bench --bench cpu_matmul`: the CPU engine's matmul (`engine::cpu::qmatrix`: the weights repacked into
+//! row-interleaved tiles of 8 rows, activations quantized once, rows split over the thread pool, 4 tokens per
+//! tile call for prefill)
 //! against candle's `QMatMul` on the same weights, for the types of the shipped models (Q4_1, Q5_0, Q8_0, Q4_K,
 //! Q6_K), on SmolLM2's MLP shapes (`1536x576`, `576x1536`) for one decode token and a 32-token prefill chunk.
 //! Random weights, quantized once. Threads: `AGENTD_THREADS` (default 1) for ours, `RAYON_NUM_THREADS` for
