@@ -195,7 +195,7 @@ pub(crate) mod x86 {
     }
 }
 
-/// Helpers shared by the types' NEON tiles.
+/// Helpers shared by the NEON tiles of the K-quants and of the 32-value types ([`super::super::packed`]).
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon {
     use std::arch::aarch64::*;

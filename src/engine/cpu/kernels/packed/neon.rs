@@ -7,8 +7,8 @@ use super::{h_at, q_at, tile_bytes, Block32, Quants, M_AT, ROWS};
 use crate::engine::cpu::act::BlockQ8;
 use crate::engine::cpu::kernels::f16_at;
 
-/// A 32-byte weight vector: rows 0..4 and rows 4..8.
-type Vector = (int8x16_t, int8x16_t);
+// A 32-byte weight vector (`Vector`): rows 0..4 and rows 4..8.
+use crate::engine::cpu::kernels::ktile::neon::{dot4, Half as Vector};
 
 /// The eight weight vectors of the tile at `p`, as on x86 (unsigned quants of the nibble types, Q8_0's
 /// signed bytes; every value fits an i8, so the dots are signed · signed).
@@ -62,53 +62,27 @@ unsafe fn weights<B: Block32>(p: *const u8) -> [Vector; 8] {
     w
 }
 
-/// Four activation bytes (`y[4v..4v+4]`) in every 32-bit lane.
+/// The integer dots of one tile with one token, lane `r` of the pair row `r` (then `4 + r`): the shared
+/// NEON dot of [`crate::engine::cpu::kernels::ktile`] plus the zero point's `−zero · Σy`.
+///
+/// # Safety
+/// The processor has the dot-product extension where `SDOT`.
 #[inline]
-#[target_feature(enable = "neon")]
-fn broadcast(a: &BlockQ8, v: usize) -> int8x16_t {
-    let b = &a.qs[4 * v..4 * v + 4];
-    vreinterpretq_s8_s32(vdupq_n_s32(i32::from_le_bytes([
-        b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8,
-    ])))
-}
-
-/// The integer dots with `sdot`: lane `r` of the pair is row `r` (then `4 + r`).
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-fn isum_sdot<B: Block32>(w: &[Vector; 8], a: &BlockQ8) -> (int32x4_t, int32x4_t) {
-    let seed = vdupq_n_s32(-B::ZERO * a.sum);
-    let (mut s0, mut s1) = (seed, seed);
-    for (v, w) in w.iter().enumerate() {
-        let y = broadcast(a, v);
-        s0 = crate::engine::cpu::kernels::neon_sdot(s0, w.0, y);
-        s1 = crate::engine::cpu::kernels::neon_sdot(s1, w.1, y);
+unsafe fn isum<B: Block32, const SDOT: bool>(
+    w: &[Vector; 8],
+    a: &BlockQ8,
+) -> (int32x4_t, int32x4_t) {
+    // SAFETY: the caller's guarantee; `qs` holds 4 · 8 bytes.
+    let (s0, s1) = unsafe { dot4::<SDOT>(w, &a.qs) };
+    // SAFETY: NEON is part of every aarch64 processor.
+    unsafe {
+        let seed = vdupq_n_s32(-B::ZERO * a.sum);
+        (vaddq_s32(seed, s0), vaddq_s32(seed, s1))
     }
-    (s0, s1)
-}
-
-/// The integer dots with widening multiplies (an i8 product fits 16 bits; pairs are added into 32).
-#[inline]
-#[target_feature(enable = "neon")]
-fn isum_mull<B: Block32>(w: &[Vector; 8], a: &BlockQ8) -> (int32x4_t, int32x4_t) {
-    let z = vdupq_n_s32(0);
-    // Per register: rows (0, 1) in the low half's products, rows (2, 3) in the high half's.
-    let mut p = [z; 4];
-    for (v, w) in w.iter().enumerate() {
-        let y = broadcast(a, v);
-        p[0] = vpadalq_s16(p[0], vmull_s8(vget_low_s8(w.0), vget_low_s8(y)));
-        p[1] = vpadalq_s16(p[1], vmull_high_s8(w.0, y));
-        p[2] = vpadalq_s16(p[2], vmull_s8(vget_low_s8(w.1), vget_low_s8(y)));
-        p[3] = vpadalq_s16(p[3], vmull_high_s8(w.1, y));
-    }
-    let seed = vdupq_n_s32(-B::ZERO * a.sum);
-    (
-        vaddq_s32(seed, vpaddq_s32(p[0], p[1])),
-        vaddq_s32(seed, vpaddq_s32(p[2], p[3])),
-    )
 }
 
 macro_rules! tile {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $isum:ident) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $sdot:literal) => {
         $(#[$doc])*
         ///
         /// # Safety
@@ -136,7 +110,8 @@ macro_rules! tile {
                 let w = unsafe { weights::<B>(tile.as_ptr()) };
                 for t in 0..N {
                     let a = &x[t][i];
-                    let (s0, s1) = $isum::<B>(&w, a);
+                    // SAFETY: the features this function is compiled for.
+                    let (s0, s1) = unsafe { isum::<B, $sdot>(&w, a) };
                     let dy = vdupq_n_f32(a.d);
                     let (a0, a1) = acc[t];
                     acc[t] = (
@@ -172,11 +147,11 @@ tile!(
     /// The tile with the dot-product extension.
     tile_sdot,
     "neon,dotprod",
-    isum_sdot
+    true
 );
 tile!(
     /// The tile on base NEON.
     tile_mull,
     "neon",
-    isum_mull
+    false
 );
