@@ -49,8 +49,8 @@ const CASES: [Case; 10] = [
     case(GgmlDType::Q6K, 1536, 768),
     case(GgmlDType::Q6K, 576, 1536),
 ];
-/// Input rows: one decode token, a prefill chunk.
-const TOKENS: [usize; 2] = [1, 32];
+/// Input rows: one decode token, a batched decode step of 8 sequences, a prefill chunk.
+const TOKENS: [usize; 3] = [1, 8, 32];
 
 struct Weights {
     case: Case,

@@ -1,14 +1,14 @@
 //! The tiles on x86: AVX2 (`maddubs`, whose 16-bit pair sums are added in 16 bits as long as they cannot
-//! overflow) and AVX-512 VNNI (`vpdpbusd` on 256-bit vectors). Both unpack a tile's eight weight vectors once
-//! and reuse them for every token.
+//! overflow) and AVX-512 VNNI (`vpdpbusd` on 256-bit vectors). Both unpack each weight vector of a tile once
+//! and use it for every token.
 
 use std::arch::x86_64::*;
 
 use super::{h_at, q_at, tile_bytes, Block32, Quants, M_AT, ROWS};
 use crate::engine::cpu::act::BlockQ8;
 
-/// The eight weight vectors of the tile at `p` (vector `v`: elements `4v..4v+4` of each row): the unsigned
-/// quants of the nibble types (below 16, or 32 with the fifth bits), Q8_0's signed bytes.
+/// The eight weight vectors of the tile at `p` for the VNNI path (vector `v`: elements `4v..4v+4` of each
+/// row): the unsigned quants of the nibble types (below 16, or 32 with the fifth bits), Q8_0's signed bytes.
 ///
 /// # Safety
 /// `p` points at a whole tile of `B`; the processor has AVX2.
@@ -32,22 +32,9 @@ unsafe fn weights<B: Block32>(p: *const u8) -> [__m256i; 8] {
             w[j + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(b), low);
         }
         if B::QUANTS == Quants::Nibbles5 {
-            // Bit v of each byte to bit 4 (16-bit shifts: the bit is masked right after, and no shift
-            // here carries a byte's bit v into its neighbour's bit 4).
             let h = _mm256_loadu_si256(p.add(h_at::<B>()).cast());
-            let shifted = [
-                _mm256_slli_epi16::<4>(h),
-                _mm256_slli_epi16::<3>(h),
-                _mm256_slli_epi16::<2>(h),
-                _mm256_slli_epi16::<1>(h),
-                h,
-                _mm256_srli_epi16::<1>(h),
-                _mm256_srli_epi16::<2>(h),
-                _mm256_srli_epi16::<3>(h),
-            ];
-            let bit4 = _mm256_set1_epi8(0x10);
-            for v in 0..8 {
-                w[v] = _mm256_or_si256(w[v], _mm256_and_si256(shifted[v], bit4));
+            for (v, w) in w.iter_mut().enumerate() {
+                *w = _mm256_or_si256(*w, fifth(h, v));
             }
         }
     }
@@ -65,40 +52,95 @@ unsafe fn broadcast(a: &BlockQ8, v: usize) -> __m256i {
     _mm256_set1_epi32(unsafe { std::ptr::read_unaligned(a.qs.as_ptr().add(4 * v).cast::<i32>()) })
 }
 
-/// The AVX2 integer dots of one tile with one token: lane `r` is row `r`'s `Σ w y` (exact).
+/// Bit `v` of every byte of `h` (a Q5 tile's fifth bits) moved to bit 4 (16-bit shifts: the bit is masked
+/// right after, and no shift here carries a byte's bit `v` into its neighbour's bit 4).
 ///
 /// # Safety
 /// The processor has AVX2.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn isum_avx2<B: Block32>(w: &[__m256i; 8], a: &BlockQ8) -> __m256i {
+unsafe fn fifth(h: __m256i, v: usize) -> __m256i {
+    let at4 = match v {
+        0 => _mm256_slli_epi16::<4>(h),
+        1 => _mm256_slli_epi16::<3>(h),
+        2 => _mm256_slli_epi16::<2>(h),
+        3 => _mm256_slli_epi16::<1>(h),
+        4 => h,
+        5 => _mm256_srli_epi16::<1>(h),
+        6 => _mm256_srli_epi16::<2>(h),
+        _ => _mm256_srli_epi16::<3>(h),
+    };
+    _mm256_and_si256(at4, _mm256_set1_epi8(0x10))
+}
+
+/// The AVX2 integer dots of one tile with `N` tokens: lane `r` of `s[t]` is row `r`'s `Σ w y` (exact). The
+/// weight vectors are unpacked one at a time and each serves every token before the next (few live
+/// registers: the accumulators stay in registers for `N` up to 4).
+///
+/// # Safety
+/// `p` points at a whole tile of `B`; the processor has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn isums_avx2<B: Block32, const N: usize>(p: *const u8, a: [&BlockQ8; N]) -> [__m256i; N] {
     let ones = _mm256_set1_epi16(1);
-    // SAFETY (every `broadcast` below): v < 8.
+    let mut s = [_mm256_setzero_si256(); N];
+    // SAFETY: every load lies inside the tile (the caller's guarantee; unaligned loads); every `broadcast`
+    // has v < 8.
     unsafe {
+        let q = p.add(q_at::<B>());
         if B::QUANTS == Quants::Bytes {
             // Signed · signed: |w| as the unsigned operand and y with w's sign (|w| <= 128, |y| <= 127 from
             // the activation quantizer, so a pair fits 16 bits but two pairs may not: one `madd` per vector).
-            let mut s = _mm256_setzero_si256();
-            for (v, &w) in w.iter().enumerate() {
-                let y = _mm256_sign_epi8(broadcast(a, v), w);
-                let p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), y);
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+            for v in 0..8 {
+                let w = _mm256_loadu_si256(q.add(32 * v).cast());
+                let aw = _mm256_abs_epi8(w);
+                for t in 0..N {
+                    let y = _mm256_sign_epi8(broadcast(a[t], v), w);
+                    let pair = _mm256_maddubs_epi16(aw, y);
+                    s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(pair, ones));
+                }
             }
             return s;
         }
-        // Unsigned quants below 16 (32): a pair is at most 2·15·128 (2·31·128) in magnitude, so eight (four)
-        // vectors' pairs add up in 16 bits before one `madd` widens them.
-        let group = if B::QUANTS == Quants::Nibbles { 8 } else { 4 };
-        let mut s = _mm256_set1_epi32(-B::ZERO * a.sum);
-        for v0 in (0..8).step_by(group) {
-            let mut h = _mm256_setzero_si256();
-            for (v, &w) in w.iter().enumerate().skip(v0).take(group) {
-                h = _mm256_add_epi16(h, _mm256_maddubs_epi16(w, broadcast(a, v)));
-            }
-            s = _mm256_add_epi32(s, _mm256_madd_epi16(h, ones));
+        for t in 0..N {
+            s[t] = _mm256_set1_epi32(-B::ZERO * a[t].sum);
         }
-        s
+        let low = _mm256_set1_epi8(0x0f);
+        let h = if B::QUANTS == Quants::Nibbles5 {
+            _mm256_loadu_si256(p.add(h_at::<B>()).cast())
+        } else {
+            _mm256_setzero_si256()
+        };
+        // Unsigned quants below 16 (32): a pair is at most 2·15·128 (2·31·128) in magnitude, so eight (four)
+        // vectors' pairs add up in 16 bits before one `madd` widens them. Load `j` holds vectors `j` (low
+        // nibbles) and `j + 4` (high nibbles).
+        let loads: &[&[usize]] = if B::QUANTS == Quants::Nibbles {
+            &[&[0, 1, 2, 3]]
+        } else {
+            &[&[0, 1], &[2, 3]]
+        };
+        for js in loads {
+            let mut h16 = [_mm256_setzero_si256(); N];
+            for &j in *js {
+                let b = _mm256_loadu_si256(q.add(32 * j).cast());
+                let mut lo = _mm256_and_si256(b, low);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(b), low);
+                if B::QUANTS == Quants::Nibbles5 {
+                    lo = _mm256_or_si256(lo, fifth(h, j));
+                    hi = _mm256_or_si256(hi, fifth(h, j + 4));
+                }
+                for t in 0..N {
+                    let pl = _mm256_maddubs_epi16(lo, broadcast(a[t], j));
+                    let ph = _mm256_maddubs_epi16(hi, broadcast(a[t], j + 4));
+                    h16[t] = _mm256_add_epi16(h16[t], _mm256_add_epi16(pl, ph));
+                }
+            }
+            for t in 0..N {
+                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(h16[t], ones));
+            }
+        }
     }
+    s
 }
 
 /// The VNNI integer dots of one tile with one token (the weights as the unsigned operand: Q8_0's are given
@@ -149,15 +191,20 @@ macro_rules! tile {
                     } else {
                         _mm256_setzero_ps()
                     };
-                    let mut w = weights::<B>(p);
-                    if $vnni && B::QUANTS == Quants::Bytes {
-                        for w in &mut w {
-                            *w = _mm256_xor_si256(*w, _mm256_set1_epi8(0x80u8 as i8));
+                    let a: [&BlockQ8; N] = std::array::from_fn(|t| x[t].get_unchecked(i));
+                    let isums = if $vnni {
+                        let mut w = weights::<B>(p);
+                        if B::QUANTS == Quants::Bytes {
+                            for w in &mut w {
+                                *w = _mm256_xor_si256(*w, _mm256_set1_epi8(0x80u8 as i8));
+                            }
                         }
-                    }
+                        a.map(|a| isum_vnni::<B>(&w, a))
+                    } else {
+                        isums_avx2::<B, N>(p, a)
+                    };
                     for t in 0..N {
-                        let a = x[t].get_unchecked(i);
-                        let isum = if $vnni { isum_vnni::<B>(&w, a) } else { isum_avx2::<B>(&w, a) };
+                        let (a, isum) = (a[t], isums[t]);
                         let scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d));
                         acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[t]);
                         if B::MIN {
