@@ -6,12 +6,13 @@
 //! that drafts were really accepted, so none of them passes with drafting silently off.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use agentd::engine::kv::{BatchSeq, KvDtype};
 use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest, GenerateSummary};
 use agentd::engine::runtime::scheduler::SchedulerConfig;
 use agentd::engine::sampler::SamplingParams;
-use agentd::engine::speculative::SpeculativeConfig;
+use agentd::engine::speculative::{Drafter, SpeculativeConfig};
 use agentd::engine::{Engine, EngineOptions};
 use agentd::schema::ToolChoice;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -124,6 +125,60 @@ fn greedy_output_is_identical_with_and_without_drafting() {
         let story = on.chat_prompt(&msgs, &[], &ToolChoice::Auto, None).unwrap();
         same(&on, &off, &greedy(story, 120), "story");
     }
+}
+
+/// Greedy verification of `tokens[prompt_len..]` replayed offline with a drafter of 8 tokens a step: how many
+/// steps it takes (a step yields the confirmed drafts and one token of the model's own).
+fn replay_steps(tokens: &[u32], prompt_len: usize, blank: Arc<[bool]>) -> usize {
+    let mut d = Drafter::new(&SpeculativeConfig::default(), blank).unwrap();
+    let (mut pos, mut steps) = (prompt_len, 0);
+    while pos < tokens.len() {
+        let draft = d.propose(&tokens[..pos], 8, 0.0);
+        let actual = &tokens[pos..];
+        let accepted = actual
+            .iter()
+            .zip(&draft)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let produced = &actual[..(accepted + 1).min(actual.len())];
+        assert_eq!(d.record(&draft, produced), accepted);
+        pos += produced.len();
+        steps += 1;
+    }
+    steps
+}
+
+/// Qwen quotes the nested `match` block of this file one level up (every line 4 spaces less): with white space
+/// matched loosely and the copy's indentation learnt, drafting needs far fewer steps than exact lookup (whose
+/// every n-gram across a line break fails) — and the output is still plain decoding's.
+#[test]
+fn a_reindented_copy_is_drafted_with_its_own_indentation() {
+    let (on, off) = pair(common::qwen_path());
+    let user = format!(
+        "Here is src/main.rs:\n\n```rust\n{}```\n\nThe error message should start with \"error: \". Reply with \
+         one SEARCH/REPLACE block: the whole `match` block as it is now, then the changed block, in this form:\n\n\
+         src/main.rs\n<<<<<<< SEARCH\n(old lines)\n=======\n(new lines)\n>>>>>>> REPLACE",
+        agentd::bench::tool_calls::copy_heavy::FILE
+    );
+    let msgs = [serde_json::json!({"role": "user", "content": user})];
+    let prompt = on.chat_prompt(&msgs, &[], &ToolChoice::Auto, None).unwrap();
+    let req = greedy(prompt.clone(), 200);
+    let s = same(&on, &off, &req, "re-indented copy");
+    let (ids, _, text, _) = run(&off, &req);
+    let reindented = agentd::bench::tool_calls::copy_heavy::FILE
+        .lines()
+        .filter(|l| l.trim().len() > 12)
+        .filter(|&l| text.lines().any(|o| o.trim() == l.trim() && o != l))
+        .count();
+    assert!(reindented >= 5, "the copy is re-indented: {text}");
+    let tokens = [prompt.clone(), ids].concat();
+    let loose = replay_steps(&tokens, prompt.len(), on.tokenizer().blank_tokens());
+    let exact = replay_steps(&tokens, prompt.len(), Arc::from([]));
+    assert!(
+        loose * 4 <= exact * 3,
+        "{loose} steps with white space matched loosely, {exact} with exact lookup: {text}"
+    );
+    assert!(accepted(&s) > 20, "{:?}", s.speculative);
 }
 
 #[test]

@@ -169,6 +169,31 @@ fn control_tokens_are_special_and_user_defined_ones_are_not() {
 }
 
 #[test]
+fn blank_tokens_are_the_white_space_only_ones() {
+    for tok in [smollm2(), qwen()] {
+        let blank = tok.blank_tokens();
+        assert_eq!(blank.len(), tok.vocab_size());
+        // Indented code: every white-space-only piece of its encoding is blank, every other piece is not.
+        let code = "fn main() {\n    if x {\n        println!(\"hi\");\n\t}\n}\n";
+        let ids = tok.encode(code, false).unwrap();
+        let mut seen = 0;
+        for id in ids {
+            let text = String::from_utf8_lossy(&tok.token_bytes(id)).into_owned();
+            let white =
+                !text.is_empty() && text.chars().all(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+            assert_eq!(blank[id as usize], white, "token {id} {text:?}");
+            seen += usize::from(white);
+        }
+        assert!(
+            seen >= 3,
+            "the indentation is split into white-space tokens"
+        );
+        let ctrl = tok.eos_ids()[0];
+        assert!(!blank[ctrl as usize], "control tokens are never blank");
+    }
+}
+
+#[test]
 fn decode_can_skip_control_tokens() {
     let smol = smollm2();
     let ids = smol.encode("<|im_start|>user\nhi<|im_end|>", true).unwrap();

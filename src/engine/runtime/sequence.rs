@@ -90,7 +90,7 @@ impl Sequence {
             close_plan: None,
             started: None,
             decode_start: None,
-            drafter: Drafter::new(spec),
+            drafter: Drafter::new(spec, tokenizer.blank_tokens()),
         })
     }
 
@@ -298,14 +298,11 @@ impl Sequence {
             }
             row = new.len();
         };
-        let accepted = self.tokens[base..]
-            .iter()
-            .zip(drafts)
-            .take_while(|(a, b)| a == b)
-            .count();
-        if let Some(d) = self.drafter.as_mut() {
-            d.record(drafts.len(), accepted);
-        }
+        let produced = &self.tokens[base..];
+        let accepted = match self.drafter.as_mut() {
+            Some(d) => d.record(drafts, produced),
+            None => 0,
+        };
         Ok((outcome, accepted))
     }
 

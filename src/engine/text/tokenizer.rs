@@ -170,6 +170,8 @@ struct Inner {
     starts: Vec<usize>,
     /// Control, unknown and user-defined tokens, longest text first.
     added: Vec<AddedText>,
+    /// Whether each token stands for white space only (see [`Tokenizer::blank_tokens`]).
+    blank: Arc<[bool]>,
     bos: Option<u32>,
     eos: Option<u32>,
     eos_ids: Vec<u32>,
@@ -298,6 +300,14 @@ impl Tokenizer {
             });
         }
 
+        let blank = (0..types.len())
+            .map(|i| {
+                let b = &bytes[starts[i]..starts[i + 1]];
+                types[i] != TokenType::Control
+                    && !b.is_empty()
+                    && b.iter().all(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+            })
+            .collect();
         Ok(Self {
             inner: Arc::new(Inner {
                 hf,
@@ -306,6 +316,7 @@ impl Tokenizer {
                 bytes,
                 starts,
                 added,
+                blank,
                 bos,
                 eos,
                 eos_ids,
@@ -415,6 +426,13 @@ impl Tokenizer {
     /// The id of the vocabulary entry spelled exactly `text` (e.g. `<|im_end|>`, or `Ġhello` for " hello").
     pub fn token_id(&self, text: &str) -> Option<u32> {
         self.inner.hf.token_to_id(text)
+    }
+
+    /// By id, whether a token stands for white space only (spaces, tabs, line breaks; never a control token).
+    /// Speculative decoding's lookup takes any two such tokens as equal, so a copy that is re-indented still
+    /// finds its source.
+    pub fn blank_tokens(&self) -> Arc<[bool]> {
+        self.inner.blank.clone()
     }
 
     /// Number of entries in `tokenizer.ggml.tokens`.
