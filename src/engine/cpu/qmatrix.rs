@@ -3,8 +3,8 @@
 //! file's own blocks with their kernels, or f32 rows for types without one. `matmul_many` runs several matrices that read the same activations (q/k/v,
 //! gate/up) in one pool job whose items are blocks of 16 rows (claimed by the threads one at a time); a block's
 //! weights stay in cache while the micro-kernel walks the token batch (prefill as a tiled GEMM, batched decode
-//! alike): a tile serves 8 rows × 4 tokens per weight unpack; rows kept as stored go in pairs across 4 tokens
-//! (`vec_dot_2x4`).
+//! alike): a tile serves 8 rows × 8 tokens per weight unpack (then 4, then the rest); rows kept as stored go in
+//! pairs across 4 tokens (`vec_dot_2x4`).
 
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::GgmlDType;
@@ -153,7 +153,14 @@ where
         // Row ranges start on a multiple of ROW_BLOCK, hence of a group.
         debug_assert!(rows.start.is_multiple_of(ROWS));
         for g in rows.start / ROWS..rows.end.div_ceil(ROWS) {
+            // Eight tokens per call where there are eight: each weight vector's unpack (the Q5 types' fifth
+            // bits above all) then serves twice as many tokens (measured: Q5_0 ~10%, Q6_K ~5% faster at 8 and
+            // 32 tokens on an AVX2 machine, nothing slower).
             let mut t = 0;
+            while t + 8 <= n {
+                self.tokens::<8>(x, t, g, out, stride);
+                t += 8;
+            }
             while t + 4 <= n {
                 self.tokens::<4>(x, t, g, out, stride);
                 t += 4;

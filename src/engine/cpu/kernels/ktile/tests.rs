@@ -57,8 +57,9 @@ fn check_n<K: KTile, const N: usize>(raw: &[u8], rows: usize, nb: usize, acts: &
     let gb = nb * K::TILE;
     assert_eq!(packed.len(), rows.div_ceil(ROWS) * gb);
     for isa in Isa::available() {
-        for t0 in 0..acts.len() - N + 1 {
-            let x: [&[BlockQ8K]; N] = std::array::from_fn(|t| &acts[t0 + t][..]);
+        // Every window of N rows, wrapping around (N may be more than there are rows).
+        for t0 in 0..acts.len() {
+            let x: [&[BlockQ8K]; N] = std::array::from_fn(|t| &acts[(t0 + t) % acts.len()][..]);
             for (g, group) in packed.chunks_exact(gb).enumerate() {
                 let got = dot_group::<K, N>(isa, group, x);
                 for (t, got) in got.iter().enumerate() {
@@ -76,7 +77,7 @@ fn check_n<K: KTile, const N: usize>(raw: &[u8], rows: usize, nb: usize, acts: &
                             "{} {}: {rows} rows × {nb} blocks, N = {N}, token {}, row {row}: {got} vs {want}",
                             K::NAME,
                             isa.name(),
-                            t0 + t
+                            (t0 + t) % acts.len()
                         );
                     }
                 }
@@ -96,6 +97,7 @@ fn check<K: KTile>(f16s: &[usize]) {
         check_n::<K, 2>(&raw, rows, nb, &acts);
         check_n::<K, 3>(&raw, rows, nb, &acts);
         check_n::<K, 4>(&raw, rows, nb, &acts);
+        check_n::<K, 8>(&raw, rows, nb, &acts);
         let packed = pack::<K>(&raw, rows, nb);
         let mut out = vec![0u8; K::BLOCK_BYTES];
         for row in 0..rows {

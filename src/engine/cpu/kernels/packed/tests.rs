@@ -35,8 +35,9 @@ fn check_n<B: Block32 + Send + Sync + 'static, const N: usize>(
     let gb = nb * tile_bytes::<B>();
     assert_eq!(packed.len(), rows.div_ceil(ROWS) * gb);
     for isa in Isa::available() {
-        for t0 in 0..acts.len() - N + 1 {
-            let x: [&[BlockQ8]; N] = std::array::from_fn(|t| &acts[t0 + t][..]);
+        // Every window of N rows, wrapping around (N may be more than there are rows).
+        for t0 in 0..acts.len() {
+            let x: [&[BlockQ8]; N] = std::array::from_fn(|t| &acts[(t0 + t) % acts.len()][..]);
             for (g, group) in packed.chunks_exact(gb).enumerate() {
                 let got = dot_group::<B, N>(isa, group, x);
                 for (t, got) in got.iter().enumerate() {
@@ -54,7 +55,7 @@ fn check_n<B: Block32 + Send + Sync + 'static, const N: usize>(
                             "{} {}: {rows} rows × {nb} blocks, N = {N}, token {}, row {row}: {got} vs {want}",
                             B::NAME,
                             isa.name(),
-                            t0 + t
+                            (t0 + t) % acts.len()
                         );
                     }
                 }
@@ -75,6 +76,7 @@ fn check_shapes<B: Block32 + Send + Sync + 'static>(
         check_n::<B, 2>(&raw, rows, nb, &acts);
         check_n::<B, 3>(&raw, rows, nb, &acts);
         check_n::<B, 4>(&raw, rows, nb, &acts);
+        check_n::<B, 8>(&raw, rows, nb, &acts);
         // Every row's blocks come back out of the tiles as stored.
         let packed = pack::<B>(&raw, rows, nb);
         let tb = tile_bytes::<B>();

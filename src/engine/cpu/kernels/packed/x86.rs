@@ -75,7 +75,8 @@ unsafe fn fifth(h: __m256i, v: usize) -> __m256i {
 
 /// The AVX2 integer dots of one tile with `N` tokens: lane `r` of `s[t]` is row `r`'s `Σ w y` (exact). The
 /// weight vectors are unpacked one at a time and each serves every token before the next (few live
-/// registers: the accumulators stay in registers for `N` up to 4).
+/// registers: the accumulators stay in registers for `N` up to 4; at 8 some spill, which costs less than a
+/// second unpack).
 ///
 /// # Safety
 /// `p` points at a whole tile of `B`; the processor has AVX2.
