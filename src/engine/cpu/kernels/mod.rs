@@ -399,4 +399,77 @@ pub(crate) mod testing {
             }
         }
     }
+
+    /// Checks a tiled type against its reference row dot `reference(raw row, activation row)`: every group of the
+    /// packed `raw` (`rows` × `nb` blocks) with 1, 2, 3, 4 and 8 tokens per call (windows of `acts`, wrapping
+    /// around) on every instruction set this machine has, bit for bit (padding rows give 0); and every row's
+    /// blocks come back out of the tiles as stored.
+    pub fn check_tiled<T: super::Tiled, R: Fn(&[u8], &[T::Act]) -> f32>(
+        raw: &[u8],
+        rows: usize,
+        nb: usize,
+        acts: &[Vec<T::Act>],
+        reference: R,
+    ) {
+        let packed = T::pack(raw, rows, nb);
+        let gb = nb * T::TILE;
+        assert_eq!(packed.len(), rows.div_ceil(8) * gb);
+        check_n::<T, R, 1>(&packed, raw, rows, nb, acts, &reference);
+        check_n::<T, R, 2>(&packed, raw, rows, nb, acts, &reference);
+        check_n::<T, R, 3>(&packed, raw, rows, nb, acts, &reference);
+        check_n::<T, R, 4>(&packed, raw, rows, nb, acts, &reference);
+        check_n::<T, R, 8>(&packed, raw, rows, nb, acts, &reference);
+        let mut out = vec![0u8; T::BLOCK_BYTES];
+        for row in 0..rows {
+            for i in 0..nb {
+                let tile = &packed[((row / 8) * nb + i) * T::TILE..][..T::TILE];
+                T::unpack(tile, row % 8, &mut out);
+                let at = (row * nb + i) * T::BLOCK_BYTES;
+                assert_eq!(
+                    out,
+                    raw[at..at + T::BLOCK_BYTES],
+                    "{} row {row} block {i}",
+                    T::NAME
+                );
+            }
+        }
+    }
+
+    fn check_n<T: super::Tiled, R: Fn(&[u8], &[T::Act]) -> f32, const N: usize>(
+        packed: &[u8],
+        raw: &[u8],
+        rows: usize,
+        nb: usize,
+        acts: &[Vec<T::Act>],
+        reference: &R,
+    ) {
+        let row_bytes = nb * T::BLOCK_BYTES;
+        for isa in Isa::available() {
+            // Every window of N rows, wrapping around (N may be more than there are rows).
+            for t0 in 0..acts.len() {
+                let x: [&[T::Act]; N] = std::array::from_fn(|t| &acts[(t0 + t) % acts.len()][..]);
+                for (g, group) in packed.chunks_exact(nb * T::TILE).enumerate() {
+                    let got = T::dot_group::<N>(isa, group, x);
+                    for (t, got) in got.iter().enumerate() {
+                        for (r, got) in got.iter().enumerate() {
+                            let row = g * 8 + r;
+                            let want = if row < rows {
+                                reference(&raw[row * row_bytes..(row + 1) * row_bytes], x[t])
+                            } else {
+                                0.0
+                            };
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} {}: {rows} rows × {nb} blocks, N = {N}, token {}, row {row}: {got} vs {want}",
+                                T::NAME,
+                                isa.name(),
+                                (t0 + t) % acts.len()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

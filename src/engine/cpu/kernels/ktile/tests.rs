@@ -5,11 +5,10 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{dot_group, pack, KTile, ROWS};
+use super::KTile;
 use crate::engine::cpu::act::{quantize_q8k, BlockQ8K, QK_K};
-use crate::engine::cpu::isa::Isa;
 use crate::engine::cpu::kernels::kquant::dot_scalar;
-use crate::engine::cpu::kernels::testing::activations;
+use crate::engine::cpu::kernels::testing::{activations, check_tiled};
 use crate::engine::cpu::kernels::{q4_k::Q4K, q6_k::Q6K};
 
 /// A random super-block with finite f16 scales at the byte offsets `f16s`.
@@ -52,67 +51,14 @@ fn acts(rng: &mut StdRng, nb: usize) -> Vec<Vec<BlockQ8K>> {
     rows
 }
 
-fn check_n<K: KTile, const N: usize>(raw: &[u8], rows: usize, nb: usize, acts: &[Vec<BlockQ8K>]) {
-    let packed = pack::<K>(raw, rows, nb);
-    let gb = nb * K::TILE;
-    assert_eq!(packed.len(), rows.div_ceil(ROWS) * gb);
-    for isa in Isa::available() {
-        // Every window of N rows, wrapping around (N may be more than there are rows).
-        for t0 in 0..acts.len() {
-            let x: [&[BlockQ8K]; N] = std::array::from_fn(|t| &acts[(t0 + t) % acts.len()][..]);
-            for (g, group) in packed.chunks_exact(gb).enumerate() {
-                let got = dot_group::<K, N>(isa, group, x);
-                for (t, got) in got.iter().enumerate() {
-                    for (r, got) in got.iter().enumerate() {
-                        let row = g * ROWS + r;
-                        let want = if row < rows {
-                            let bytes = nb * K::BLOCK_BYTES;
-                            dot_scalar::<K>(&raw[row * bytes..(row + 1) * bytes], x[t])
-                        } else {
-                            0.0
-                        };
-                        assert_eq!(
-                            got.to_bits(),
-                            want.to_bits(),
-                            "{} {}: {rows} rows × {nb} blocks, N = {N}, token {}, row {row}: {got} vs {want}",
-                            K::NAME,
-                            isa.name(),
-                            (t0 + t) % acts.len()
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn check<K: KTile>(f16s: &[usize]) {
+fn check<K: KTile + crate::engine::cpu::kernels::Tiled<Act = BlockQ8K>>(f16s: &[usize]) {
     let mut rng = StdRng::seed_from_u64(0x4b71 ^ K::BLOCK_BYTES as u64);
     for (rows, nb) in [(8, 1), (1, 2), (13, 2), (16, 3)] {
         let raw: Vec<u8> = (0..rows * nb)
             .flat_map(|_| block::<K>(&mut rng, f16s))
             .collect();
         let acts = acts(&mut rng, nb);
-        check_n::<K, 1>(&raw, rows, nb, &acts);
-        check_n::<K, 2>(&raw, rows, nb, &acts);
-        check_n::<K, 3>(&raw, rows, nb, &acts);
-        check_n::<K, 4>(&raw, rows, nb, &acts);
-        check_n::<K, 8>(&raw, rows, nb, &acts);
-        let packed = pack::<K>(&raw, rows, nb);
-        let mut out = vec![0u8; K::BLOCK_BYTES];
-        for row in 0..rows {
-            for i in 0..nb {
-                let tile = &packed[((row / ROWS) * nb + i) * K::TILE..][..K::TILE];
-                K::unpack_block(tile, row % ROWS, &mut out);
-                let at = (row * nb + i) * K::BLOCK_BYTES;
-                assert_eq!(
-                    out,
-                    raw[at..at + K::BLOCK_BYTES],
-                    "{} row {row} block {i}",
-                    K::NAME
-                );
-            }
-        }
+        check_tiled::<K, _>(&raw, rows, nb, &acts, |w, x| dot_scalar::<K>(w, x));
     }
 }
 

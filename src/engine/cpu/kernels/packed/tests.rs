@@ -5,12 +5,12 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{dot_group, pack, tile_bytes, unpack_block, ROWS};
+use super::{dot_group, pack, tile_bytes};
 use crate::engine::cpu::act::{quantize_q8, BlockQ8};
 use crate::engine::cpu::isa::Isa;
 use crate::engine::cpu::kernels::block32::tests::random_block;
 use crate::engine::cpu::kernels::block32::{Block32, Quants};
-use crate::engine::cpu::kernels::testing::activations;
+use crate::engine::cpu::kernels::testing::{activations, check_tiled};
 use crate::engine::cpu::kernels::WeightKernel;
 
 /// `rows` rows of `nb` blocks: each block from `block`.
@@ -23,47 +23,6 @@ fn matrix<B: Block32>(
     (0..rows * nb).flat_map(|_| block(rng)).collect()
 }
 
-/// Checks every group of the packed `raw` (`rows` × `nb` blocks) against `vec_dot` for the activation rows
-/// `acts`, with `N` tokens per call on every instruction set.
-fn check_n<B: Block32 + Send + Sync + 'static, const N: usize>(
-    raw: &[u8],
-    rows: usize,
-    nb: usize,
-    acts: &[Vec<BlockQ8>],
-) {
-    let packed = pack::<B>(raw, rows, nb);
-    let gb = nb * tile_bytes::<B>();
-    assert_eq!(packed.len(), rows.div_ceil(ROWS) * gb);
-    for isa in Isa::available() {
-        // Every window of N rows, wrapping around (N may be more than there are rows).
-        for t0 in 0..acts.len() {
-            let x: [&[BlockQ8]; N] = std::array::from_fn(|t| &acts[(t0 + t) % acts.len()][..]);
-            for (g, group) in packed.chunks_exact(gb).enumerate() {
-                let got = dot_group::<B, N>(isa, group, x);
-                for (t, got) in got.iter().enumerate() {
-                    for (r, got) in got.iter().enumerate() {
-                        let row = g * ROWS + r;
-                        let want = if row < rows {
-                            let w = &raw[row * nb * B::BYTES..(row + 1) * nb * B::BYTES];
-                            B::vec_dot(Isa::Scalar, w, x[t])
-                        } else {
-                            0.0
-                        };
-                        assert_eq!(
-                            got.to_bits(),
-                            want.to_bits(),
-                            "{} {}: {rows} rows × {nb} blocks, N = {N}, token {}, row {row}: {got} vs {want}",
-                            B::NAME,
-                            isa.name(),
-                            (t0 + t) % acts.len()
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
 fn check_shapes<B: Block32 + Send + Sync + 'static>(
     rng: &mut StdRng,
     block: &dyn Fn(&mut StdRng) -> Vec<u8>,
@@ -72,28 +31,7 @@ fn check_shapes<B: Block32 + Send + Sync + 'static>(
     for (rows, nb) in [(8, 1), (1, 3), (13, 2), (16, 28), (7, 5)] {
         let raw = matrix::<B>(rng, rows, nb, block);
         let acts = acts(rng, nb);
-        check_n::<B, 1>(&raw, rows, nb, &acts);
-        check_n::<B, 2>(&raw, rows, nb, &acts);
-        check_n::<B, 3>(&raw, rows, nb, &acts);
-        check_n::<B, 4>(&raw, rows, nb, &acts);
-        check_n::<B, 8>(&raw, rows, nb, &acts);
-        // Every row's blocks come back out of the tiles as stored.
-        let packed = pack::<B>(&raw, rows, nb);
-        let tb = tile_bytes::<B>();
-        let mut out = vec![0u8; B::BYTES];
-        for row in 0..rows {
-            for i in 0..nb {
-                let tile = &packed[((row / ROWS) * nb + i) * tb..][..tb];
-                unpack_block::<B>(tile, row % ROWS, &mut out);
-                let at = (row * nb + i) * B::BYTES;
-                assert_eq!(
-                    out,
-                    raw[at..at + B::BYTES],
-                    "{} row {row} block {i}",
-                    B::NAME
-                );
-            }
-        }
+        check_tiled::<B, _>(&raw, rows, nb, &acts, |w, x| B::vec_dot(Isa::Scalar, w, x));
     }
 }
 
