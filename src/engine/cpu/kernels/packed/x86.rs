@@ -7,6 +7,47 @@ use std::arch::x86_64::*;
 use super::{h_at, q_at, tile_bytes, Block32, Quants, M_AT, ROWS};
 use crate::engine::cpu::act::BlockQ8;
 
+/// Load `j` (< 4) of a nibble tile's quants at `p` as its two weight vectors, `j` (low nibbles) and `j + 4`
+/// (high nibbles), each with its fifth bits from `h` for the Q5 types (unsigned quants below 16, or 32).
+///
+/// # Safety
+/// `p` points at a whole tile of `B`; the processor has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn nibble_pair<B: Block32>(p: *const u8, h: __m256i, j: usize) -> (__m256i, __m256i) {
+    let low = _mm256_set1_epi8(0x0f);
+    // SAFETY: load `j` lies inside the tile (the caller's guarantee); the load is unaligned.
+    let b = unsafe { _mm256_loadu_si256(p.add(q_at::<B>() + 32 * j).cast()) };
+    let lo = _mm256_and_si256(b, low);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(b), low);
+    if B::QUANTS == Quants::Nibbles5 {
+        // SAFETY: AVX2, as this function.
+        unsafe {
+            (
+                _mm256_or_si256(lo, fifth(h, j)),
+                _mm256_or_si256(hi, fifth(h, j + 4)),
+            )
+        }
+    } else {
+        (lo, hi)
+    }
+}
+
+/// A Q5 tile's fifth bits (zero for the other types).
+///
+/// # Safety
+/// `p` points at a whole tile of `B`; the processor has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn fifth_bits<B: Block32>(p: *const u8) -> __m256i {
+    if B::QUANTS == Quants::Nibbles5 {
+        // SAFETY: the fifth bits lie inside the tile; the load is unaligned.
+        unsafe { _mm256_loadu_si256(p.add(h_at::<B>()).cast()) }
+    } else {
+        _mm256_setzero_si256()
+    }
+}
+
 /// The eight weight vectors of the tile at `p` for the VNNI path (vector `v`: elements `4v..4v+4` of each
 /// row): the unsigned quants of the nibble types (below 16, or 32 with the fifth bits), Q8_0's signed bytes.
 ///
@@ -25,17 +66,9 @@ unsafe fn weights<B: Block32>(p: *const u8) -> [__m256i; 8] {
             }
             return w;
         }
-        let low = _mm256_set1_epi8(0x0f);
+        let h = fifth_bits::<B>(p);
         for j in 0..4 {
-            let b = _mm256_loadu_si256(q.add(32 * j).cast());
-            w[j] = _mm256_and_si256(b, low);
-            w[j + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(b), low);
-        }
-        if B::QUANTS == Quants::Nibbles5 {
-            let h = _mm256_loadu_si256(p.add(h_at::<B>()).cast());
-            for (v, w) in w.iter_mut().enumerate() {
-                *w = _mm256_or_si256(*w, fifth(h, v));
-            }
+            (w[j], w[j + 4]) = nibble_pair::<B>(p, h, j);
         }
     }
     w
@@ -106,12 +139,7 @@ unsafe fn isums_avx2<B: Block32, const N: usize>(p: *const u8, a: [&BlockQ8; N])
         for t in 0..N {
             s[t] = _mm256_set1_epi32(-B::ZERO * a[t].sum);
         }
-        let low = _mm256_set1_epi8(0x0f);
-        let h = if B::QUANTS == Quants::Nibbles5 {
-            _mm256_loadu_si256(p.add(h_at::<B>()).cast())
-        } else {
-            _mm256_setzero_si256()
-        };
+        let h = fifth_bits::<B>(p);
         // Unsigned quants below 16 (32): a pair is at most 2·15·128 (2·31·128) in magnitude, so eight (four)
         // vectors' pairs add up in 16 bits before one `madd` widens them. Load `j` holds vectors `j` (low
         // nibbles) and `j + 4` (high nibbles).
@@ -123,13 +151,7 @@ unsafe fn isums_avx2<B: Block32, const N: usize>(p: *const u8, a: [&BlockQ8; N])
         for js in loads {
             let mut h16 = [_mm256_setzero_si256(); N];
             for &j in *js {
-                let b = _mm256_loadu_si256(q.add(32 * j).cast());
-                let mut lo = _mm256_and_si256(b, low);
-                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(b), low);
-                if B::QUANTS == Quants::Nibbles5 {
-                    lo = _mm256_or_si256(lo, fifth(h, j));
-                    hi = _mm256_or_si256(hi, fifth(h, j + 4));
-                }
+                let (lo, hi) = nibble_pair::<B>(p, h, j);
                 for t in 0..N {
                     let pl = _mm256_maddubs_epi16(lo, broadcast(a[t], j));
                     let ph = _mm256_maddubs_epi16(hi, broadcast(a[t], j + 4));
