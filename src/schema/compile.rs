@@ -146,6 +146,85 @@ fn close_in_place(node: &mut Value) {
     }
 }
 
+/// The largest integer a generated argument may hold (JavaScript's `Number.MAX_SAFE_INTEGER`: beyond it a JSON
+/// number loses precision in most clients anyway).
+pub const MAX_GENERATED_INTEGER: i64 = 9_007_199_254_740_991;
+/// The magnitude bound of a generated non-integer number (16 integer digits at most).
+pub const MAX_GENERATED_NUMBER: f64 = 1e15;
+
+/// Generated numbers have a bounded number of digits: every `integer` or `number` node that says nothing about one
+/// side of its range gets [`MAX_GENERATED_INTEGER`] / [`MAX_GENERATED_NUMBER`] there. Without it the grammar
+/// allows digits forever, and a small model that starts repeating a digit (Qwen2.5-Coder-0.5B wrote
+/// `"yield_time_ms": 1000000…` in Codex's `write_stdin` call) keeps on until `max_tokens`, which for a client that
+/// sends none is the rest of the context: minutes of a stuck request. Only narrows: nothing under `not`, `if`,
+/// `then` or `else` is touched, so every generated document still validates against the original schema.
+pub fn bound_numbers(schema: &Value) -> Value {
+    let mut out = schema.clone();
+    bound_in_place(&mut out);
+    out
+}
+
+fn bound_in_place(node: &mut Value) {
+    let Value::Object(map) = node else {
+        return;
+    };
+    let types: Vec<&str> = match map.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let numeric = types.iter().any(|t| *t == "integer" || *t == "number");
+    if numeric && !map.contains_key("enum") && !map.contains_key("const") {
+        let (low, high) = if types.contains(&"number") {
+            (
+                Value::from(-MAX_GENERATED_NUMBER),
+                Value::from(MAX_GENERATED_NUMBER),
+            )
+        } else {
+            (
+                Value::from(-MAX_GENERATED_INTEGER),
+                Value::from(MAX_GENERATED_INTEGER),
+            )
+        };
+        let bound = high.as_f64().unwrap_or(f64::MAX);
+        let given = |keys: [&str; 2]| {
+            keys.iter()
+                .find_map(|k| map.get(*k).and_then(Value::as_f64))
+        };
+        let unset = |keys: [&str; 2]| keys.iter().all(|k| !map.contains_key(*k));
+        let (lows, highs) = (
+            ["minimum", "exclusiveMinimum"],
+            ["maximum", "exclusiveMaximum"],
+        );
+        // A side the schema already puts beyond the bound stays open (bounding it would empty the language).
+        let add_low = unset(lows) && given(highs).is_none_or(|h| h > -bound);
+        let add_high = unset(highs) && given(lows).is_none_or(|l| l < bound);
+        if add_low {
+            map.insert("minimum".into(), low);
+        }
+        if add_high {
+            map.insert("maximum".into(), high);
+        }
+    }
+    for key in ["properties", "$defs", "definitions", "patternProperties"] {
+        if let Some(Value::Object(children)) = map.get_mut(key) {
+            children.values_mut().for_each(bound_in_place);
+        }
+    }
+    for key in ["items", "additionalProperties", "additionalItems"] {
+        match map.get_mut(key) {
+            Some(Value::Array(items)) => items.iter_mut().for_each(bound_in_place),
+            Some(item @ Value::Object(_)) => bound_in_place(item),
+            _ => {}
+        }
+    }
+    for key in ["prefixItems", "anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(items)) = map.get_mut(key) {
+            items.iter_mut().for_each(bound_in_place);
+        }
+    }
+}
+
 /// Serializes a document the way the compact grammar prints it (`", "` and `": "`, no other whitespace).
 pub fn to_compact_string(value: &Value) -> String {
     let mut out = String::new();
@@ -468,6 +547,48 @@ mod tests {
             .is_none());
         assert_eq!(c["properties"]["c"]["items"]["additionalProperties"], false);
         assert!(c["properties"]["d"].get("additionalProperties").is_none());
+    }
+
+    #[test]
+    fn generated_numbers_are_bounded_where_the_schema_leaves_them_open() {
+        let s = json!({"type": "object", "properties": {
+            "n": {"type": "integer"},
+            "x": {"type": ["number", "null"]},
+            "low": {"type": "integer", "minimum": 1},
+            "far": {"type": "number", "minimum": 1e16},
+            "pick": {"type": "integer", "enum": [1, 2]},
+            "list": {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}},
+            "neg": {"not": {"type": "integer"}}},
+            "$defs": {"d": {"type": "number", "exclusiveMaximum": 5}}});
+        let b = bound_numbers(&s);
+        let p = &b["properties"];
+        let big = MAX_GENERATED_INTEGER;
+        assert_eq!(
+            (p["n"]["minimum"].clone(), p["n"]["maximum"].clone()),
+            (json!(-big), json!(big))
+        );
+        assert_eq!(p["x"]["maximum"], json!(MAX_GENERATED_NUMBER));
+        assert_eq!(
+            (p["low"]["minimum"].clone(), p["low"]["maximum"].clone()),
+            (json!(1), json!(big))
+        );
+        // Beyond the bound already: left open, not emptied.
+        assert!(p["far"].get("maximum").is_none());
+        assert!(p["pick"].get("maximum").is_none());
+        assert_eq!(p["list"]["items"]["anyOf"][0]["maximum"], json!(big));
+        // Under `not` a bound would widen the language: untouched.
+        assert!(p["neg"]["not"].get("maximum").is_none());
+        assert!(b["$defs"]["d"].get("maximum").is_none());
+        assert_eq!(b["$defs"]["d"]["minimum"], json!(-MAX_GENERATED_NUMBER));
+        // Still a schema llguidance compiles, and a subset of the original's language.
+        let mut enforceable = b.clone();
+        enforceable["properties"]
+            .as_object_mut()
+            .unwrap()
+            .remove("neg");
+        compile_standalone(&enforceable, "bounded").unwrap();
+        let original = validator(&s).unwrap();
+        assert!(violations(&original, &json!({"n": big, "x": 0.5, "low": 3})).is_empty());
     }
 
     #[test]

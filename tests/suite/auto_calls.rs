@@ -352,3 +352,32 @@ fn a_json_reply_starting_with_name_is_not_taken_for_a_call() {
     deltas.extend(a.finish(FinishReason::Eos).unwrap());
     assert_eq!(deltas, vec![OutputDelta::Content { text: doc.into() }]);
 }
+
+/// A number's digits end: a call whose integer runs on past JavaScript's safe range (Qwen2.5-Coder-0.5B wrote
+/// `"yield_time_ms": 1000…` until `max_tokens` in a Codex session) is not in the grammar, while ordinary numbers,
+/// negative ones and fractions are.
+#[test]
+fn numbers_in_calls_have_bounded_digits() {
+    let call = |offset: &str| {
+        format!("<tool_call>\n{{\"name\": \"read_file\", \"arguments\": {{\"path\": \"a.txt\", \"offset\": {offset}}}}}\n</tool_call>")
+    };
+    let add = |a: &str| {
+        format!("<tool_call>\n{{\"name\": \"add\", \"arguments\": {{\"a\": {a}, \"b\": 2}}}}\n</tool_call>")
+    };
+    for m in [smol(), qwen()] {
+        let auto = spec(ToolChoice::Auto);
+        let f = ToolCallFormat::HERMES;
+        assert!(accepts(m, &auto, f, &call("12")));
+        assert!(accepts(m, &auto, f, &call("9007199254740991")));
+        assert!(!accepts(m, &auto, f, &call("9007199254740992")));
+        assert!(!accepts(
+            m,
+            &auto,
+            f,
+            &call(&format!("1{}", "0".repeat(40)))
+        ));
+        assert!(accepts(m, &auto, f, &add("-3.25")));
+        assert!(accepts(m, &auto, f, &add("999999999999999")));
+        assert!(!accepts(m, &auto, f, &add(&format!("1{}", "0".repeat(30)))));
+    }
+}

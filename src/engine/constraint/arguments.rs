@@ -14,7 +14,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::schema::compile::{close_objects, with_compact_options};
+use crate::schema::compile::{bound_numbers, close_objects, with_compact_options};
 use crate::schema::extensions::{self, ENUM, PATTERN, SUBSTRING_OF};
 
 /// Lark rules for one schema, under a unique name prefix.
@@ -66,7 +66,7 @@ impl ArgumentRules {
     /// A rule holding `%json` of `schema` (no extension below it).
     fn json(&mut self, schema: &Value) -> String {
         let name = self.fresh("j");
-        let schema = with_compact_options(&close_objects(schema));
+        let schema = with_compact_options(&bound_numbers(&close_objects(schema)));
         self.rules.push(format!(
             "{name}: %json {}",
             serde_json::to_string(&schema).unwrap_or_else(|_| "{}".into())

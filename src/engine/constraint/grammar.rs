@@ -40,7 +40,7 @@ use super::spec::{ConstraintSpec, ResponseFormat, ToolChoice};
 use crate::engine::call_format::ToolCallFormat;
 use crate::engine::constraint::arguments::ArgumentRules;
 use crate::engine::text::reasoning::{ThinkBlock, ThinkStart};
-use crate::schema::compile::{close_objects, with_compact_options};
+use crate::schema::compile::{bound_numbers, close_objects, with_compact_options};
 use crate::schema::extensions;
 
 /// What the constraint compiles.
@@ -136,7 +136,9 @@ fn plan_body(
             Some(schema) if extensions::has_extensions(&schema) => Some(GrammarSource::Lark(
                 format!("start: doc\n{}", document_rule(&schema)),
             )),
-            Some(schema) => Some(GrammarSource::JsonSchema(with_compact_options(&schema))),
+            Some(schema) => Some(GrammarSource::JsonSchema(with_compact_options(
+                &bound_numbers(&schema),
+            ))),
             None if !spec.tools.is_empty() && !markers.is_empty() => Some(GrammarSource::Lark(
                 format!("start: TEXT\n{}\n", text_rule(&markers, false)),
             )),
@@ -267,8 +269,10 @@ fn arguments_rule(name: &str, schema: &Value, prefix: &str) -> String {
         Some((entry, rules)) => format!("{name}: {entry}\n{rules}"),
         None => format!(
             "{name}: %json {}\n",
-            serde_json::to_string(&with_compact_options(&close_objects(schema)))
-                .unwrap_or_else(|_| "{}".into())
+            serde_json::to_string(&with_compact_options(&bound_numbers(&close_objects(
+                schema
+            ))))
+            .unwrap_or_else(|_| "{}".into())
         ),
     }
 }
@@ -279,7 +283,8 @@ fn document_rule(schema: &Value) -> String {
         Some((entry, rules)) => format!("doc: {entry}\n{rules}"),
         None => format!(
             "doc: %json {}\n",
-            serde_json::to_string(&with_compact_options(schema)).unwrap_or_else(|_| "{}".into())
+            serde_json::to_string(&with_compact_options(&bound_numbers(schema)))
+                .unwrap_or_else(|_| "{}".into())
         ),
     }
 }
