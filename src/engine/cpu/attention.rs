@@ -13,6 +13,8 @@ use crate::engine::arch::SlidingWindow;
 use crate::engine::cpu::act::SyncPtr;
 use crate::engine::cpu::isa::Isa;
 use crate::engine::cpu::pool::ThreadPool;
+use half::f16;
+
 use crate::engine::kv::{KvBlocks, BLOCK_TOKENS};
 
 /// `fn NAME(isa, args…)`: runs `GENERIC(args…)` compiled for AVX-512F or AVX2+FMA when `isa` allows (the
@@ -141,17 +143,33 @@ pub fn attend(
             let end = (at + CHUNK).min(len_max);
             // The chunk's keys transposed (keys_t[c * CHUNK + j] = k_{at+j}[c], so one query's scores are a row
             // of FMAs) and its values in position order, as f32 whatever the store keeps.
-            keys_t.fill(0.0);
+            // A full chunk writes every column; a partial one leaves stale columns whose scores go unused, but
+            // zeros keep them finite.
+            if end - at < CHUNK {
+                keys_t.fill(0.0);
+            }
             for_pieces(at, end, |p, b0, n| {
                 let (block, slots) = (blocks[b0 / BLOCK_TOKENS], p - b0..n);
-                kv.read(block, layer, kvh, 0, slots.clone(), keys);
-                for (j, key) in keys[..slots.len() * d].chunks_exact(d).enumerate() {
-                    let col = p + j - at;
-                    for (c, &x) in key.iter().enumerate() {
-                        keys_t[c * CHUNK + col] = x;
+                let col = p - at;
+                let (v_out, n) = (&mut values[col * d..], slots.len());
+                match (
+                    kv.f16_rows(block, layer, kvh, 0, slots.clone()),
+                    kv.f16_rows(block, layer, kvh, 1, slots.clone()),
+                ) {
+                    (Some(k16), Some(v16)) => {
+                        transpose_f16(isa, k16, d, &mut keys_t[col..]);
+                        convert_f16(isa, v16, &mut v_out[..n * d]);
+                    }
+                    _ => {
+                        kv.read(block, layer, kvh, 0, slots.clone(), keys);
+                        for (j, key) in keys[..n * d].chunks_exact(d).enumerate() {
+                            for (c, &x) in key.iter().enumerate() {
+                                keys_t[c * CHUNK + col + j] = x;
+                            }
+                        }
+                        kv.read(block, layer, kvh, 1, slots, v_out);
                     }
                 }
-                kv.read(block, layer, kvh, 1, slots, &mut values[(p - at) * d..]);
             });
             for (ri, r) in (r0..r1).enumerate() {
                 let pos = rows[r].1;
@@ -304,6 +322,124 @@ fn chunk_accumulate_generic(out: &mut [f32], w: &[f32], values: &[f32]) {
     }
 }
 
+/// `out[c * CHUNK + j] = src[j * d + c]` as f32, for the `src.len() / d` rows of `src` (keys as the store keeps
+/// them, f16): the chunk's keys transposed. AVX2 converts and transposes 8 × 8 values in registers.
+fn transpose_f16(isa: Isa, src: &[f16], d: usize, out: &mut [f32]) {
+    let n = src.len() / d;
+    assert!(
+        n <= CHUNK && out.len() >= (d - 1) * CHUNK + n,
+        "transposed keys out of bounds"
+    );
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `has_avx2` checked AVX2 and F16C; the bounds were asserted above.
+    let done = match isa.has_avx2() {
+        true => unsafe { x86::transpose_f16(src, d, out) },
+        false => 0,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = {
+        let _ = isa;
+        0
+    };
+    for (j, row) in src.chunks_exact(d).enumerate().skip(done) {
+        for (c, x) in row.iter().enumerate() {
+            out[c * CHUNK + j] = x.to_f32();
+        }
+    }
+}
+
+/// `out[i] = src[i]` as f32 (values as the store keeps them, f16).
+fn convert_f16(isa: Isa, src: &[f16], out: &mut [f32]) {
+    let out = &mut out[..src.len()];
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: `has_avx2` checked AVX2 and F16C; `out` is as long as `src`.
+        unsafe { x86::convert_f16(src, out) };
+        return;
+    }
+    let _ = isa;
+    for (o, x) in out.iter_mut().zip(src) {
+        *o = x.to_f32();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::CHUNK;
+    use half::f16;
+
+    /// [`super::transpose_f16`] for whole groups of 8 rows when `d` is a multiple of 8; returns the rows done
+    /// (the caller converts the rest).
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be present; `out` must hold `(d - 1) * CHUNK + src.len() / d` values.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn transpose_f16(src: &[f16], d: usize, out: &mut [f32]) -> usize {
+        if !d.is_multiple_of(8) {
+            return 0;
+        }
+        let groups = src.len() / d / 8;
+        let (s, o) = (src.as_ptr(), out.as_mut_ptr());
+        for g in 0..groups {
+            let j = g * 8;
+            for c in (0..d).step_by(8) {
+                let row = |i: usize| {
+                    _mm256_cvtph_ps(_mm_loadu_si128(s.add((j + i) * d + c) as *const __m128i))
+                };
+                let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+                let (r4, r5, r6, r7) = (row(4), row(5), row(6), row(7));
+                let (t0, t1) = (_mm256_unpacklo_ps(r0, r1), _mm256_unpackhi_ps(r0, r1));
+                let (t2, t3) = (_mm256_unpacklo_ps(r2, r3), _mm256_unpackhi_ps(r2, r3));
+                let (t4, t5) = (_mm256_unpacklo_ps(r4, r5), _mm256_unpackhi_ps(r4, r5));
+                let (t6, t7) = (_mm256_unpacklo_ps(r6, r7), _mm256_unpackhi_ps(r6, r7));
+                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                let cols = [
+                    _mm256_permute2f128_ps::<0x20>(u0, u4),
+                    _mm256_permute2f128_ps::<0x20>(u1, u5),
+                    _mm256_permute2f128_ps::<0x20>(u2, u6),
+                    _mm256_permute2f128_ps::<0x20>(u3, u7),
+                    _mm256_permute2f128_ps::<0x31>(u0, u4),
+                    _mm256_permute2f128_ps::<0x31>(u1, u5),
+                    _mm256_permute2f128_ps::<0x31>(u2, u6),
+                    _mm256_permute2f128_ps::<0x31>(u3, u7),
+                ];
+                for (i, v) in cols.into_iter().enumerate() {
+                    _mm256_storeu_ps(o.add((c + i) * CHUNK + j), v);
+                }
+            }
+        }
+        groups * 8
+    }
+
+    /// [`super::convert_f16`].
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be present; `out` as long as `src`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn convert_f16(src: &[f16], out: &mut [f32]) {
+        let n8 = src.len() / 8 * 8;
+        let (s, o) = (src.as_ptr(), out.as_mut_ptr());
+        for i in (0..n8).step_by(8) {
+            _mm256_storeu_ps(
+                o.add(i),
+                _mm256_cvtph_ps(_mm_loadu_si128(s.add(i) as *const __m128i)),
+            );
+        }
+        for i in n8..src.len() {
+            out[i] = src[i].to_f32();
+        }
+    }
+}
+
 /// Calls `f(p, b0, n)` for each KV block overlapping positions `lo..hi`: `p` the first position used in it, `b0`
 /// the block's first position, `n` the slots to read (`b0 + n` is the end of the piece).
 #[inline(always)]
@@ -332,6 +468,42 @@ mod tests {
         assert!(worst < 1e-6, "worst relative error {worst}");
         assert!(exp(-1000.0) < 1e-37);
         assert_eq!(exp(0.0), 1.0);
+    }
+
+    #[test]
+    fn f16_keys_are_transposed_and_values_converted_exactly_on_every_isa() {
+        for isa in Isa::available() {
+            for (n, d) in [(16, 64), (13, 64), (8, 80), (5, 64), (16, 12), (1, 8)] {
+                let src: Vec<f16> = (0..n * d)
+                    .map(|i| f16::from_f32(((i * 7919) % 1013) as f32 * 0.031 - 15.0))
+                    .collect();
+                let mut got = vec![f32::NAN; d * CHUNK];
+                transpose_f16(isa, &src, d, &mut got[3..]);
+                for j in 0..n {
+                    for c in 0..d {
+                        let want = src[j * d + c].to_f32();
+                        assert_eq!(
+                            got[3 + c * CHUNK + j],
+                            want,
+                            "{isa:?} n={n} d={d} j={j} c={c}"
+                        );
+                    }
+                }
+                // Nothing outside the rows' columns is written.
+                assert!(got[..3].iter().all(|x| x.is_nan()));
+                assert!(
+                    got[3 + n..3 + CHUNK].iter().all(|x| x.is_nan()),
+                    "{isa:?} n={n} d={d}"
+                );
+                let mut vals = vec![f32::NAN; n * d + 1];
+                convert_f16(isa, &src, &mut vals);
+                assert!(vals[..n * d]
+                    .iter()
+                    .zip(&src)
+                    .all(|(a, b)| *a == b.to_f32()));
+                assert!(vals[n * d].is_nan());
+            }
+        }
     }
 
     #[test]

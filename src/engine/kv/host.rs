@@ -206,6 +206,26 @@ impl KvBlocks {
             },
         }
     }
+
+    /// The stored f16 rows of `slots` (as [`read`](Self::read) would return them, before conversion), when the
+    /// store keeps f16 and the block was written: attention converts them itself, fused with the layout it needs.
+    pub fn f16_rows(
+        &self,
+        block: u32,
+        layer: usize,
+        h: usize,
+        which: usize,
+        slots: std::ops::Range<usize>,
+    ) -> Option<&[f16]> {
+        let Data::F16(b) = &self.data else {
+            return None;
+        };
+        let (lo, hi) = (
+            self.at(layer, which, h, slots.start),
+            self.at(layer, which, h, slots.end),
+        );
+        b[block as usize].get(lo..hi)
+    }
 }
 
 /// Bytes of one stored element of a resolved `dtype` (q8_0 rows are counted in bytes).
