@@ -200,7 +200,11 @@ impl Sampler {
         };
         let mut scored: Vec<(u32, f32)> = if p.top_k > 0 && p.top_k < logits.len() / 8 {
             // Only the k best can be kept: select them in one pass instead of collecting the vocabulary.
-            best_k(logits.iter().enumerate().filter_map(score), p.top_k)
+            let score = |l: f32| {
+                let s = (l - top) / t;
+                (s >= -NEGLIGIBLE_LOGIT_GAP).then_some(s)
+            };
+            best_k(logits, score, p.top_k)
         } else {
             logits.iter().enumerate().filter_map(score).collect()
         };
@@ -252,8 +256,11 @@ fn by_rank(a: (u32, f32), b: (u32, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
-/// The `k` best of `cand` by [`by_rank`] (in no particular order), with a heap whose top is the worst kept.
-fn best_k(cand: impl Iterator<Item = (u32, f32)>, k: usize) -> Vec<(u32, f32)> {
+/// The `k` best of `logits` by [`by_rank`] of their `score(logit)` (in no particular order; `None`: dropped),
+/// with a heap whose top is the worst kept. `score` must not decrease as the logit grows: then, once `k` are
+/// kept, a logit not above the worst kept one's cannot rank better (its score is at most equal, and a tie goes to
+/// the lower id, seen earlier), so it is skipped without being scored — one compare per token of the vocabulary.
+fn best_k(logits: &[f32], score: impl Fn(f32) -> Option<f32>, k: usize) -> Vec<(u32, f32)> {
     struct Ranked((u32, f32));
     impl PartialEq for Ranked {
         fn eq(&self, o: &Self) -> bool {
@@ -271,8 +278,20 @@ fn best_k(cand: impl Iterator<Item = (u32, f32)>, k: usize) -> Vec<(u32, f32)> {
             by_rank(self.0, o.0)
         }
     }
+    if k == 0 {
+        return Vec::new();
+    }
     let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
-    for c in cand {
+    // The logit of the worst kept candidate once `k` are kept (NaN never passes `l > bar`).
+    let mut bar = f32::NEG_INFINITY;
+    for (i, &l) in logits.iter().enumerate() {
+        if l.partial_cmp(&bar) != Some(std::cmp::Ordering::Greater) {
+            continue;
+        }
+        let Some(s) = score(l) else {
+            continue;
+        };
+        let c = (i as u32, s);
         if heap.len() < k {
             heap.push(Ranked(c));
         } else if heap
@@ -281,6 +300,11 @@ fn best_k(cand: impl Iterator<Item = (u32, f32)>, k: usize) -> Vec<(u32, f32)> {
         {
             heap.pop();
             heap.push(Ranked(c));
+        } else {
+            continue;
+        }
+        if heap.len() == k {
+            bar = heap.peek().map_or(bar, |w| logits[w.0 .0 as usize]);
         }
     }
     heap.into_iter().map(|r| r.0).collect()
@@ -377,17 +401,28 @@ mod tests {
     #[test]
     fn best_k_keeps_what_a_full_sort_keeps_with_ties() {
         let mut rng = StdRng::seed_from_u64(3);
+        // Few distinct logits: many ties, broken by token id. Scores as the sampler's (monotone, some dropped),
+        // and coarse ones that collapse neighbouring logits onto one value (as rounding may near a temperature's
+        // division): ties of equal score across different logits still go by id.
+        let fine = |l: f32| (l > -5.0).then_some(l * 2.0);
+        let coarse = |l: f32| (l > -5.0).then_some((l * 2.0).floor());
         for k in [1usize, 2, 5, 40, 199, 300] {
-            // Few distinct scores: many ties, broken by token id.
-            let cand: Vec<(u32, f32)> = (0..300u32)
-                .map(|i| (i, (rng.gen_range(0..20) as f32) * -0.5))
+            let logits: Vec<f32> = (0..300)
+                .map(|_| (rng.gen_range(0..60) as f32) * -0.1)
                 .collect();
-            let mut got = best_k(cand.iter().copied(), k);
-            got.sort_unstable_by(|a, b| by_rank(*a, *b));
-            let mut want = cand.clone();
-            want.sort_unstable_by(|a, b| by_rank(*a, *b));
-            want.truncate(k);
-            assert_eq!(got, want, "k = {k}");
+            for score in [&fine as &dyn Fn(f32) -> Option<f32>, &coarse] {
+                let cand: Vec<(u32, f32)> = logits
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &l)| score(l).map(|s| (i as u32, s)))
+                    .collect();
+                let mut got = best_k(&logits, score, k);
+                got.sort_unstable_by(|a, b| by_rank(*a, *b));
+                let mut want = cand.clone();
+                want.sort_unstable_by(|a, b| by_rank(*a, *b));
+                want.truncate(k);
+                assert_eq!(got, want, "k = {k}");
+            }
         }
     }
 
