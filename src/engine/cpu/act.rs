@@ -60,17 +60,57 @@ impl Default for BlockQ8K {
 pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     #[cfg(target_arch = "x86_64")]
     if Isa::Avx2.has_avx2() {
-        // SAFETY: the processor has AVX2 and FMA (checked just above).
+        // SAFETY: the processor has AVX2, FMA and F16C (checked just above).
         return unsafe { quantize_q8_avx2(x, out) };
     }
     quantize_q8_generic(x, out)
 }
 
-/// The same loops compiled for AVX2 (rounding becomes one instruction instead of a libm call).
+/// [`quantize_q8_generic`] in AVX2 and F16C, bit for bit: the maximum in registers, rounding half away from zero
+/// as `trunc(p + copysign(0.49999997, p))` (exact for |p| ≤ 127.5), the f16 roundings of `d` and `s` by
+/// `vcvtps2ph` (round to nearest even, as `half`'s). The compiled generic loop spent ~9 cycles a value, most of
+/// them in `half`'s per-block conversion calls (4.5% of an 8-stream SmolLM2 step).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [BlockQ8]) {
-    quantize_q8_generic(x, out)
+    use std::arch::x86_64::*;
+    debug_assert_eq!(x.len(), out.len() * QK8);
+    let sign = _mm256_set1_ps(-0.0);
+    let below_half = _mm256_set1_ps(0.499_999_97);
+    let f16_round = |v: f32| _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<0>(_mm_set_ss(v))));
+    for (x, b) in x.chunks_exact(QK8).zip(out.iter_mut()) {
+        let p = x.as_ptr();
+        let v = [0, 8, 16, 24].map(|i| _mm256_loadu_ps(p.add(i)));
+        let a = v.map(|v| _mm256_andnot_ps(sign, v));
+        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let q = v.map(|v| {
+            let p = _mm256_mul_ps(v, id);
+            let half = _mm256_or_ps(_mm256_and_ps(p, sign), below_half);
+            _mm256_cvttps_epi32(_mm256_add_ps(p, half))
+        });
+        let total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let t = _mm_add_epi32(
+            _mm256_castsi256_si128(total),
+            _mm256_extracti128_si256::<1>(total),
+        );
+        let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t)));
+        // Packing works per 128-bit lane: (q0 q1 | q0 q1) → i16, then → i8, then the lanes' dwords put in order.
+        let w01 = _mm256_packs_epi32(q[0], q[1]);
+        let w23 = _mm256_packs_epi32(q[2], q[3]);
+        let bytes = _mm256_packs_epi16(w01, w23);
+        let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(b.qs.as_mut_ptr() as *mut __m256i, bytes);
+        let d16 = f16_round(d);
+        b.d = d16;
+        b.s = f16_round(f16_round(sum as f32) * d16);
+        b.sum = sum;
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -259,5 +299,37 @@ impl ActRows for BlockQ8 {
 impl ActRows for BlockQ8K {
     fn rows(acts: &Acts) -> &[Self] {
         &acts.q8k
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantizing_q8_gives_the_generic_blocks_bit_for_bit() {
+        let mut x: Vec<f32> = (0..64 * QK8)
+            .map(|i| (((i * 7919) % 2003) as f32 - 1001.0) * 0.0137 * (1 + i % 5) as f32)
+            .collect();
+        // Ties: with amax 127 the scale is 1, so x.5 values round away from zero (not to even).
+        for (i, v) in x[..QK8].iter_mut().enumerate() {
+            *v = if i == 0 { 127.0 } else { i as f32 - 16.5 };
+        }
+        x[QK8..2 * QK8].fill(0.0);
+        x[2 * QK8..3 * QK8].fill(-3.0);
+        // Σqs = 31 · 127 + 2 = 3939, odd above 2048, with d = 0.017: `s` rounds Σqs to f16 before the product
+        // (67, not 66.94).
+        x[3 * QK8..4 * QK8].fill(127.0 * 0.017);
+        x[4 * QK8 - 1] = 2.0 * 0.017;
+        let mut want = vec![BlockQ8::default(); 64];
+        quantize_q8_generic(&x, &mut want);
+        let mut got = vec![BlockQ8::default(); 64];
+        quantize_q8(&x, &mut got);
+        assert_eq!(want[0].qs[1..4], [-16, -15, -14]);
+        assert_eq!(want[0].qs[17..20], [1, 2, 3]);
+        assert_eq!((want[3].sum, want[3].s), (3939, 67.0));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "block {i}");
+        }
     }
 }
