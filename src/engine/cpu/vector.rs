@@ -125,6 +125,8 @@ pub fn exp(x: f32) -> f32 {
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
+    // Not `clamp`: `max` takes NaN to -87 (a NaN score must not poison a softmax), `clamp` would keep it.
+    #[allow(clippy::manual_clamp)]
     let x = x.max(-87.0).min(88.0);
     let n = (x * LOG2_E).round();
     let r = x - n * LN2_HI - n * LN2_LO;
