@@ -194,19 +194,18 @@ impl Sampler {
         }
         let t = p.temperature;
         // NaN and −∞ scores fail the comparison and are dropped; `best` scores exactly 0 and stays.
-        let score = |(i, &l): (usize, &f32)| {
+        let score = |l: f32| {
             let s = (l - top) / t;
-            (s >= -NEGLIGIBLE_LOGIT_GAP).then_some((i as u32, s))
+            (s >= -NEGLIGIBLE_LOGIT_GAP).then_some(s)
         };
         let mut scored: Vec<(u32, f32)> = if p.top_k > 0 && p.top_k < logits.len() / 8 {
             // Only the k best can be kept: select them in one pass instead of collecting the vocabulary.
-            let score = |l: f32| {
-                let s = (l - top) / t;
-                (s >= -NEGLIGIBLE_LOGIT_GAP).then_some(s)
-            };
             best_k(logits, score, p.top_k)
         } else {
-            logits.iter().enumerate().filter_map(score).collect()
+            let scored = logits.iter().enumerate();
+            scored
+                .filter_map(|(i, &l)| score(l).map(|s| (i as u32, s)))
+                .collect()
         };
         if p.top_k == 0 && p.min_p <= 0.0 && p.top_p >= 1.0 {
             // Nothing truncates the distribution: no order is needed (the best token still weighs 1).
@@ -277,9 +276,6 @@ fn best_k(logits: &[f32], score: impl Fn(f32) -> Option<f32>, k: usize) -> Vec<(
         fn cmp(&self, o: &Self) -> std::cmp::Ordering {
             by_rank(self.0, o.0)
         }
-    }
-    if k == 0 {
-        return Vec::new();
     }
     let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
     // The logit of the worst kept candidate once `k` are kept (NaN never passes `l > bar`).

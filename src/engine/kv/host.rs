@@ -137,6 +137,17 @@ impl KvBlocks {
         (((layer * 2 + which) * self.n_kv + h) * BLOCK_TOKENS + slot) * self.row
     }
 
+    /// Where the rows of `slots` of head `h`'s keys (`which` 0) or values (1) of `layer` lie in a block.
+    fn span(
+        &self,
+        layer: usize,
+        which: usize,
+        h: usize,
+        slots: &std::ops::Range<usize>,
+    ) -> std::ops::Range<usize> {
+        self.at(layer, which, h, slots.start)..self.at(layer, which, h, slots.end)
+    }
+
     /// Writes one position's keys and values (`[n_kv * dim]` each) of `layer` into `slot` of `block`.
     pub fn write(&mut self, block: u32, slot: usize, layer: usize, k: &[f32], v: &[f32]) {
         let (units, d, row, n_kv) = (self.units_per_block(), self.dim, self.row, self.n_kv);
@@ -186,21 +197,18 @@ impl KvBlocks {
         slots: std::ops::Range<usize>,
         out: &mut [f32],
     ) {
-        let (lo, hi) = (
-            self.at(layer, which, h, slots.start),
-            self.at(layer, which, h, slots.end),
-        );
+        let span = self.span(layer, which, h, &slots);
         let out = &mut out[..slots.len() * self.dim];
         match &self.data {
-            Data::F32(b) => match b[block as usize].get(lo..hi) {
+            Data::F32(b) => match b[block as usize].get(span) {
                 Some(src) => out.copy_from_slice(src),
                 None => out.fill(0.0),
             },
-            Data::F16(b) => match b[block as usize].get(lo..hi) {
+            Data::F16(b) => match b[block as usize].get(span) {
                 Some(src) => src.convert_to_f32_slice(out),
                 None => out.fill(0.0),
             },
-            Data::Q8(b) => match b[block as usize].get(lo..hi) {
+            Data::Q8(b) => match b[block as usize].get(span) {
                 Some(src) => dequantize_q8_0(src, out),
                 None => out.fill(0.0),
             },
@@ -220,11 +228,7 @@ impl KvBlocks {
         let Data::F16(b) = &self.data else {
             return None;
         };
-        let (lo, hi) = (
-            self.at(layer, which, h, slots.start),
-            self.at(layer, which, h, slots.end),
-        );
-        b[block as usize].get(lo..hi)
+        b[block as usize].get(self.span(layer, which, h, &slots))
     }
 }
 
