@@ -1,8 +1,8 @@
 //! Sampling: turns a step's logits into a token. Greedy, temperature, top-k, top-p, min-p, repetition /
-//! presence / frequency penalties, reproducible with a seed.
+//! presence / frequency penalties, per-token logit biases, reproducible with a seed.
 //!
 //! The sampler works in two steps so that grammar constraints can sit between them: [`Sampler::adjust`]
-//! applies penalties to the raw logits, [`Sampler::pick`] draws from (possibly masked) logits.
+//! applies penalties and biases to the raw logits, [`Sampler::pick`] draws from (possibly masked) logits.
 
 use std::collections::HashMap;
 
@@ -25,6 +25,9 @@ pub const GREEDY_BELOW: f32 = 1e-5;
 /// ±∞ (a logit divided by 1e-30); real use lies within 1–2.
 pub const REPETITION_PENALTY_RANGE: std::ops::RangeInclusive<f32> = 0.01..=100.0;
 
+/// Accepted logit biases (OpenAI's range: -100 bans a token in effect, 100 all but forces it).
+pub const LOGIT_BIAS_RANGE: std::ops::RangeInclusive<f32> = -100.0..=100.0;
+
 /// Sampling settings of one request. A temperature below [`GREEDY_BELOW`] (e.g. 0) is greedy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -44,6 +47,10 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     /// Seed for reproducible draws; `None` draws from entropy.
     pub seed: Option<u64>,
+    /// Added to the named tokens' logits before anything else (OpenAI's `logit_bias`), each in
+    /// [`LOGIT_BIAS_RANGE`]. Token ids are checked against the model's vocabulary when a request is admitted
+    /// ([`SamplingParams::validate_tokens`]).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -58,6 +65,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             seed: None,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -102,7 +110,33 @@ impl SamplingParams {
                 return bad(format!("{name} must be in [-2, 2], got {v}"));
             }
         }
+        if let Some((id, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !LOGIT_BIAS_RANGE.contains(b))
+        {
+            return bad(format!(
+                "logit_bias values must be in [{}, {}], got {b} for token {id}",
+                LOGIT_BIAS_RANGE.start(),
+                LOGIT_BIAS_RANGE.end()
+            ));
+        }
         Ok(())
+    }
+
+    /// Rejects a `logit_bias` naming a token the model does not have (`vocab_size` logits).
+    pub fn validate_tokens(&self, vocab_size: usize) -> Result<()> {
+        match self
+            .logit_bias
+            .iter()
+            .find(|(id, _)| *id as usize >= vocab_size)
+        {
+            Some((id, _)) => Err(EngineError::InvalidSampling(format!(
+                "logit_bias names token {id}, outside the model's vocabulary (ids 0 to {})",
+                vocab_size.saturating_sub(1)
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Whether draws are greedy: a temperature below [`GREEDY_BELOW`] (0, or so small that dividing by it says
@@ -132,9 +166,15 @@ impl Sampler {
         &self.params
     }
 
-    /// Applies the penalties in place. `context` is the whole sequence so far, `generated` its generated tail.
+    /// Applies the logit biases, then the penalties, in place. `context` is the whole sequence so far,
+    /// `generated` its generated tail.
     pub fn adjust(&self, logits: &mut [f32], context: &[u32], generated: &[u32]) {
         let p = &self.params;
+        for &(id, bias) in &p.logit_bias {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l += bias;
+            }
+        }
         if p.repetition_penalty != 1.0 && p.repeat_last_n > 0 {
             let start = context.len().saturating_sub(p.repeat_last_n);
             let mut seen: Vec<u32> = context[start..].to_vec();
@@ -603,12 +643,50 @@ mod tests {
                 with(&|p| p.frequency_penalty = f32::INFINITY),
                 "frequency_penalty",
             ),
+            (with(&|p| p.logit_bias = vec![(3, 100.5)]), "logit_bias"),
+            (with(&|p| p.logit_bias = vec![(3, f32::NAN)]), "logit_bias"),
+            (
+                with(&|p| p.logit_bias = vec![(1, 5.0), (3, f32::NEG_INFINITY)]),
+                "logit_bias",
+            ),
         ];
         for (p, needle) in cases {
             let err = Sampler::new(p.clone()).err().unwrap();
             assert!(matches!(err, EngineError::InvalidSampling(_)), "{p:?}");
             assert!(err.to_string().contains(needle), "{p:?}: {err}");
         }
+    }
+
+    #[test]
+    fn logit_bias_moves_the_named_tokens_and_is_checked_against_the_vocabulary() {
+        let logits = [1.0f32, 3.0, 2.0, 0.5];
+        let greedy_with = |bias: Vec<(u32, f32)>| {
+            let mut s = Sampler::new(SamplingParams {
+                logit_bias: bias,
+                ..SamplingParams::greedy()
+            })
+            .unwrap();
+            let mut l = logits;
+            s.adjust(&mut l, &[], &[]);
+            (s.pick(&l), l)
+        };
+        // Unbiased, token 1 wins; -100 bans it in effect, +100 forces token 3; the others stay as they were.
+        assert_eq!(greedy_with(vec![]).0, Some(1));
+        let (pick, l) = greedy_with(vec![(1, -100.0)]);
+        assert_eq!((pick, l[0], l[2], l[3]), (Some(2), 1.0, 2.0, 0.5));
+        assert_eq!(l[1], -97.0);
+        assert_eq!(greedy_with(vec![(3, 100.0)]).0, Some(3));
+        // A small bias shifts without deciding: 2.0 + 0.9 < 3.0, 2.0 + 1.1 > 3.0.
+        assert_eq!(greedy_with(vec![(2, 0.9)]).0, Some(1));
+        assert_eq!(greedy_with(vec![(2, 1.1)]).0, Some(2));
+        let p = SamplingParams {
+            logit_bias: vec![(3, 1.0), (4, 1.0)],
+            ..SamplingParams::default()
+        };
+        p.validate_tokens(5).unwrap();
+        let err = p.validate_tokens(4).unwrap_err().to_string();
+        assert!(err.contains("logit_bias names token 4"), "{err}");
+        assert!(err.contains("0 to 3"), "{err}");
     }
 
     /// Extreme parameters on extreme logits: either the parameters are refused up front, or `pick` returns a
@@ -674,6 +752,7 @@ mod tests {
                 top_k: [0, 1, 2, 5, usize::MAX][case % 5],
                 repeat_last_n: [0, 1, 64, usize::MAX][case % 4],
                 seed: Some(case as u64),
+                logit_bias: vec![(0, any(1.0)), (7, any(-3.0)), (u32::MAX, any(2.0))],
             };
             let n = rng.gen_range(1..40);
             let mut logits: Vec<f32> = (0..n)

@@ -6,6 +6,8 @@
 //! messages; content blocks, events, tool choices and response formats are tagged by `type`; all tags are
 //! snake_case.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::{ResponseFormat, ToolChoice, ToolSpec};
@@ -261,6 +263,8 @@ pub struct Sampling {
     pub frequency_penalty: Option<f32>,
     pub repetition_penalty: Option<f32>,
     pub seed: Option<u64>,
+    /// Token id to bias added to its logit (OpenAI's `logit_bias`, each in [-100, 100]).
+    pub logit_bias: Option<BTreeMap<u32, f32>>,
 }
 
 /// `top_k` for a request that sets none (llama.cpp server's default).
@@ -283,6 +287,10 @@ impl Sampling {
             frequency_penalty: self.frequency_penalty.or(defaults.frequency_penalty),
             repetition_penalty: self.repetition_penalty.or(defaults.repetition_penalty),
             seed: self.seed.or(defaults.seed),
+            logit_bias: self
+                .logit_bias
+                .clone()
+                .or_else(|| defaults.logit_bias.clone()),
         }
     }
 
@@ -310,6 +318,11 @@ impl Sampling {
             presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
             frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
             seed: self.seed.or(d.seed),
+            logit_bias: self
+                .logit_bias
+                .as_ref()
+                .map(|m| m.iter().map(|(&id, &b)| (id, b)).collect())
+                .unwrap_or_default(),
         }
     }
 }

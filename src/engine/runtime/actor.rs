@@ -346,7 +346,10 @@ impl Engine {
         cancel: CancellationToken,
     ) -> tokio_mpsc::UnboundedReceiver<GenerateEvent> {
         let (tx, rx) = tokio_mpsc::unbounded_channel();
-        if let Err(e) = request::validate(&req, self.shared.info.context_length) {
+        let info = &self.shared.info;
+        if let Err(e) = request::validate(&req, info.context_length)
+            .and_then(|()| req.sampling.validate_tokens(info.vocab_size))
+        {
             let _ = tx.send(GenerateEvent::Error(e));
             return rx;
         }

@@ -188,6 +188,7 @@ fn put_common(body: &mut Map<String, Value>, stop: &[String], s: &Sampling) {
     put("presence_penalty", s.presence_penalty.map(|v| json!(v)));
     put("frequency_penalty", s.frequency_penalty.map(|v| json!(v)));
     put("seed", s.seed.map(|v| json!(v)));
+    put("logit_bias", s.logit_bias.as_ref().map(|m| json!(m)));
     // vLLM's extensions; sent only when set, since OpenAI itself rejects them.
     put("top_k", s.top_k.map(|v| json!(v)));
     put("min_p", s.min_p.map(|v| json!(v)));

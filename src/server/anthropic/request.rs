@@ -16,7 +16,7 @@ use crate::provider::{
 };
 use crate::server::error::ApiError;
 use crate::server::limits::RequestLimits;
-use crate::server::openai::convert::{check_constraint, sampling};
+use crate::server::openai::convert::{check_constraint, sampling, SamplingFields};
 
 /// The body of `POST /v1/messages` (and of `/v1/messages/count_tokens`, where `max_tokens` is not needed).
 #[derive(Debug, Default, Deserialize)]
@@ -165,16 +165,12 @@ pub fn messages_request(
             "stop sequences must not be empty",
         ));
     }
-    let sampling = sampling(
-        req.temperature,
-        req.top_p,
-        req.top_k,
-        None,
-        None,
-        None,
-        None,
-        None,
-    )?;
+    let sampling = sampling(SamplingFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        ..Default::default()
+    })?;
     let prefilled = matches!(messages.last(), Some(Message::Assistant(_)));
     let request = CompletionRequest {
         model,

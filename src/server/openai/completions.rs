@@ -97,16 +97,17 @@ pub async fn completions(
             "max_tokens must be at least 1",
         ));
     }
-    let sampling = convert::sampling(
-        req.temperature,
-        req.top_p,
-        req.top_k,
-        req.min_p,
-        req.seed,
-        req.presence_penalty,
-        req.frequency_penalty,
-        req.repetition_penalty,
-    )?
+    let sampling = convert::sampling(convert::SamplingFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        min_p: req.min_p,
+        seed: req.seed,
+        presence_penalty: req.presence_penalty,
+        frequency_penalty: req.frequency_penalty,
+        repetition_penalty: req.repetition_penalty,
+        logit_bias: req.logit_bias,
+    })?
     .or(&state.options.generation_defaults);
     let prompts = prompt_list(req.prompt)?;
     state.options.limits.check_prompts(prompts.len())?;

@@ -135,16 +135,17 @@ pub fn chat_request(
             format!("{field} must be at least 1"),
         ));
     }
-    let sampling = sampling(
-        req.temperature,
-        req.top_p,
-        req.top_k,
-        req.min_p,
-        req.seed,
-        req.presence_penalty,
-        req.frequency_penalty,
-        req.repetition_penalty,
-    )?;
+    let sampling = sampling(SamplingFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        min_p: req.min_p,
+        seed: req.seed,
+        presence_penalty: req.presence_penalty,
+        frequency_penalty: req.frequency_penalty,
+        repetition_penalty: req.repetition_penalty,
+        logit_bias: req.logit_bias,
+    })?;
     let request = CompletionRequest {
         model,
         system,
@@ -227,18 +228,35 @@ pub(crate) fn check_constraint(request: &CompletionRequest) -> Result<(), ApiErr
     })
 }
 
-/// Sampling settings, checked against the engine's ranges (the error names the parameter).
-#[allow(clippy::too_many_arguments)]
-pub fn sampling(
-    temperature: Option<f32>,
-    top_p: Option<f32>,
-    top_k: Option<i64>,
-    min_p: Option<f32>,
-    seed: Option<u64>,
-    presence_penalty: Option<f32>,
-    frequency_penalty: Option<f32>,
-    repetition_penalty: Option<f32>,
-) -> Result<Sampling, ApiError> {
+/// The sampling fields a request may carry; each API sets the ones it has.
+#[derive(Debug, Default)]
+pub struct SamplingFields {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub seed: Option<u64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    /// OpenAI's `logit_bias`: token ids as strings (`"1234"`) to a bias in [-100, 100].
+    pub logit_bias: Option<HashMap<String, f32>>,
+}
+
+/// Sampling settings, checked against the engine's ranges (the error names the parameter). Token ids in
+/// `logit_bias` are checked against the model's vocabulary when the engine admits the request.
+pub fn sampling(f: SamplingFields) -> Result<Sampling, ApiError> {
+    let SamplingFields {
+        temperature,
+        top_p,
+        top_k,
+        min_p,
+        seed,
+        presence_penalty,
+        frequency_penalty,
+        repetition_penalty,
+        logit_bias,
+    } = f;
     let top_k = match top_k {
         None | Some(-1) | Some(0) => None,
         Some(k) if k > 0 => Some(u32::try_from(k).unwrap_or(u32::MAX)),
@@ -249,6 +267,20 @@ pub fn sampling(
             ))
         }
     };
+    let logit_bias = match logit_bias {
+        None => None,
+        Some(m) => Some(
+            m.into_iter()
+                .map(|(k, v)| match k.trim().parse::<u32>() {
+                    Ok(id) => Ok((id, v)),
+                    Err(_) => Err(ApiError::invalid_param(
+                        "logit_bias",
+                        format!("logit_bias keys must be token ids (\"1234\"), got {k:?}"),
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+    };
     let s = Sampling {
         temperature,
         top_p,
@@ -258,6 +290,7 @@ pub fn sampling(
         frequency_penalty,
         repetition_penalty,
         seed,
+        logit_bias,
     };
     s.to_engine().validate().map_err(|e| {
         let message = e.to_string();

@@ -2,6 +2,8 @@
 //! OpenAI's and vLLM's servers do) and responses, streamed chunks and usage as the official SDK parses them.
 //! These are the server's own types; the remote provider has its client-side ones.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -124,6 +126,9 @@ pub struct ChatCompletionRequest {
     pub frequency_penalty: Option<f32>,
     #[serde(default)]
     pub repetition_penalty: Option<f32>,
+    /// Token ids (as strings) to a bias added to their logits, in [-100, 100].
+    #[serde(default)]
+    pub logit_bias: Option<HashMap<String, f32>>,
     #[serde(default)]
     pub logprobs: Option<bool>,
     #[serde(default)]
@@ -189,6 +194,9 @@ pub struct CompletionsRequest {
     pub frequency_penalty: Option<f32>,
     #[serde(default)]
     pub repetition_penalty: Option<f32>,
+    /// Token ids (as strings) to a bias added to their logits, in [-100, 100].
+    #[serde(default)]
+    pub logit_bias: Option<HashMap<String, f32>>,
     #[serde(default)]
     pub stop: Option<StopField>,
     /// The number of most likely alternatives to return per token (0 still returns the chosen token's).

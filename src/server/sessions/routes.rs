@@ -240,16 +240,12 @@ async fn create(
             "max_turns must be at least 1",
         ));
     }
-    let sampling = crate::server::openai::convert::sampling(
-        req.temperature,
-        None,
-        None,
-        None,
-        req.seed,
-        None,
-        None,
-        None,
-    )?;
+    let sampling =
+        crate::server::openai::convert::sampling(crate::server::openai::convert::SamplingFields {
+            temperature: req.temperature,
+            seed: req.seed,
+            ..Default::default()
+        })?;
     let dir = state
         .sessions
         .options

@@ -7,6 +7,7 @@ mod cache;
 mod extensions;
 mod hardening;
 mod load;
+mod logit_bias;
 mod openai;
 mod prefill;
 mod raw_text;

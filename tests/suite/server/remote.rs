@@ -21,7 +21,7 @@ fn model() -> String {
     super::super::common::engine().info().name.clone()
 }
 
-async fn provider(server: &TestServer) -> RemoteProvider {
+pub(super) async fn provider(server: &TestServer) -> RemoteProvider {
     let p = RemoteProvider::new(RemoteConfig {
         api_key: Some("sk-remote".into()),
         ..RemoteConfig::new(format!("{}/v1", server.root), model())

@@ -21,7 +21,9 @@ use crate::provider::{
 };
 use crate::server::error::ApiError;
 use crate::server::limits::RequestLimits;
-use crate::server::openai::convert::{check_constraint, past_call, sampling, thinking_level};
+use crate::server::openai::convert::{
+    check_constraint, past_call, sampling, thinking_level, SamplingFields,
+};
 
 /// The body of `POST /v1/responses` (fields this server does not use are accepted and ignored).
 #[derive(Debug, Default, Deserialize)]
@@ -171,16 +173,12 @@ pub fn responses_request(
     let effort = req.reasoning.and_then(|r| r.effort);
     let thinking = thinking_level(effort.as_deref(), None)
         .map_err(|e| ApiError::invalid_param("reasoning.effort", e.message))?;
-    let sampling = sampling(
-        req.temperature,
-        req.top_p,
-        None,
-        None,
-        req.seed,
-        None,
-        None,
-        None,
-    )?;
+    let sampling = sampling(SamplingFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        seed: req.seed,
+        ..Default::default()
+    })?;
     let request = CompletionRequest {
         model,
         system: (!system.is_empty()).then(|| system.join("\n\n")),
