@@ -12,9 +12,9 @@
 //! The same engine answers raw-text completions, tokenizing and detokenizing (`raw`), so the server reaches the
 //! model only through [`Provider`].
 
+mod calls;
 mod raw;
 
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::assemble::Assembler;
@@ -30,6 +30,7 @@ use crate::engine::{
     GenerateRequest, GenerateSummary, OutputAssembler, OutputDelta, ReasoningPiece,
     ReasoningSplitter, TokenLogprob as EngineLogprob, Tokenizer, ToolCallFormat,
 };
+use calls::CallMap;
 
 /// How long a cancelled request waits for the engine's final (exact) usage before it ends without it.
 const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
@@ -346,105 +347,6 @@ impl LocalProvider {
         }
         raw::ended_without_result(out, &cancel, Usage::new(input, output, 0));
     }
-}
-
-/// The engine's calls as the provider sees them. Call indices map engine → ours (the same in practice; kept
-/// apart so neither side relies on it). Calls after the first are held until they end, so that a call repeating
-/// an earlier one of the same message (small models loop on their last call) is never shown: it ends the output.
-#[derive(Default)]
-struct CallMap {
-    map: Vec<(usize, usize)>,
-    /// The engine is closing a call early (see [`crate::engine::TokenEvent::closes_call`]).
-    closing: bool,
-    /// Deltas of the call being held.
-    held: Vec<OutputDelta>,
-    /// `(name, arguments)` of every call ended so far.
-    seen: Vec<(String, Value)>,
-    /// A repeated call was found: the output ends before it.
-    repeated: bool,
-}
-
-impl CallMap {
-    fn ours(&self, engine_index: usize) -> Option<usize> {
-        self.map
-            .iter()
-            .find(|(e, _)| *e == engine_index)
-            .map(|(_, o)| *o)
-    }
-
-    /// Shows what is held (the output ended inside a held call).
-    fn flush(&mut self, out: &mut Assembler) {
-        let held = std::mem::take(&mut self.held);
-        for d in held {
-            self.show(d, out);
-        }
-    }
-
-    fn show(&mut self, d: OutputDelta, out: &mut Assembler) {
-        match d {
-            OutputDelta::Content { text } => out.text(&text),
-            OutputDelta::ToolCallStart { index, id, name } => {
-                let ours = out.begin_call(Some(id), &name);
-                self.map.push((index, ours));
-            }
-            OutputDelta::ToolCallArguments { index, fragment } => {
-                if let Some(ours) = self.ours(index) {
-                    out.call_fragment(ours, &fragment);
-                }
-            }
-            OutputDelta::ToolCallEnd { index, call } => {
-                self.seen.push(call_key(&call.name, &call.arguments));
-                if let Some(ours) = self.ours(index) {
-                    if self.closing {
-                        out.end_call_truncated(ours, true);
-                    } else {
-                        out.end_call(ours);
-                    }
-                }
-            }
-            // Cut off by `length`, a stop string or a cancel: the call stays open and is closed (and marked) with
-            // the message.
-            OutputDelta::ToolCallIncomplete { index, .. } => {
-                tracing::debug!(index, "a tool call was cut off");
-            }
-        }
-    }
-
-    /// Takes one delta: shown now, or held while a call after the first is being written.
-    fn take(&mut self, d: OutputDelta, out: &mut Assembler) {
-        if self.repeated {
-            return;
-        }
-        let index = match &d {
-            OutputDelta::ToolCallStart { index, .. }
-            | OutputDelta::ToolCallArguments { index, .. }
-            | OutputDelta::ToolCallEnd { index, .. }
-            | OutputDelta::ToolCallIncomplete { index, .. } => Some(*index),
-            OutputDelta::Content { .. } => None,
-        };
-        let hold = index.is_some_and(|i| i > 0) || !self.held.is_empty();
-        if !hold {
-            return self.show(d, out);
-        }
-        if let OutputDelta::ToolCallEnd { call, .. } = &d {
-            let key = call_key(&call.name, &call.arguments);
-            if self.seen.contains(&key) {
-                self.held.clear();
-                self.repeated = true;
-                return;
-            }
-            self.held.push(d);
-            return self.flush(out);
-        }
-        self.held.push(d);
-    }
-}
-
-/// What makes two calls the same call: the name and the parsed arguments (unparsable ones as their text).
-fn call_key(name: &str, arguments: &str) -> (String, Value) {
-    let args =
-        serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()));
-    (name.to_string(), args)
 }
 
 /// Feeds generated text to the engine's output assembler and forwards what it assembles.
