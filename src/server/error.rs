@@ -214,7 +214,10 @@ impl ApiError {
     /// A provider failure, classified by its kind.
     pub fn from_provider(kind: ErrorKind, message: &str) -> Self {
         match kind {
-            ErrorKind::InvalidRequest | ErrorKind::Unsupported => Self::bad_request(message),
+            ErrorKind::InvalidRequest | ErrorKind::Unsupported => match sampling_param(message) {
+                Some(param) => Self::invalid_param(param, message),
+                None => Self::bad_request(message),
+            },
             ErrorKind::ContextOverflow => {
                 Self::bad_request(message).with_code("context_length_exceeded")
             }
@@ -285,6 +288,15 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// The sampling parameter an engine message names ("invalid sampling parameter: logit_bias names token …"),
+/// so a value the engine refuses is a 400 naming that field like one refused before queueing.
+pub fn sampling_param(message: &str) -> Option<String> {
+    const AT: &str = "invalid sampling parameter: ";
+    let rest = &message[message.find(AT)? + AT.len()..];
+    let name = rest.split_whitespace().next()?;
+    (!name.is_empty()).then(|| name.to_string())
 }
 
 #[cfg(test)]

@@ -256,15 +256,19 @@ fn generate_all(
                         reason: ErrorReason::Aborted,
                         ..
                     } => Step::Fail(ApiError::unavailable("the request was cancelled", 1)),
-                    // Sampling was checked before: a refused request here is a refused prompt.
+                    // A refused request here is a refused prompt, unless the engine named a sampling field
+                    // (a `logit_bias` token outside the vocabulary).
                     ProviderEvent::Error {
                         kind: ErrorKind::InvalidRequest,
                         message,
                         ..
-                    } => Step::Fail(
-                        ApiError::from_provider(ErrorKind::InvalidRequest, &message)
-                            .with_param("prompt"),
-                    ),
+                    } => Step::Fail({
+                        let e = ApiError::from_provider(ErrorKind::InvalidRequest, &message);
+                        match e.param {
+                            Some(_) => e,
+                            None => e.with_param("prompt"),
+                        }
+                    }),
                     ProviderEvent::Error {
                         kind: ErrorKind::Unsupported,
                         message,

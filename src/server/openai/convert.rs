@@ -294,13 +294,10 @@ pub fn sampling(f: SamplingFields) -> Result<Sampling, ApiError> {
     };
     s.to_engine().validate().map_err(|e| {
         let message = e.to_string();
-        let param = message
-            .trim_start_matches("invalid sampling parameter: ")
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_string();
-        ApiError::invalid_param(param, message)
+        match crate::server::error::sampling_param(&message) {
+            Some(param) => ApiError::invalid_param(param, message),
+            None => ApiError::bad_request(message),
+        }
     })?;
     Ok(s)
 }
