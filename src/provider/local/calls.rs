@@ -11,6 +11,7 @@
 
 use serde_json::Value;
 
+use crate::engine::tool_calls::output::ToolCall;
 use crate::engine::OutputDelta;
 use crate::provider::assemble::Assembler;
 
@@ -103,10 +104,12 @@ impl CallMap {
                 }
             }
             OutputDelta::ToolCallEnd { index, call } => {
-                let key = call_key(&call.name, &call.arguments);
                 // Shown already, yet the same call in value: nothing after it is shown.
-                self.repeated |= self.seen.iter().any(|(k, _)| *k == key);
-                self.seen.push((key, Compact::of(&call.arguments)));
+                self.repeated |= self.seen_before(&call);
+                self.seen.push((
+                    call_key(&call.name, &call.arguments),
+                    Compact::of(&call.arguments),
+                ));
                 if let Some(ours) = self.ours(index) {
                     if self.closing {
                         out.end_call_truncated(ours, true);
@@ -135,41 +138,41 @@ impl CallMap {
         if self.repeated {
             return;
         }
-        let Some(mut held) = self.held.take() else {
-            if let OutputDelta::ToolCallStart { name, .. } = &d {
-                let held = Held {
-                    name: name.clone(),
-                    deltas: vec![d],
-                    args: Compact::default(),
-                };
-                if self.may_repeat(&held) {
-                    self.held = Some(held);
-                } else {
-                    self.held = Some(held);
-                    self.flush(out);
-                }
+        if let OutputDelta::ToolCallEnd { call, .. } = &d {
+            if self.held.is_some() && self.seen_before(call) {
+                self.held = None;
+                self.repeated = true;
                 return;
             }
-            return self.show(d, out);
-        };
-        match &d {
-            OutputDelta::ToolCallArguments { fragment, .. } => held.args.push(fragment),
-            OutputDelta::ToolCallEnd { call, .. } => {
-                let key = call_key(&call.name, &call.arguments);
-                if self.seen.iter().any(|(k, _)| *k == key) {
-                    self.repeated = true;
-                    return;
-                }
-            }
-            _ => {}
         }
-        let ended = matches!(d, OutputDelta::ToolCallEnd { .. });
+        let held = match (&mut self.held, &d) {
+            (Some(held), _) => held,
+            (None, OutputDelta::ToolCallStart { name, .. }) => self.held.insert(Held {
+                name: name.clone(),
+                deltas: Vec::new(),
+                args: Compact::default(),
+            }),
+            (None, _) => return self.show(d, out),
+        };
+        let ended = match &d {
+            OutputDelta::ToolCallArguments { fragment, .. } => {
+                held.args.push(fragment);
+                false
+            }
+            OutputDelta::ToolCallEnd { .. } => true,
+            _ => false,
+        };
         held.deltas.push(d);
-        let keep = !ended && self.may_repeat(&held);
-        self.held = Some(held);
+        let keep = !ended && self.held.as_ref().is_some_and(|h| self.may_repeat(h));
         if !keep {
             self.flush(out);
         }
+    }
+
+    /// Whether an ended call equals one of this message's earlier calls (name and parsed arguments).
+    fn seen_before(&self, call: &ToolCall) -> bool {
+        let key = call_key(&call.name, &call.arguments);
+        self.seen.iter().any(|(k, _)| *k == key)
     }
 }
 
@@ -185,7 +188,6 @@ mod tests {
     use futures::channel::mpsc;
 
     use super::*;
-    use crate::engine::tool_calls::output::ToolCall;
     use crate::provider::ProviderEvent;
 
     fn start(index: usize, name: &str) -> OutputDelta {
