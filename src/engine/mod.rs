@@ -72,7 +72,8 @@ pub use speculative::{SpecMethod, SpeculativeConfig, MAX_SPECULATIVE_TOKENS};
 // The output's shape: the grammar a request asks for and how its calls come back.
 pub use call_format::ToolCallFormat;
 pub use constraint::{ConstraintSpec, ConstraintStats, GrammarFactory};
-pub use tool_calls::{OutputAssembler, OutputDelta};
+// `EngineToolCall`: a finished call as the engine parsed it (the provider layer has its own `ToolCall`).
+pub use tool_calls::{OutputAssembler, OutputDelta, ToolCall as EngineToolCall};
 
 // Text without weights.
 pub use text::chat_prompt::chat_prompt_tokens;

@@ -11,8 +11,7 @@
 
 use serde_json::Value;
 
-use crate::engine::tool_calls::output::ToolCall;
-use crate::engine::OutputDelta;
+use crate::engine::{EngineToolCall, OutputDelta};
 use crate::provider::assemble::Assembler;
 
 /// JSON text with the whitespace outside strings dropped, fed in pieces (a piece may end inside a string or
@@ -170,7 +169,7 @@ impl CallMap {
     }
 
     /// Whether an ended call equals one of this message's earlier calls (name and parsed arguments).
-    fn seen_before(&self, call: &ToolCall) -> bool {
+    fn seen_before(&self, call: &EngineToolCall) -> bool {
         let key = call_key(&call.name, &call.arguments);
         self.seen.iter().any(|(k, _)| *k == key)
     }
@@ -208,7 +207,7 @@ mod tests {
     fn end(index: usize, name: &str, arguments: &str) -> OutputDelta {
         OutputDelta::ToolCallEnd {
             index,
-            call: ToolCall {
+            call: EngineToolCall {
                 id: format!("call_{index}"),
                 name: name.into(),
                 arguments: arguments.into(),
