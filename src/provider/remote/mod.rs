@@ -4,7 +4,8 @@
 //! Files: `config` (settings and their validation), `wire` (request JSON, chunk types), `http` (timeouts,
 //! retries, error classification), `sse` (event-stream parsing), `chunks` (assembling tool-call deltas by
 //! index), `stream` (one chat completion end to end), `raw` (one legacy `/completions` completion),
-//! `tokenize` (`count_tokens`, the server's `/tokenize` and `/detokenize`).
+//! `tokenize` (`count_tokens`, the server's `/tokenize` and `/detokenize`), `fit` (`max_tokens` cut to what the
+//! model's window leaves, since vLLM refuses more).
 //!
 //! Tool calls from a remote model are not constrained by us, so every call's final arguments are checked
 //! against the tool's schema; a bad call arrives marked invalid (see [`ToolCall::invalid`](super::ToolCall))
@@ -12,6 +13,7 @@
 
 mod chunks;
 pub mod config;
+mod fit;
 mod http;
 mod raw;
 pub mod sse;

@@ -14,15 +14,16 @@ use super::super::{model_or_default, CompletionRequest, ProviderError, StopReaso
 use super::chunks::ChunkState;
 use super::sse::{truncate, SseParser};
 use super::wire::{self, ChoiceLogprobs, Chunk, ChunkChoice, Delta, WireError, WireUsage};
-use super::{http, Shared};
+use super::{fit, http, Shared};
 
 /// Runs one request, sending its events to `tx`.
 pub(super) async fn run(
     shared: Arc<Shared>,
-    request: CompletionRequest,
+    mut request: CompletionRequest,
     tx: EventSender,
     cancel: CancellationToken,
 ) {
+    fit::max_tokens(&shared, &mut request).await;
     let model = model_or_default(&request, &shared.models());
     let mut out = Assembler::new(tx, request.tools.clone(), model.clone());
     let url = shared.endpoint("chat/completions");

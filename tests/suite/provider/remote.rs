@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::contract;
 
 mod failures;
+mod fit;
 use super::fake_openai::{call_delta, chunk, text_reply, usage_chunk, FakeServer, Reply};
 
 fn config(server: &FakeServer) -> RemoteConfig {
