@@ -76,6 +76,7 @@ impl Backend {
                 .discover()
                 .await
                 .map_err(|e| remote_failure(&base_url, e))?;
+            remote.learn(&models);
             config.remote = Some(remote);
             let built = build_provider(&config)
                 .map_err(|e| AppError::Backend(format!("remote server {base_url}: {e}")))?;

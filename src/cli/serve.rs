@@ -233,6 +233,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if config.provider == ProviderKind::Remote {
+        if let Some(remote) = config.remote.as_mut() {
+            // The served provider is built after this, with the window the server reports.
+            let probe = RemoteProvider::new(remote.clone())?;
+            match runtime.block_on(probe.discover()) {
+                Ok(models) => remote.learn(&models),
+                Err(e) => eprintln!("warning: the remote server did not answer /models: {e}"),
+            }
+        }
+    }
     let built = agentd::app::backend::build_provider(&config).context("building the provider")?;
     if let Some(local) = &built.local {
         let info = local.engine().info();
@@ -243,14 +253,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "model {} ({}, {} context) on {} in {:.1}s",
             info.name, info.architecture, info.context_length, info.device, info.load_secs
         );
-    }
-    if config.provider == ProviderKind::Remote {
-        if let Some(remote) = config.remote.clone() {
-            let probe = RemoteProvider::new(remote)?;
-            if let Err(e) = runtime.block_on(probe.discover()) {
-                eprintln!("warning: the remote server did not answer /models: {e}");
-            }
-        }
     }
     if let Some(cache) = &config.cache.enabled.then(|| config.cache.resolved_path()) {
         eprintln!("response cache: {}", cache.display());

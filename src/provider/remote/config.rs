@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::super::ProviderError;
+use super::super::{ModelDescriptor, ProviderError};
 
 /// How to reach and speak to one OpenAI-compatible server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,6 +144,17 @@ impl RemoteConfig {
             base_url: base_url.into(),
             model: model.into(),
             ..Self::default()
+        }
+    }
+
+    /// Takes the context window [`discover`](super::RemoteProvider::discover) read for this config's model where
+    /// the config left it out, so a provider built from it afterwards knows the window without asking again.
+    pub fn learn(&mut self, discovered: &[ModelDescriptor]) {
+        if self.context_window.is_none() {
+            self.context_window = discovered
+                .iter()
+                .find(|m| m.id == self.model && m.context_window > 0)
+                .map(|m| m.context_window);
         }
     }
 
@@ -287,5 +298,35 @@ mod tests {
             let err = cfg.validate().unwrap_err().to_string();
             assert!(err.contains(needle), "{needle}: {err}");
         }
+    }
+
+    #[test]
+    fn a_discovered_window_fills_only_what_the_config_left_out() {
+        let served = |id: &str, window: u64| ModelDescriptor {
+            id: id.into(),
+            context_window: window,
+            max_output_tokens: window,
+            device: None,
+        };
+        let models = [served("other", 8192), served("m", 32768)];
+        let mut cfg = RemoteConfig::new("http://h/v1", "m");
+        cfg.learn(&models);
+        assert_eq!(cfg.context_window, Some(32768));
+        let mut set = RemoteConfig {
+            context_window: Some(4096),
+            ..RemoteConfig::new("http://h/v1", "m")
+        };
+        set.learn(&models);
+        assert_eq!(
+            set.context_window,
+            Some(4096),
+            "the config's own value wins"
+        );
+        let mut unknown = RemoteConfig::new("http://h/v1", "m");
+        unknown.learn(&[served("m", 0), served("other", 8192)]);
+        assert_eq!(
+            unknown.context_window, None,
+            "0 is no window, another model's is not ours"
+        );
     }
 }
