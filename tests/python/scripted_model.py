@@ -1,0 +1,182 @@
+"""A scripted stand-in for a capable model behind an OpenAI-compatible Chat Completions server (the "fake remote
+server" the brief allows): `agentd serve` with the remote provider points at it, so a real client's whole task —
+its request through agentd's API, the tool call back in the client's own shape, the client running its own tool,
+the result going back, the final answer — runs without the 0.5B model's limits deciding the outcome.
+
+What it plays, from what a request holds (nothing about any one client is written here):
+- no tool result after the last user message, and a file named in that message ("the file NAME"): a call of the request's
+  file-reading tool (a tool named read / read_file / view with a path-like parameter; a relative path is made
+  absolute with the working directory the system prompt names, when the parameter asks for an absolute one),
+  else of its shell tool (`cat FILE` in the command parameter);
+- a tool result after the last user message: a final answer quoting what the result says the secret word is
+  (or, if it says none, its first line);
+- anything else (a client's side requests, a title, a summary): a short text.
+
+Replies stream as Chat Completions chunks with usage, as vLLM sends them. `requests` keeps every request body.
+"""
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODEL = "scripted-capable"
+READ_TOOLS = ("read", "read_file", "view", "readfile")
+SHELL_TOOLS = ("bash", "shell", "exec_command", "run_command", "terminal")
+
+
+def text_of(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def tool_name(tool) -> str:
+    return (tool.get("function") or {}).get("name", "")
+
+
+def tool_params(tool) -> dict:
+    return (tool.get("function") or {}).get("parameters") or {}
+
+
+def working_directory(messages) -> str | None:
+    for m in messages:
+        if m.get("role") in ("system", "developer"):
+            found = re.search(r"[Ww]orking directory:\s*(/[^\s\\\"']+)", text_of(m.get("content")))
+            if found:
+                return found.group(1)
+    return None
+
+
+def call_for(file: str, tools, messages):
+    """(name, arguments) of the call that reads `file` with the request's own tools, or None."""
+    by_name = {tool_name(t).lower(): t for t in tools}
+    for name in READ_TOOLS:
+        if name in by_name:
+            tool = by_name[name]
+            props = tool_params(tool).get("properties") or {}
+            key = next((k for k in props if "path" in k.lower() or k.lower() in ("file", "filename")), None)
+            if key is None:
+                continue
+            path = file
+            described = json.dumps(props[key]).lower()
+            cwd = working_directory(messages)
+            if "absolute" in described and not path.startswith("/") and cwd:
+                path = f"{cwd.rstrip('/')}/{path}"
+            return tool_name(tool), {key: path}
+    for name in SHELL_TOOLS:
+        if name in by_name:
+            tool = by_name[name]
+            props = tool_params(tool).get("properties") or {}
+            key = next((k for k in ("command", "cmd") if k in props), None)
+            if key is None:
+                continue
+            value = f"cat {file}"
+            if (props[key] or {}).get("type") == "array":
+                value = ["bash", "-lc", value]
+            return tool_name(tool), {key: value}
+    return None
+
+
+def reply_for(body):
+    """("text", str) or ("call", name, arguments) for one request."""
+    messages = body.get("messages") or []
+    tools = body.get("tools") or []
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    results = [text_of(m.get("content")) for m in messages[last_user + 1:] if m.get("role") == "tool"]
+    if results:
+        said = re.search(r"secret word is:?\s*([\w-]+)", results[-1], re.IGNORECASE)
+        if said:
+            return ("text", f"The secret word is {said.group(1)}.")
+        first = next((line for line in results[-1].splitlines() if line.strip()), "")
+        return ("text", f"The file says: {first.strip()}")
+    asked = text_of(messages[last_user].get("content")) if last_user >= 0 else ""
+    # "the file NAME" (clients add reminders to the user's turn that name other files and say "e.g.").
+    file = re.search(r"\bfile\s+`?([\w./-]*\w\.[A-Za-z0-9]+)\b", asked)
+    if file and tools and body.get("tool_choice") != "none":
+        call = call_for(file.group(1), tools, messages)
+        if call:
+            return ("call", *call)
+    return ("text", "OK.")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, status, value):
+        data = json.dumps(value).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path.rstrip("/").endswith("/models"):
+            self.send_json(200, {"object": "list", "data": [
+                {"id": MODEL, "object": "model", "owned_by": "test", "max_model_len": 32768}]})
+        else:
+            self.send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self):
+        length = int(self.headers.get("content-length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if not self.path.endswith("/chat/completions"):
+            self.send_json(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        self.server.requests.append(body)
+        reply = reply_for(body)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+
+        def chunk(delta, finish=None, usage=None):
+            data = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0,
+                    "model": MODEL, "choices": [] if usage else [
+                        {"index": 0, "delta": delta, "finish_reason": finish}]}
+            if usage:
+                data["usage"] = usage
+            self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        chunk({"role": "assistant", "content": ""})
+        if reply[0] == "call":
+            args = json.dumps(reply[2])
+            chunk({"tool_calls": [{"index": 0, "id": f"call_{len(self.server.requests)}", "type": "function",
+                                   "function": {"name": reply[1], "arguments": ""}}]})
+            for piece in (args[: len(args) // 2], args[len(args) // 2:]):
+                chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+            chunk({}, "tool_calls")
+        else:
+            for word in re.findall(r"\S+\s*", reply[1]):
+                chunk({"content": word})
+            chunk({}, "stop")
+        chunk({}, usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+
+class ScriptedModel:
+    """The server on a free loopback port, in a thread; `base_url` ends in /v1."""
+
+    def __init__(self):
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.requests = []
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def requests(self):
+        return self.httpd.requests
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,147 @@
+"""The coding clients finish a task through agentd when the model can: Claude Code (Anthropic Messages API), Codex
+CLI (Responses API) and Pi (Chat Completions), unchanged, each in a temp workspace of its own, against a real
+`agentd serve` whose remote provider points at a scripted model (`scripted_model.py`: it calls the request's own
+file-reading or shell tool for the file the user names, then answers with what the tool's result says).
+
+test_clients.py runs the same clients on the real Qwen2.5-Coder-0.5B, where the client's tool round trip is
+checked but the final answer is the 0.5B model's to give (it keeps calling instead). Here everything between
+the client and the model is agentd's — the client's request in its own API, the tool call back in that API's
+shape, the client running its own tool, the result in the next request, the final answer streamed back — and
+the check is the outcome: the client's final answer holds the word that only the file had.
+"""
+
+import json
+import secrets
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import API_KEY, Server
+from scripted_model import MODEL, ScriptedModel
+from test_clients import client_path, json_lines, run
+
+PROMPT = "Read the file secret.txt and tell me the secret word."
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    model = ScriptedModel()
+    config = tmp_path_factory.mktemp("agentd") / "remote.toml"
+    # The embedded SmolLM2 tokenizer counts the prompts (the scripted model has no /tokenize).
+    config.write_text(f"""
+provider = "remote"
+
+[remote]
+base_url = "{model.base_url}"
+model = "{MODEL}"
+tokenizer = "smollm2-135m-instruct"
+
+[remote.compat]
+tokenize_endpoint = false
+""")
+    server = Server("--config", str(config))
+    yield model, server
+    server.stop()
+    model.stop()
+
+
+@pytest.fixture
+def task(tmp_path):
+    """A workspace whose secret.txt holds a word made for this test."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    word = f"word-{secrets.token_hex(4)}"
+    (ws / "secret.txt").write_text(f"The secret word is: {word}\n")
+    return ws, word
+
+
+def calls_after(model, start):
+    """The tool calls the scripted model made since request `start` (by the requests that carried results)."""
+    return [m for r in model.requests[start:] for m in r.get("messages", []) if m.get("role") == "tool"]
+
+
+def test_claude_code_finishes_the_task(scripted, task, tmp_path):
+    model, server = scripted
+    ws, word = task
+    start = len(model.requests)
+    env = {
+        "ANTHROPIC_BASE_URL": server.root,
+        "ANTHROPIC_API_KEY": API_KEY,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude-config"),
+    }
+    # A Claude model name: it reaches the one served model (no alias needed).
+    p = run([client_path("claude"), "-p", PROMPT, "--model", "claude-sonnet-4-5", "--output-format",
+             "stream-json", "--verbose", "--allowedTools", "Read", "--max-turns", "3"], ws, env, "claude")
+    events = json_lines(p.stdout)
+    uses = [b for e in events if e.get("type") == "assistant"
+            for b in e["message"].get("content", []) if b.get("type") == "tool_use"]
+    assert [u["name"] for u in uses] == ["Read"], p.stdout[-3000:] + p.stderr[-2000:]
+    assert Path(uses[0]["input"]["file_path"]) == ws / "secret.txt"
+    final = [e for e in events if e.get("type") == "result"]
+    assert final and final[-1].get("subtype") == "success", final[-1:]
+    assert word in final[-1]["result"], final[-1]
+    # The tool result the model saw came from Claude Code's own Read (numbered lines).
+    results = calls_after(model, start)
+    assert results and word in json.dumps(results[-1]), results
+    # Claude Code asks for 32,000 tokens on a ~30k-token prompt; the model's 32k window gets what is left.
+    asked = [r.get("max_tokens") for r in model.requests[start:]]
+    assert asked and all(n and n < 32768 - 16000 for n in asked), asked
+
+
+def test_codex_finishes_the_task(scripted, task, tmp_path):
+    model, server = scripted
+    ws, word = task
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(f"""
+model = "{MODEL}"
+model_provider = "agentd"
+approval_policy = "never"
+sandbox_mode = "read-only"
+
+[model_providers.agentd]
+name = "agentd"
+base_url = "{server.base_url}"
+wire_api = "responses"
+env_key = "AGENTD_API_KEY"
+""")
+    env = {"CODEX_HOME": str(home), "AGENTD_API_KEY": API_KEY}
+    p = run([client_path("codex"), "exec", "--skip-git-repo-check", "--json", PROMPT], ws, env, "codex")
+    events = json_lines(p.stdout)
+    items = [e["item"] for e in events if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)]
+    commands = [i for i in items if i.get("type") == "command_execution"]
+    assert commands and word in (commands[0].get("aggregated_output") or ""), p.stdout[-4000:] + p.stderr[-2000:]
+    answers = [i.get("text", "") for i in items if i.get("type") == "agent_message"]
+    assert answers and word in answers[-1], answers
+    assert any(e.get("type") == "turn.completed" for e in events), p.stdout[-2000:]
+
+
+def test_pi_finishes_the_task(scripted, task, tmp_path):
+    model, server = scripted
+    ws, word = task
+    agent_dir = tmp_path / "pi-agent"
+    agent_dir.mkdir()
+    (agent_dir / "models.json").write_text(json.dumps({"providers": {"agentd": {
+        "baseUrl": server.base_url, "api": "openai-completions", "apiKey": API_KEY,
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": MODEL, "contextWindow": 32768, "maxTokens": 4096}]}}}))
+    p = run([client_path("pi"), "--no-session", "--provider", "agentd", "--model", MODEL, "--mode", "json",
+             "-p", PROMPT], ws, {"PI_CODING_AGENT_DIR": str(agent_dir)}, "pi")
+    events = json_lines(p.stdout)
+    ran = [e for e in events if e.get("type") == "tool_execution_end"]
+    assert ran and word in json.dumps(ran[0].get("result")), p.stdout[-4000:] + p.stderr[-2000:]
+    ends = [e for e in events if e.get("type") == "agent_end"]
+    assert ends, p.stdout[-3000:]
+    last = [m for m in ends[-1].get("messages", []) if m.get("role") == "assistant"][-1]
+    assert last.get("stopReason") == "stop", last
+    text = "".join(c.get("text", "") for c in last.get("content", []) if c.get("type") == "text")
+    assert word in text, last
+
+
+def test_the_remote_models_window_is_served(scripted):
+    model, server = scripted
+    req = urllib.request.Request(server.base_url + "/models", headers={"authorization": f"Bearer {API_KEY}"})
+    listed = json.load(urllib.request.urlopen(req, timeout=30))["data"]
+    assert [(m["id"], m.get("max_model_len")) for m in listed] == [(MODEL, 32768)], listed
