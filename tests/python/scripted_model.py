@@ -4,12 +4,13 @@ its request through agentd's API, the tool call back in the client's own shape, 
 the result going back, the final answer — runs without the 0.5B model's limits deciding the outcome.
 
 What it plays, from what a request holds (nothing about any one client is written here):
-- no tool result after the last user message, and a file named in that message ("the file NAME"): a call of the request's
-  file-reading tool (a tool named read / read_file / view with a path-like parameter; a relative path is made
-  absolute with the working directory the system prompt names, when the parameter asks for an absolute one),
-  else of its shell tool (`cat FILE` in the command parameter);
-- a tool result after the last user message: a final answer quoting what the result says the secret word is
-  (or, if it says none, its first line);
+- files named in the last user message ("the file NAME", "the files A and B") that no tool result after it
+  answers yet: a call for each (all at once, or one per turn when the request says `parallel_tool_calls: false`)
+  of the request's file-reading tool (a tool named read / read_file / view with a path-like parameter; a
+  relative path is made absolute with the working directory the system prompt names, when the parameter asks
+  for an absolute one), else of its shell tool (`cat FILE` in the command parameter);
+- every file answered: a final answer quoting what the results say the secret words are (or, if they say
+  none, the last result's first line);
 - anything else (a client's side requests, a title, a summary): a short text.
 
 Replies stream as Chat Completions chunks with usage, as vLLM sends them. `requests` keeps every request body.
@@ -80,25 +81,41 @@ def call_for(file: str, tools, messages):
     return None
 
 
+FILE = r"[\w./-]*\w\.[A-Za-z0-9]+"
+
+
+def files_asked(text: str) -> list[str]:
+    """The files of "the file NAME" / "the files A and B" (clients add reminders to the user's turn that name
+    other files and say "e.g.")."""
+    found = re.search(rf"\bfiles?\s+`?({FILE}`?(?:(?:,\s*|,?\s+and\s+)`?{FILE}`?)*)", text)
+    return re.findall(FILE, found.group(1)) if found else []
+
+
 def reply_for(body):
-    """("text", str) or ("call", name, arguments) for one request."""
+    """("text", str) or ("calls", [(name, arguments), …]) for one request: every file at once when the request
+    allows parallel calls, else one per turn."""
     messages = body.get("messages") or []
     tools = body.get("tools") or []
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     results = [text_of(m.get("content")) for m in messages[last_user + 1:] if m.get("role") == "tool"]
+    asked = text_of(messages[last_user].get("content")) if last_user >= 0 else ""
+    files = files_asked(asked)
+    left = files[len(results):]
+    if left and tools and body.get("tool_choice") != "none":
+        if body.get("parallel_tool_calls") is False:
+            left = left[:1]
+        calls = [call_for(f, tools, messages) for f in left]
+        if all(calls):
+            return ("calls", calls)
     if results:
-        said = re.search(r"secret word is:?\s*([\w-]+)", results[-1], re.IGNORECASE)
-        if said:
-            return ("text", f"The secret word is {said.group(1)}.")
+        words = [w.group(1) for w in (re.search(r"secret word is:?\s*([\w-]+)", r, re.IGNORECASE)
+                                      for r in results) if w]
+        if len(words) == 1:
+            return ("text", f"The secret word is {words[0]}.")
+        if words:
+            return ("text", "The secret words are " + " and ".join(words) + ".")
         first = next((line for line in results[-1].splitlines() if line.strip()), "")
         return ("text", f"The file says: {first.strip()}")
-    asked = text_of(messages[last_user].get("content")) if last_user >= 0 else ""
-    # "the file NAME" (clients add reminders to the user's turn that name other files and say "e.g.").
-    file = re.search(r"\bfile\s+`?([\w./-]*\w\.[A-Za-z0-9]+)\b", asked)
-    if file and tools and body.get("tool_choice") != "none":
-        call = call_for(file.group(1), tools, messages)
-        if call:
-            return ("call", *call)
     return ("text", "OK.")
 
 
@@ -147,12 +164,13 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         chunk({"role": "assistant", "content": ""})
-        if reply[0] == "call":
-            args = json.dumps(reply[2])
-            chunk({"tool_calls": [{"index": 0, "id": f"call_{len(self.server.requests)}", "type": "function",
-                                   "function": {"name": reply[1], "arguments": ""}}]})
-            for piece in (args[: len(args) // 2], args[len(args) // 2:]):
-                chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+        if reply[0] == "calls":
+            for i, (name, arguments) in enumerate(reply[1]):
+                args = json.dumps(arguments)
+                chunk({"tool_calls": [{"index": i, "id": f"call_{len(self.server.requests)}_{i}",
+                                       "type": "function", "function": {"name": name, "arguments": ""}}]})
+                for piece in (args[: len(args) // 2], args[len(args) // 2:]):
+                    chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
             chunk({}, "tool_calls")
         else:
             for word in re.findall(r"\S+\s*", reply[1]):

@@ -7,7 +7,8 @@ test_clients.py runs the same clients on the real Qwen2.5-Coder-0.5B, where the 
 checked but the final answer is the 0.5B model's to give (it keeps calling instead). Here everything between
 the client and the model is agentd's — the client's request in its own API, the tool call back in that API's
 shape, the client running its own tool, the result in the next request, the final answer streamed back — and
-the check is the outcome: the client's final answer holds the word that only the file had.
+the check is the outcome: the client's final answer holds the words that only the files had (one file; two
+files, read by two calls in one turn where the client allows parallel calls).
 """
 
 import json
@@ -21,7 +22,6 @@ from conftest import API_KEY, Server
 from scripted_model import MODEL, ScriptedModel
 from test_clients import client_path, json_lines, run
 
-PROMPT = "Read the file secret.txt and tell me the secret word."
 
 
 @pytest.fixture(scope="module")
@@ -46,24 +46,37 @@ tokenize_endpoint = false
     model.stop()
 
 
-@pytest.fixture
-def task(tmp_path):
-    """A workspace whose secret.txt holds a word made for this test."""
+PROMPTS = {
+    1: "Read the file secret.txt and tell me the secret word.",
+    2: "Read the files secret.txt and other.txt and tell me both secret words.",
+}
+
+
+@pytest.fixture(params=[1, 2], ids=["one-file", "two-files"])
+def task(request, tmp_path):
+    """A workspace whose files hold words made for this test, and the prompt that asks for them (two files:
+    two calls in one turn where the client allows parallel calls)."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    word = f"word-{secrets.token_hex(4)}"
-    (ws / "secret.txt").write_text(f"The secret word is: {word}\n")
-    return ws, word
+    words = []
+    for name in ["secret.txt", "other.txt"][: request.param]:
+        words.append(f"word-{secrets.token_hex(4)}")
+        (ws / name).write_text(f"The secret word is: {words[-1]}\n")
+    return ws, words, PROMPTS[request.param]
 
 
-def calls_after(model, start):
-    """The tool calls the scripted model made since request `start` (by the requests that carried results)."""
+def results_after(model, start):
+    """The tool results the scripted model was sent since request `start`."""
     return [m for r in model.requests[start:] for m in r.get("messages", []) if m.get("role") == "tool"]
+
+
+def has_all(text, words):
+    return all(w in (text or "") for w in words)
 
 
 def test_claude_code_finishes_the_task(scripted, task, tmp_path):
     model, server = scripted
-    ws, word = task
+    ws, words, prompt = task
     start = len(model.requests)
     env = {
         "ANTHROPIC_BASE_URL": server.root,
@@ -72,19 +85,20 @@ def test_claude_code_finishes_the_task(scripted, task, tmp_path):
         "CLAUDE_CONFIG_DIR": str(tmp_path / "claude-config"),
     }
     # A Claude model name: it reaches the one served model (no alias needed).
-    p = run([client_path("claude"), "-p", PROMPT, "--model", "claude-sonnet-4-5", "--output-format",
+    p = run([client_path("claude"), "-p", prompt, "--model", "claude-sonnet-4-5", "--output-format",
              "stream-json", "--verbose", "--allowedTools", "Read", "--max-turns", "3"], ws, env, "claude")
     events = json_lines(p.stdout)
-    uses = [b for e in events if e.get("type") == "assistant"
-            for b in e["message"].get("content", []) if b.get("type") == "tool_use"]
-    assert [u["name"] for u in uses] == ["Read"], p.stdout[-3000:] + p.stderr[-2000:]
-    assert Path(uses[0]["input"]["file_path"]) == ws / "secret.txt"
+    turns = [[b for b in e["message"].get("content", []) if b.get("type") == "tool_use"]
+             for e in events if e.get("type") == "assistant"]
+    uses = [u for t in turns for u in t]
+    assert [u["name"] for u in uses] == ["Read"] * len(words), p.stdout[-3000:] + p.stderr[-2000:]
+    # Claude Code asks for absolute paths: the working directory its prompt names, joined by the model.
+    assert {Path(u["input"]["file_path"]).parent for u in uses} == {ws}, uses
     final = [e for e in events if e.get("type") == "result"]
     assert final and final[-1].get("subtype") == "success", final[-1:]
-    assert word in final[-1]["result"], final[-1]
-    # The tool result the model saw came from Claude Code's own Read (numbered lines).
-    results = calls_after(model, start)
-    assert results and word in json.dumps(results[-1]), results
+    assert has_all(final[-1]["result"], words), final[-1]
+    # The results the model saw came from Claude Code's own Read (numbered lines), one per call.
+    assert has_all(json.dumps(results_after(model, start)), words)
     # Claude Code asks for 32,000 tokens on a ~30k-token prompt; the model's 32k window gets what is left.
     asked = [r.get("max_tokens") for r in model.requests[start:]]
     assert asked and all(n and n < 32768 - 16000 for n in asked), asked
@@ -92,7 +106,7 @@ def test_claude_code_finishes_the_task(scripted, task, tmp_path):
 
 def test_codex_finishes_the_task(scripted, task, tmp_path):
     model, server = scripted
-    ws, word = task
+    ws, words, prompt = task
     home = tmp_path / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(f"""
@@ -108,19 +122,20 @@ wire_api = "responses"
 env_key = "AGENTD_API_KEY"
 """)
     env = {"CODEX_HOME": str(home), "AGENTD_API_KEY": API_KEY}
-    p = run([client_path("codex"), "exec", "--skip-git-repo-check", "--json", PROMPT], ws, env, "codex")
+    p = run([client_path("codex"), "exec", "--skip-git-repo-check", "--json", prompt], ws, env, "codex")
     events = json_lines(p.stdout)
     items = [e["item"] for e in events if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)]
     commands = [i for i in items if i.get("type") == "command_execution"]
-    assert commands and word in (commands[0].get("aggregated_output") or ""), p.stdout[-4000:] + p.stderr[-2000:]
+    outputs = [c.get("aggregated_output") or "" for c in commands]
+    assert len(commands) == len(words) and has_all("".join(outputs), words), p.stdout[-4000:] + p.stderr[-2000:]
     answers = [i.get("text", "") for i in items if i.get("type") == "agent_message"]
-    assert answers and word in answers[-1], answers
+    assert answers and has_all(answers[-1], words), answers
     assert any(e.get("type") == "turn.completed" for e in events), p.stdout[-2000:]
 
 
 def test_pi_finishes_the_task(scripted, task, tmp_path):
     model, server = scripted
-    ws, word = task
+    ws, words, prompt = task
     agent_dir = tmp_path / "pi-agent"
     agent_dir.mkdir()
     (agent_dir / "models.json").write_text(json.dumps({"providers": {"agentd": {
@@ -128,16 +143,17 @@ def test_pi_finishes_the_task(scripted, task, tmp_path):
         "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
         "models": [{"id": MODEL, "contextWindow": 32768, "maxTokens": 4096}]}}}))
     p = run([client_path("pi"), "--no-session", "--provider", "agentd", "--model", MODEL, "--mode", "json",
-             "-p", PROMPT], ws, {"PI_CODING_AGENT_DIR": str(agent_dir)}, "pi")
+             "-p", prompt], ws, {"PI_CODING_AGENT_DIR": str(agent_dir)}, "pi")
     events = json_lines(p.stdout)
     ran = [e for e in events if e.get("type") == "tool_execution_end"]
-    assert ran and word in json.dumps(ran[0].get("result")), p.stdout[-4000:] + p.stderr[-2000:]
+    assert len(ran) == len(words), p.stdout[-4000:] + p.stderr[-2000:]
+    assert has_all(json.dumps([e.get("result") for e in ran]), words), ran
     ends = [e for e in events if e.get("type") == "agent_end"]
     assert ends, p.stdout[-3000:]
     last = [m for m in ends[-1].get("messages", []) if m.get("role") == "assistant"][-1]
     assert last.get("stopReason") == "stop", last
     text = "".join(c.get("text", "") for c in last.get("content", []) if c.get("type") == "text")
-    assert word in text, last
+    assert has_all(text, words), last
 
 
 def test_the_remote_models_window_is_served(scripted):
