@@ -9,6 +9,9 @@ What it plays, from what a request holds (nothing about any one client is writte
   of the request's file-reading tool (a tool named read / read_file / view with a path-like parameter; a
   relative path is made absolute with the working directory the system prompt names, when the parameter asks
   for an absolute one), else of its shell tool (`cat FILE` in the command parameter);
+- "In the file NAME change … from OLD to NEW": a read of the file, then an edit (the request's edit tool, old and
+  new text as its schema names them, at the top or in an array of edits; else `sed` in its shell tool), then a
+  short text saying so;
 - every file answered: a final answer quoting what the results say the secret words are (or, if they say
   none, the last result's first line);
 - anything else (a client's side requests, a title, a summary): a short text.
@@ -23,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL = "scripted-capable"
 READ_TOOLS = ("read", "read_file", "view", "readfile")
+EDIT_TOOLS = ("edit", "edit_file", "str_replace")
 SHELL_TOOLS = ("bash", "shell", "exec_command", "run_command", "terminal")
 
 
@@ -51,34 +55,65 @@ def working_directory(messages) -> str | None:
     return None
 
 
-def call_for(file: str, tools, messages):
+def path_arg(tool, file, messages):
+    """(key, value) of `tool`'s path parameter for `file`, or None."""
+    props = tool_params(tool).get("properties") or {}
+    key = next((k for k in props if "path" in k.lower() or k.lower() in ("file", "filename")), None)
+    if key is None:
+        return None
+    cwd = working_directory(messages)
+    if "absolute" in json.dumps(props[key]).lower() and not file.startswith("/") and cwd:
+        file = f"{cwd.rstrip('/')}/{file}"
+    return key, file
+
+
+def shell_call(tools, command):
+    by_name = {tool_name(t).lower(): t for t in tools}
+    for name in SHELL_TOOLS:
+        if name in by_name:
+            props = tool_params(by_name[name]).get("properties") or {}
+            key = next((k for k in ("command", "cmd") if k in props), None)
+            if key is not None:
+                value = ["bash", "-lc", command] if (props[key] or {}).get("type") == "array" else command
+                return tool_name(by_name[name]), {key: value}
+    return None
+
+
+def read_call(file, tools, messages):
     """(name, arguments) of the call that reads `file` with the request's own tools, or None."""
     by_name = {tool_name(t).lower(): t for t in tools}
     for name in READ_TOOLS:
-        if name in by_name:
-            tool = by_name[name]
-            props = tool_params(tool).get("properties") or {}
-            key = next((k for k in props if "path" in k.lower() or k.lower() in ("file", "filename")), None)
-            if key is None:
-                continue
-            path = file
-            described = json.dumps(props[key]).lower()
-            cwd = working_directory(messages)
-            if "absolute" in described and not path.startswith("/") and cwd:
-                path = f"{cwd.rstrip('/')}/{path}"
-            return tool_name(tool), {key: path}
-    for name in SHELL_TOOLS:
-        if name in by_name:
-            tool = by_name[name]
-            props = tool_params(tool).get("properties") or {}
-            key = next((k for k in ("command", "cmd") if k in props), None)
-            if key is None:
-                continue
-            value = f"cat {file}"
-            if (props[key] or {}).get("type") == "array":
-                value = ["bash", "-lc", value]
-            return tool_name(tool), {key: value}
-    return None
+        arg = name in by_name and path_arg(by_name[name], file, messages)
+        if arg:
+            return tool_name(by_name[name]), dict([arg])
+    return shell_call(tools, f"cat {file}")
+
+
+def old_new(props, old, new):
+    """`{old key: old, new key: new}` for a schema with old- and new-text properties, or None."""
+    o = next((k for k in props if "old" in k.lower()), None)
+    n = next((k for k in props if "new" in k.lower()), None)
+    return {o: old, n: new} if o and n else None
+
+
+def edit_call(file, old, new, tools, messages):
+    """(name, arguments) of the call that replaces `old` by `new` in `file`: the request's edit tool (old/new
+    text at the top or in an array of edits), else its shell tool (`sed`)."""
+    by_name = {tool_name(t).lower(): t for t in tools}
+    for name in EDIT_TOOLS:
+        arg = name in by_name and path_arg(by_name[name], file, messages)
+        if not arg:
+            continue
+        props = tool_params(by_name[name]).get("properties") or {}
+        top = old_new(props, old, new)
+        if top:
+            return tool_name(by_name[name]), {**dict([arg]), **top}
+        for key, schema in props.items():
+            inner = (schema or {}).get("type") == "array" and old_new(
+                ((schema.get("items") or {}).get("properties") or {}), old, new)
+            if inner:
+                return tool_name(by_name[name]), {**dict([arg]), key: [inner]}
+    return shell_call(tools, f"sed -i 's/{old}/{new}/' {file}")
 
 
 FILE = r"[\w./-]*\w\.[A-Za-z0-9]+"
@@ -100,11 +135,21 @@ def reply_for(body):
     results = [text_of(m.get("content")) for m in messages[last_user + 1:] if m.get("role") == "tool"]
     asked = text_of(messages[last_user].get("content")) if last_user >= 0 else ""
     files = files_asked(asked)
+    change = re.search(r"\bchange\b.*?\bfrom\s+`?([\w.-]*\w)`?\s+to\s+`?([\w.-]*\w)", asked)
+    if change and files and tools:
+        # Read the file, then edit it, then say so.
+        old, new = change.groups()
+        if len(results) < 2:
+            call = (read_call(files[0], tools, messages) if not results
+                    else edit_call(files[0], old, new, tools, messages))
+            if call:
+                return ("calls", [call])
+        return ("text", f"Changed {old} to {new} in {files[0]}.")
     left = files[len(results):]
     if left and tools and body.get("tool_choice") != "none":
         if body.get("parallel_tool_calls") is False:
             left = left[:1]
-        calls = [call_for(f, tools, messages) for f in left]
+        calls = [read_call(f, tools, messages) for f in left]
         if all(calls):
             return ("calls", calls)
     if results:

@@ -74,10 +74,7 @@ def has_all(text, words):
     return all(w in (text or "") for w in words)
 
 
-def test_claude_code_finishes_the_task(scripted, task, tmp_path):
-    model, server = scripted
-    ws, words, prompt = task
-    start = len(model.requests)
+def claude(server, ws, prompt, tmp_path, allowed):
     env = {
         "ANTHROPIC_BASE_URL": server.root,
         "ANTHROPIC_API_KEY": API_KEY,
@@ -86,34 +83,23 @@ def test_claude_code_finishes_the_task(scripted, task, tmp_path):
     }
     # A Claude model name: it reaches the one served model (no alias needed).
     p = run([client_path("claude"), "-p", prompt, "--model", "claude-sonnet-4-5", "--output-format",
-             "stream-json", "--verbose", "--allowedTools", "Read", "--max-turns", "3"], ws, env, "claude")
+             "stream-json", "--verbose", "--allowedTools", allowed, "--max-turns", "4"], ws, env, "claude")
     events = json_lines(p.stdout)
-    turns = [[b for b in e["message"].get("content", []) if b.get("type") == "tool_use"]
-             for e in events if e.get("type") == "assistant"]
-    uses = [u for t in turns for u in t]
-    assert [u["name"] for u in uses] == ["Read"] * len(words), p.stdout[-3000:] + p.stderr[-2000:]
-    # Claude Code asks for absolute paths: the working directory its prompt names, joined by the model.
-    assert {Path(u["input"]["file_path"]).parent for u in uses} == {ws}, uses
+    uses = [b for e in events if e.get("type") == "assistant"
+            for b in e["message"].get("content", []) if b.get("type") == "tool_use"]
     final = [e for e in events if e.get("type") == "result"]
-    assert final and final[-1].get("subtype") == "success", final[-1:]
-    assert has_all(final[-1]["result"], words), final[-1]
-    # The results the model saw came from Claude Code's own Read (numbered lines), one per call.
-    assert has_all(json.dumps(results_after(model, start)), words)
-    # Claude Code asks for 32,000 tokens on a ~30k-token prompt; the model's 32k window gets what is left.
-    asked = [r.get("max_tokens") for r in model.requests[start:]]
-    assert asked and all(n and n < 32768 - 16000 for n in asked), asked
+    assert final and final[-1].get("subtype") == "success", p.stdout[-3000:] + p.stderr[-2000:]
+    return uses, final[-1]["result"]
 
 
-def test_codex_finishes_the_task(scripted, task, tmp_path):
-    model, server = scripted
-    ws, words, prompt = task
+def codex(server, ws, prompt, tmp_path, sandbox):
     home = tmp_path / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(f"""
 model = "{MODEL}"
 model_provider = "agentd"
 approval_policy = "never"
-sandbox_mode = "read-only"
+sandbox_mode = "{sandbox}"
 
 [model_providers.agentd]
 name = "agentd"
@@ -124,18 +110,15 @@ env_key = "AGENTD_API_KEY"
     env = {"CODEX_HOME": str(home), "AGENTD_API_KEY": API_KEY}
     p = run([client_path("codex"), "exec", "--skip-git-repo-check", "--json", prompt], ws, env, "codex")
     events = json_lines(p.stdout)
+    assert any(e.get("type") == "turn.completed" for e in events), p.stdout[-4000:] + p.stderr[-2000:]
     items = [e["item"] for e in events if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)]
     commands = [i for i in items if i.get("type") == "command_execution"]
-    outputs = [c.get("aggregated_output") or "" for c in commands]
-    assert len(commands) == len(words) and has_all("".join(outputs), words), p.stdout[-4000:] + p.stderr[-2000:]
     answers = [i.get("text", "") for i in items if i.get("type") == "agent_message"]
-    assert answers and has_all(answers[-1], words), answers
-    assert any(e.get("type") == "turn.completed" for e in events), p.stdout[-2000:]
+    assert answers, items
+    return commands, answers[-1]
 
 
-def test_pi_finishes_the_task(scripted, task, tmp_path):
-    model, server = scripted
-    ws, words, prompt = task
+def pi(server, ws, prompt, tmp_path):
     agent_dir = tmp_path / "pi-agent"
     agent_dir.mkdir()
     (agent_dir / "models.json").write_text(json.dumps({"providers": {"agentd": {
@@ -146,14 +129,84 @@ def test_pi_finishes_the_task(scripted, task, tmp_path):
              "-p", prompt], ws, {"PI_CODING_AGENT_DIR": str(agent_dir)}, "pi")
     events = json_lines(p.stdout)
     ran = [e for e in events if e.get("type") == "tool_execution_end"]
-    assert len(ran) == len(words), p.stdout[-4000:] + p.stderr[-2000:]
-    assert has_all(json.dumps([e.get("result") for e in ran]), words), ran
     ends = [e for e in events if e.get("type") == "agent_end"]
-    assert ends, p.stdout[-3000:]
+    assert ends, p.stdout[-3000:] + p.stderr[-2000:]
     last = [m for m in ends[-1].get("messages", []) if m.get("role") == "assistant"][-1]
     assert last.get("stopReason") == "stop", last
     text = "".join(c.get("text", "") for c in last.get("content", []) if c.get("type") == "text")
-    assert has_all(text, words), last
+    return ran, text
+
+
+def test_claude_code_finishes_the_task(scripted, task, tmp_path):
+    model, server = scripted
+    ws, words, prompt = task
+    start = len(model.requests)
+    uses, answer = claude(server, ws, prompt, tmp_path, "Read")
+    assert [u["name"] for u in uses] == ["Read"] * len(words), uses
+    # Claude Code asks for absolute paths: the working directory its prompt names, joined by the model.
+    assert {Path(u["input"]["file_path"]).parent for u in uses} == {ws}, uses
+    assert has_all(answer, words), answer
+    # The results the model saw came from Claude Code's own Read (numbered lines), one per call.
+    assert has_all(json.dumps(results_after(model, start)), words)
+    # Claude Code asks for 32,000 tokens on a ~30k-token prompt; the model's 32k window gets what is left.
+    asked = [r.get("max_tokens") for r in model.requests[start:]]
+    assert asked and all(n and n < 32768 - 16000 for n in asked), asked
+
+
+def test_codex_finishes_the_task(scripted, task, tmp_path):
+    _, server = scripted
+    ws, words, prompt = task
+    commands, answer = codex(server, ws, prompt, tmp_path, "read-only")
+    outputs = "".join(c.get("aggregated_output") or "" for c in commands)
+    assert len(commands) == len(words) and has_all(outputs, words), commands
+    assert has_all(answer, words), answer
+
+
+def test_pi_finishes_the_task(scripted, task, tmp_path):
+    _, server = scripted
+    ws, words, prompt = task
+    ran, answer = pi(server, ws, prompt, tmp_path)
+    assert len(ran) == len(words) and has_all(json.dumps([e.get("result") for e in ran]), words), ran
+    assert has_all(answer, words), answer
+
+
+EDIT = "In the file config.json change the port from 8080 to 9090."
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "config.json").write_text('{\n  "name": "demo",\n  "port": 8080\n}\n')
+    return ws
+
+
+def edited(ws):
+    return json.loads((ws / "config.json").read_text())
+
+
+def test_claude_code_edits_a_file(scripted, config_file, tmp_path):
+    _, server = scripted
+    uses, answer = claude(server, config_file, EDIT, tmp_path, "Read,Edit")
+    assert [u["name"] for u in uses] == ["Read", "Edit"], uses
+    assert edited(config_file) == {"name": "demo", "port": 9090}
+    assert "9090" in answer, answer
+
+
+def test_codex_edits_a_file(scripted, config_file, tmp_path):
+    _, server = scripted
+    commands, answer = codex(server, config_file, EDIT, tmp_path, "workspace-write")
+    assert [c.get("exit_code") for c in commands] == [0, 0], commands
+    assert edited(config_file) == {"name": "demo", "port": 9090}
+    assert "9090" in answer, answer
+
+
+def test_pi_edits_a_file(scripted, config_file, tmp_path):
+    _, server = scripted
+    ran, answer = pi(server, config_file, EDIT, tmp_path)
+    assert [e.get("toolName") for e in ran] == ["read", "edit"], ran
+    assert edited(config_file) == {"name": "demo", "port": 9090}
+    assert "9090" in answer, answer
 
 
 def test_the_remote_models_window_is_served(scripted):
