@@ -87,6 +87,37 @@ def json_lines(text):
     return out
 
 
+def codex_home(tmp_path, base_url, model, sandbox="read-only", idle_ms=None):
+    """A CODEX_HOME whose config.toml points Codex CLI at agentd's Responses API (key in $AGENTD_API_KEY)."""
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    idle = f"stream_idle_timeout_ms = {idle_ms}\n" if idle_ms else ""
+    (home / "config.toml").write_text(f"""
+model = "{model}"
+model_provider = "agentd"
+approval_policy = "never"
+sandbox_mode = "{sandbox}"
+
+[model_providers.agentd]
+name = "agentd"
+base_url = "{base_url}"
+wire_api = "responses"
+env_key = "AGENTD_API_KEY"
+{idle}""")
+    return home
+
+
+def pi_agent_dir(tmp_path, base_url, model, max_tokens):
+    """A PI_CODING_AGENT_DIR whose models.json points Pi at agentd's Chat Completions API."""
+    agent_dir = tmp_path / "pi-agent"
+    agent_dir.mkdir()
+    (agent_dir / "models.json").write_text(json.dumps({"providers": {"agentd": {
+        "baseUrl": base_url, "api": "openai-completions", "apiKey": API_KEY,
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": model, "contextWindow": 32768, "maxTokens": max_tokens}]}}}))
+    return agent_dir
+
+
 PROMPT = "Read the file secret.txt and tell me the secret word."
 
 
@@ -125,21 +156,7 @@ def test_codex_runs_a_command_and_answers_with_it(qwen, workspace, tmp_path):
     if os.environ.get("AGENTD_CODEX_TEST") != "1":
         pytest.skip("opt-in (AGENTD_CODEX_TEST=1): the 0.5B model's shell calls are refused by Codex's router")
     codex = client_path("codex")
-    home = tmp_path / "codex-home"
-    home.mkdir()
-    (home / "config.toml").write_text(f"""
-model = "{MODEL}"
-model_provider = "agentd"
-approval_policy = "never"
-sandbox_mode = "read-only"
-
-[model_providers.agentd]
-name = "agentd"
-base_url = "{qwen.base_url}"
-wire_api = "responses"
-env_key = "AGENTD_API_KEY"
-stream_idle_timeout_ms = {TIMEOUT * 1000}
-""")
+    home = codex_home(tmp_path, qwen.base_url, MODEL, idle_ms=TIMEOUT * 1000)
     env = {"CODEX_HOME": str(home), "AGENTD_API_KEY": API_KEY}
     p = run([codex, "exec", "--skip-git-repo-check", "--json", PROMPT], workspace, env, "codex")
     events = json_lines(p.stdout)
@@ -152,13 +169,8 @@ stream_idle_timeout_ms = {TIMEOUT * 1000}
 
 def test_pi_reads_a_file_and_answers_with_it(qwen, workspace, tmp_path):
     pi = client_path("pi")
-    agent_dir = tmp_path / "pi-agent"
-    agent_dir.mkdir()
-    (agent_dir / "models.json").write_text(json.dumps({"providers": {"agentd": {
-        "baseUrl": qwen.base_url, "api": "openai-completions", "apiKey": API_KEY,
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        # A bound on each reply: at temperature 0 the model can repeat calls until Pi's default of 32k tokens.
-        "models": [{"id": MODEL, "contextWindow": 32768, "maxTokens": 1024}]}}}))
+    # A bound on each reply: at temperature 0 the model can repeat calls until Pi's default of 32k tokens.
+    agent_dir = pi_agent_dir(tmp_path, qwen.base_url, MODEL, max_tokens=1024)
     env = {"PI_CODING_AGENT_DIR": str(agent_dir)}
     p = run([pi, "--no-session", "--provider", "agentd", "--model", MODEL, "--mode", "json", "-p", PROMPT],
             workspace, env, "pi")

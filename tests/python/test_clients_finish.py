@@ -20,7 +20,7 @@ import pytest
 
 from conftest import API_KEY, Server
 from scripted_model import MODEL, ScriptedModel
-from test_clients import client_path, json_lines, run
+from test_clients import client_path, codex_home, json_lines, pi_agent_dir, run
 
 
 
@@ -93,20 +93,7 @@ def claude(server, ws, prompt, tmp_path, allowed):
 
 
 def codex(server, ws, prompt, tmp_path, sandbox):
-    home = tmp_path / "codex-home"
-    home.mkdir()
-    (home / "config.toml").write_text(f"""
-model = "{MODEL}"
-model_provider = "agentd"
-approval_policy = "never"
-sandbox_mode = "{sandbox}"
-
-[model_providers.agentd]
-name = "agentd"
-base_url = "{server.base_url}"
-wire_api = "responses"
-env_key = "AGENTD_API_KEY"
-""")
+    home = codex_home(tmp_path, server.base_url, MODEL, sandbox)
     env = {"CODEX_HOME": str(home), "AGENTD_API_KEY": API_KEY}
     p = run([client_path("codex"), "exec", "--skip-git-repo-check", "--json", prompt], ws, env, "codex")
     events = json_lines(p.stdout)
@@ -119,12 +106,7 @@ env_key = "AGENTD_API_KEY"
 
 
 def pi(server, ws, prompt, tmp_path):
-    agent_dir = tmp_path / "pi-agent"
-    agent_dir.mkdir()
-    (agent_dir / "models.json").write_text(json.dumps({"providers": {"agentd": {
-        "baseUrl": server.base_url, "api": "openai-completions", "apiKey": API_KEY,
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": MODEL, "contextWindow": 32768, "maxTokens": 4096}]}}}))
+    agent_dir = pi_agent_dir(tmp_path, server.base_url, MODEL, max_tokens=4096)
     p = run([client_path("pi"), "--no-session", "--provider", "agentd", "--model", MODEL, "--mode", "json",
              "-p", prompt], ws, {"PI_CODING_AGENT_DIR": str(agent_dir)}, "pi")
     events = json_lines(p.stdout)
