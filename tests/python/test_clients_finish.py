@@ -60,7 +60,8 @@ def task(request, tmp_path):
     ws.mkdir()
     words = []
     for name in ["secret.txt", "other.txt"][: request.param]:
-        words.append(f"word-{secrets.token_hex(4)}")
+        # Non-ASCII on purpose: the word crosses every API (and its SSE chunks) as UTF-8 both ways.
+        words.append(f"wörd-{secrets.token_hex(4)}-日本")
         (ws / name).write_text(f"The secret word is: {words[-1]}\n")
     return ws, words, PROMPTS[request.param]
 
@@ -129,7 +130,7 @@ def test_claude_code_finishes_the_task(scripted, task, tmp_path):
     assert {Path(u["input"]["file_path"]).parent for u in uses} == {ws}, uses
     assert has_all(answer, words), answer
     # The results the model saw came from Claude Code's own Read (numbered lines), one per call.
-    assert has_all(json.dumps(results_after(model, start)), words)
+    assert has_all(json.dumps(results_after(model, start), ensure_ascii=False), words)
     # Claude Code asks for 32,000 tokens on a ~30k-token prompt; the model's 32k window gets what is left.
     asked = [r.get("max_tokens") for r in model.requests[start:]]
     assert asked and all(n and n < 32768 - 16000 for n in asked), asked
@@ -148,7 +149,8 @@ def test_pi_finishes_the_task(scripted, task, tmp_path):
     _, server = scripted
     ws, words, prompt = task
     ran, answer = pi(server, ws, prompt, tmp_path)
-    assert len(ran) == len(words) and has_all(json.dumps([e.get("result") for e in ran]), words), ran
+    results = json.dumps([e.get("result") for e in ran], ensure_ascii=False)
+    assert len(ran) == len(words) and has_all(results, words), ran
     assert has_all(answer, words), answer
 
 
