@@ -2,7 +2,7 @@
 temperature 0, offline, each in a temp workspace of its own:
 
 - Claude Code (`claude -p`, Anthropic Messages API),
-- Codex CLI (`codex exec`, Responses API),
+- Codex CLI (`codex exec`, Responses API; also `--output-schema`, the reply held to a JSON Schema),
 - Pi's coding agent (`pi -p --mode json`, Chat Completions),
 - aider (`aider --message`, Chat Completions, no git, no browser).
 
@@ -150,6 +150,26 @@ def test_claude_code_reads_a_file_and_answers_with_it(qwen, workspace, tmp_path)
     assert final and final[-1].get("api_error_status") is None, final[-1:]
     print("Claude Code's final answer:", repr(final[-1].get("result")), "has the word:",
           SECRET in (final[-1].get("result") or ""))
+
+
+def test_codex_answers_in_its_output_schema(qwen, workspace, tmp_path):
+    """`codex exec --output-schema`: Codex sends the schema as the Responses API's `text.format`, the local
+    engine's grammar holds the reply to it, and Codex's final message is that JSON."""
+    home = codex_home(tmp_path, qwen.base_url, MODEL, idle_ms=TIMEOUT * 1000)
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({
+        "type": "object", "additionalProperties": False, "required": ["capital", "country"],
+        "properties": {"capital": {"type": "string"}, "country": {"type": "string"}}}))
+    p = run([client_path("codex"), "exec", "--skip-git-repo-check", "--json", "--output-schema", str(schema),
+             "What is the capital of France? Answer without running any command."], workspace,
+            {"CODEX_HOME": str(home), "AGENTD_API_KEY": API_KEY}, "codex-schema")
+    events = json_lines(p.stdout)
+    items = [e["item"] for e in events if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)]
+    answers = [i.get("text", "") for i in items if i.get("type") == "agent_message"]
+    assert answers, p.stdout[-3000:] + p.stderr[-2000:]
+    answer = json.loads(answers[-1])
+    assert set(answer) == {"capital", "country"}, answer
+    assert "Paris" in answer["capital"], answer
 
 
 def test_codex_runs_a_command_and_answers_with_it(qwen, workspace, tmp_path):
