@@ -1,14 +1,16 @@
 """`agentd serve`'s Anthropic Messages API through the official `anthropic` SDK (what Claude Code speaks):
 `messages.create` with exact usage, `messages.stream` (text and tool-use deltas), a forced tool call and its
-`tool_result` round trip, `count_tokens`, a client's model name mapped to the served model, `x-api-key` auth, and
+`tool_result` round trip, structured outputs (`messages.parse`, `output_config.format`), `count_tokens`, a client's model name mapped to the served model, `x-api-key` auth, and
 errors in Anthropic's shape.
 
 Run: `pytest tests/python` (see conftest.py for how the server is found or started).
 """
 
+import json
 import os
 
 import anthropic
+import pydantic
 import pytest
 
 from conftest import API_KEY, Http
@@ -116,3 +118,35 @@ def test_huge_max_tokens_and_a_prompt_over_the_window(claude):
                                messages=[{"role": "user", "content": "word " * 300_000}])
     assert e.value.body["error"]["type"] == "invalid_request_error"
     assert e.value.body["error"]["message"].startswith("prompt is too long")
+
+
+def test_structured_output_parses_into_its_model(claude):
+    # `messages.parse(output_format=Model)` sends `output_config.format` (a JSON Schema): the grammar holds the
+    # reply to it and the SDK parses the text block into the model.
+    class City(pydantic.BaseModel):
+        name: str
+        population: int
+
+    m = claude.messages.parse(model=CLAUDE, max_tokens=64, extra_body={"temperature": 0},
+                              output_format=City,
+                              messages=[{"role": "user", "content": "Describe Paris."}])
+    assert isinstance(m.parsed_output, City), m.content
+    assert m.parsed_output.name.strip()
+    # Streamed, with a plain schema: every text delta together is one document of it.
+    schema = {"type": "object", "additionalProperties": False, "required": ["colours"],
+              "properties": {"colours": {"type": "array", "items": {"enum": ["red", "green", "blue"]},
+                                         "minItems": 1, "maxItems": 3}}}
+    with claude.messages.stream(model=CLAUDE, max_tokens=64, extra_body={"temperature": 0},
+                                output_config={"format": {"type": "json_schema", "schema": schema}},
+                                messages=[{"role": "user", "content": "Name some colours."}]) as s:
+        text = "".join(s.text_stream)
+    colours = json.loads(text)["colours"]
+    assert 1 <= len(colours) <= 3 and set(colours) <= {"red", "green", "blue"}, text
+    # A format this server cannot hold the reply to is a 400 naming the field.
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model=CLAUDE, max_tokens=5, messages=[{"role": "user", "content": "x"}],
+                               output_config={"format": {"type": "xml"}})
+    assert "output_config.format must be" in e.value.body["error"]["message"], e.value.body
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.create(model=CLAUDE, max_tokens=5, messages=[{"role": "user", "content": "x"}],
+                               output_config={"effort": "enormous"})

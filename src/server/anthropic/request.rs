@@ -3,7 +3,8 @@
 //! `messages` with `text` / `tool_use` / `tool_result` / `thinking` blocks (a thinking block is the model's own
 //! and is not sent back; `cache_control` is accepted and ignored), `tools` with `input_schema` (server tools such
 //! as `web_search_…` are not served and are left out with a warning), `tool_choice` (`auto` / `any` / `tool` /
-//! `none`, `disable_parallel_tool_use`), `stop_sequences`, `temperature` / `top_p` / `top_k`, `thinking`.
+//! `none`, `disable_parallel_tool_use`), `stop_sequences`, `temperature` / `top_p` / `top_k`, `thinking`,
+//! `output_config.format` (structured outputs, held by the grammar like Chat Completions' `response_format`).
 
 use std::collections::HashMap;
 
@@ -11,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::provider::{
-    AssistantMessage, CompletionRequest, ContentBlock, Message, Thinking, ToolCall, ToolChoice,
-    ToolResultMessage, ToolSpec, UserMessage,
+    AssistantMessage, CompletionRequest, ContentBlock, Message, ResponseFormat, Thinking, ToolCall,
+    ToolChoice, ToolResultMessage, ToolSpec, UserMessage,
 };
 use crate::server::error::ApiError;
 use crate::server::limits::RequestLimits;
@@ -35,6 +36,10 @@ pub struct MessagesRequest {
     pub tool_choice: Option<Value>,
     pub thinking: Option<Value>,
     pub metadata: Option<Value>,
+    /// `format` (structured outputs: `{"type": "json_schema", "schema": …}`) and `effort`.
+    pub output_config: Option<Value>,
+    /// The structured-outputs beta's name for `output_config.format`.
+    pub output_format: Option<Value>,
 }
 
 /// One message: a role and a string or content blocks.
@@ -171,6 +176,7 @@ pub fn messages_request(
         top_k: req.top_k,
         ..Default::default()
     })?;
+    let response_format = output_format(req.output_config.as_ref(), req.output_format.as_ref())?;
     let prefilled = matches!(messages.last(), Some(Message::Assistant(_)));
     let request = CompletionRequest {
         model,
@@ -179,6 +185,7 @@ pub fn messages_request(
         tools,
         tool_choice,
         parallel_tool_calls: parallel,
+        response_format,
         sampling,
         max_tokens,
         stop,
@@ -195,6 +202,63 @@ pub fn messages_request(
     };
     check_constraint(&request)?;
     Ok((request, req.stream.unwrap_or(false)))
+}
+
+/// Structured outputs: `output_config.format` (or the beta's top-level `output_format`) as the response format
+/// the grammar holds the reply to — one JSON document of the schema, sent back as the text block. Also checks
+/// `output_config.effort`, which has no counterpart here (the template's own thinking default stands, as with
+/// `thinking: adaptive`).
+fn output_format(config: Option<&Value>, beta: Option<&Value>) -> Result<ResponseFormat, ApiError> {
+    let config = config.filter(|c| !c.is_null());
+    if let Some(c) = config {
+        if !c.is_object() {
+            return Err(ApiError::invalid_param(
+                "output_config",
+                "output_config must be an object",
+            ));
+        }
+        match c.get("effort") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(e))
+                if ["low", "medium", "high", "xhigh", "max"].contains(&e.as_str()) => {}
+            Some(other) => {
+                return Err(ApiError::invalid_param(
+                    "output_config.effort",
+                    format!(
+                        "output_config.effort must be `low`, `medium`, `high`, `xhigh` or `max`, got {other}"
+                    ),
+                ))
+            }
+        }
+    }
+    let (format, param) = match (config.and_then(|c| c.get("format")), beta) {
+        (Some(f), _) if !f.is_null() => (f, "output_config.format"),
+        (_, Some(f)) if !f.is_null() => (f, "output_format"),
+        _ => return Ok(ResponseFormat::Text),
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("json_schema") => {}
+        _ => {
+            return Err(ApiError::invalid_param(
+                &format!("{param}.type"),
+                format!(
+                    "{param} must be {{\"type\": \"json_schema\", \"schema\": …}}, got {format}"
+                ),
+            ))
+        }
+    }
+    let schema = format
+        .get("schema")
+        .filter(|s| s.is_object())
+        .ok_or_else(|| {
+            ApiError::invalid_param(
+                &format!("{param}.schema"),
+                format!("{param}.schema must be a JSON Schema object"),
+            )
+        })?;
+    ResponseFormat::from_openai(&json!({"type": "json_schema", "json_schema": {
+        "name": "output", "schema": schema, "strict": true}}))
+    .map_err(|e| ApiError::invalid_param(&format!("{param}.schema"), e.to_string()))
 }
 
 /// The text of a string or of `text` blocks (other blocks refused).
@@ -428,5 +492,57 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tool_choice.name"));
+    }
+
+    #[test]
+    fn output_config_format_is_the_response_format() {
+        let schema =
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+        let body = |extra: Value| {
+            let mut b = json!({"model": "claude-x", "max_tokens": 10,
+                               "messages": [{"role": "user", "content": "x"}]});
+            b.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            b
+        };
+        for extra in [
+            json!({"output_config": {"format": {"type": "json_schema", "schema": schema}, "effort": "high"}}),
+            json!({"output_format": {"type": "json_schema", "schema": schema}}),
+        ] {
+            let r = convert(body(extra.clone())).unwrap();
+            assert!(
+                matches!(&r.response_format, ResponseFormat::JsonSchema { schema: s, .. } if *s == schema),
+                "{extra}: {:?}",
+                r.response_format
+            );
+        }
+        let r = convert(body(json!({"output_config": {"effort": "low"}}))).unwrap();
+        assert_eq!(r.response_format, ResponseFormat::Text);
+        for (extra, needle) in [
+            (
+                json!({"output_config": {"format": {"type": "xml"}}}),
+                "output_config.format must be",
+            ),
+            (
+                json!({"output_config": {"format": {"type": "json_schema"}}}),
+                "output_config.format.schema",
+            ),
+            (
+                json!({"output_format": {"type": "json_schema", "schema": 3}}),
+                "output_format.schema",
+            ),
+            (
+                json!({"output_config": {"effort": "enormous"}}),
+                "output_config.effort",
+            ),
+            (
+                json!({"output_config": "high"}),
+                "output_config must be an object",
+            ),
+        ] {
+            let e = convert(body(extra.clone())).unwrap_err();
+            assert!(e.to_string().contains(needle), "{extra}: {e}");
+        }
     }
 }
