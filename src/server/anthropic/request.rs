@@ -240,7 +240,7 @@ fn output_format(config: Option<&Value>, beta: Option<&Value>) -> Result<Respons
         Some("json_schema") => {}
         _ => {
             return Err(ApiError::invalid_param(
-                &format!("{param}.type"),
+                format!("{param}.type"),
                 format!(
                     "{param} must be {{\"type\": \"json_schema\", \"schema\": …}}, got {format}"
                 ),
@@ -252,13 +252,13 @@ fn output_format(config: Option<&Value>, beta: Option<&Value>) -> Result<Respons
         .filter(|s| s.is_object())
         .ok_or_else(|| {
             ApiError::invalid_param(
-                &format!("{param}.schema"),
+                format!("{param}.schema"),
                 format!("{param}.schema must be a JSON Schema object"),
             )
         })?;
     ResponseFormat::from_openai(&json!({"type": "json_schema", "json_schema": {
         "name": "output", "schema": schema, "strict": true}}))
-    .map_err(|e| ApiError::invalid_param(&format!("{param}.schema"), e.to_string()))
+    .map_err(|e| ApiError::invalid_param(format!("{param}.schema"), e.to_string()))
 }
 
 /// The text of a string or of `text` blocks (other blocks refused).
