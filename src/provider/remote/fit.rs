@@ -24,8 +24,9 @@ pub(super) async fn max_tokens(shared: &Arc<Shared>, request: &mut CompletionReq
     let Some(asked) = request.max_tokens else {
         return;
     };
-    let model = model_or_default(request, &shared.models());
-    let Some(info) = shared.models().into_iter().find(|m| m.id == model) else {
+    let models = shared.models();
+    let model = model_or_default(request, &models);
+    let Some(info) = models.into_iter().find(|m| m.id == model) else {
         return;
     };
     let mut cap = u64::from(asked);
