@@ -144,11 +144,9 @@ pub fn attend(
             let end = (at + CHUNK).min(len_max);
             // The chunk's keys transposed (keys_t[c * CHUNK + j] = k_{at+j}[c], so one query's scores are a row
             // of FMAs) and its values in position order, as f32 whatever the store keeps.
-            // A full chunk writes every column; a partial one leaves stale columns whose scores go unused, but
-            // zeros keep them finite.
-            if end - at < CHUNK {
-                keys_t.fill(0.0);
-            }
+            // A full chunk writes every column; a partial one leaves stale columns (earlier chunks' keys, or the
+            // scratch's zeros: always initialised) whose scores are computed and never read — no zeroing (it
+            // was a 16 KB fill per item and layer at every decode step).
             for_pieces(at, end, |p, b0, n| {
                 let (block, slots) = (blocks[b0 / BLOCK_TOKENS], p - b0..n);
                 let col = p - at;

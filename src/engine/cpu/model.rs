@@ -93,6 +93,8 @@ struct Scratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     scores: Vec<f32>,
+    /// The output head's logits of every row that wants them (copied out per sequence).
+    logits: Vec<f32>,
     /// Per batch row: (sequence index, absolute position).
     rows: Vec<(usize, usize)>,
     /// The batch row of each sequence's last token.
@@ -508,13 +510,14 @@ impl CpuModel {
             let r = last[i];
             vector::rms_norm(isa, row, &x[r * h..(r + 1) * h], norm, eps);
         });
-        let mut logits = vec![0f32; last.len() * self.vocab_size];
-        matmul_many(&self.pool, &s.acts, &mut [(&self.output, &mut logits)]);
+        // Into the reused scratch (a fresh zeroed vector per step cost a memset and page faults of a megabyte
+        // and a half at 8 sequences), then one copy per sequence.
+        let n = last.len() * self.vocab_size;
+        grow(&mut s.logits, n);
+        let logits = &mut s.logits[..n];
+        matmul_many(&self.pool, &s.acts, &mut [(&self.output, logits)]);
         if let Some(cap) = cfg.final_logit_softcap {
             logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
-        }
-        if batch.len() == 1 {
-            return Ok(vec![logits]);
         }
         let mut at = 0;
         Ok(batch
