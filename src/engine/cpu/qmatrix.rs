@@ -402,3 +402,62 @@ pub fn matmul_many(pool: &ThreadPool, acts: &Acts, jobs: &mut [(&QMatrix, &mut [
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::QTensor;
+    use candle_core::Tensor;
+
+    /// A matrix whose rows are not a whole number of tiles writes its padded last group's real rows only: every
+    /// output equals the same row's output in a matrix of whole groups (rows are independent), bit for bit,
+    /// and no token's row spills into the next token's (checked at 1, 3, 8 and 11 tokens, the tile calls of 8,
+    /// 4 and the rest).
+    #[test]
+    fn a_partial_last_row_group_writes_its_real_rows_only() {
+        let (rows, cols) = (13, 64);
+        let pool = ThreadPool::new(2);
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0] {
+            let w = Tensor::randn(0f32, 0.05, (16, cols), &Device::Cpu).unwrap();
+            let raw = QTensor::quantize(&w, dtype)
+                .unwrap()
+                .data()
+                .unwrap()
+                .into_owned();
+            let row_bytes = raw.len() / 16;
+            let whole =
+                QMatrix::from_raw(raw.clone().into(), dtype, 16, cols, Isa::detect()).unwrap();
+            let part = QMatrix::from_raw(
+                raw[..rows * row_bytes].to_vec().into(),
+                dtype,
+                rows,
+                cols,
+                Isa::detect(),
+            )
+            .unwrap();
+            for n in [1, 3, 8, 11] {
+                let x: Vec<f32> = (0..n * cols)
+                    .map(|i| ((i * 7919) % 211) as f32 * 0.01 - 1.0)
+                    .collect();
+                let mut acts = Acts::default();
+                acts.reset(n, cols, &[part.act_kind()]);
+                acts.fill(&pool, &|r, row| {
+                    row.copy_from_slice(&x[r * cols..(r + 1) * cols])
+                });
+                let mut want = vec![f32::NAN; n * 16];
+                let mut got = vec![f32::NAN; n * rows];
+                matmul_many(&pool, &acts, &mut [(&whole, &mut want)]);
+                matmul_many(&pool, &acts, &mut [(&part, &mut got)]);
+                for t in 0..n {
+                    for r in 0..rows {
+                        assert_eq!(
+                            got[t * rows + r].to_bits(),
+                            want[t * 16 + r].to_bits(),
+                            "{dtype:?}, {n} tokens: token {t} row {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
