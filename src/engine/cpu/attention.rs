@@ -152,11 +152,13 @@ pub fn attend(
                 let col = p - at;
                 let (v_out, n) = (&mut values[col * d..], slots.len());
                 match (
-                    kv.f16_rows(block, layer, kvh, 0, slots.clone()),
-                    kv.f16_rows(block, layer, kvh, 1, slots.clone()),
+                    kv.f16_keys_t(block, layer, kvh),
+                    kv.f16_values(block, layer, kvh, slots.clone()),
                 ) {
-                    (Some(k16), Some(v16)) => {
-                        transpose_f16(isa, k16, d, &mut keys_t[col..]);
+                    (Some(kt), Some(v16)) if slots.start == 0 => {
+                        // The store keeps f16 keys transposed: a block is whole columns of the chunk's keys
+                        // (unwritten slots of a partial block fill columns whose scores are never read).
+                        keys_block_f16(isa, kt, d, &mut keys_t[col..]);
                         convert_f16(isa, v16, &mut v_out[..n * d]);
                     }
                     _ => {
@@ -298,28 +300,24 @@ fn chunk_accumulate_generic(out: &mut [f32], w: &[f32], values: &[f32]) {
     }
 }
 
-/// `out[c * CHUNK + j] = src[j * d + c]` as f32, for the `src.len() / d` rows of `src` (keys as the store keeps
-/// them, f16): the chunk's keys transposed. AVX2 converts and transposes 8 × 8 values in registers.
-fn transpose_f16(isa: Isa, src: &[f16], d: usize, out: &mut [f32]) {
-    let n = src.len() / d;
+/// `out[c * CHUNK + j] = kt[c * BLOCK_TOKENS + j]` as f32 for every `c < d` and `j < BLOCK_TOKENS`: one block's
+/// keys as the store keeps them (f16, transposed) into the chunk's transposed keys, a conversion of whole rows
+/// (no shuffles: the store's layout is already the chunk's).
+fn keys_block_f16(isa: Isa, kt: &[f16], d: usize, out: &mut [f32]) {
     assert!(
-        n <= CHUNK && out.len() >= (d - 1) * CHUNK + n,
+        kt.len() >= d * BLOCK_TOKENS && out.len() >= (d - 1) * CHUNK + BLOCK_TOKENS,
         "transposed keys out of bounds"
     );
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `has_avx2` checked AVX2 and F16C; the bounds were asserted above.
-    let done = match isa.has_avx2() {
-        true => unsafe { x86::transpose_f16(src, d, out) },
-        false => 0,
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let done = {
-        let _ = isa;
-        0
-    };
-    for (j, row) in src.chunks_exact(d).enumerate().skip(done) {
-        for (c, x) in row.iter().enumerate() {
-            out[c * CHUNK + j] = x.to_f32();
+    if isa.has_avx2() {
+        // SAFETY: `has_avx2` checked AVX2 and F16C; the bounds were asserted above.
+        unsafe { x86::keys_block_f16(kt, d, out) };
+        return;
+    }
+    let _ = isa;
+    for (c, col) in kt.chunks_exact(BLOCK_TOKENS).take(d).enumerate() {
+        for (o, x) in out[c * CHUNK..c * CHUNK + BLOCK_TOKENS].iter_mut().zip(col) {
+            *o = x.to_f32();
         }
     }
 }
@@ -343,57 +341,24 @@ fn convert_f16(isa: Isa, src: &[f16], out: &mut [f32]) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::CHUNK;
+    use super::{BLOCK_TOKENS, CHUNK};
     use half::f16;
 
-    /// [`super::transpose_f16`] for whole groups of 8 rows when `d` is a multiple of 8; returns the rows done
-    /// (the caller converts the rest).
+    /// [`super::keys_block_f16`]: two conversions of 8 per column.
     ///
     /// # Safety
-    /// AVX2 and F16C must be present; `out` must hold `(d - 1) * CHUNK + src.len() / d` values.
+    /// AVX2 and F16C must be present; `kt` must hold `d * BLOCK_TOKENS` values and `out`
+    /// `(d - 1) * CHUNK + BLOCK_TOKENS`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn transpose_f16(src: &[f16], d: usize, out: &mut [f32]) -> usize {
-        if !d.is_multiple_of(8) {
-            return 0;
-        }
-        let groups = src.len() / d / 8;
-        let (s, o) = (src.as_ptr(), out.as_mut_ptr());
-        for g in 0..groups {
-            let j = g * 8;
-            for c in (0..d).step_by(8) {
-                let row = |i: usize| {
-                    _mm256_cvtph_ps(_mm_loadu_si128(s.add((j + i) * d + c) as *const __m128i))
-                };
-                let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
-                let (r4, r5, r6, r7) = (row(4), row(5), row(6), row(7));
-                let (t0, t1) = (_mm256_unpacklo_ps(r0, r1), _mm256_unpackhi_ps(r0, r1));
-                let (t2, t3) = (_mm256_unpacklo_ps(r2, r3), _mm256_unpackhi_ps(r2, r3));
-                let (t4, t5) = (_mm256_unpacklo_ps(r4, r5), _mm256_unpackhi_ps(r4, r5));
-                let (t6, t7) = (_mm256_unpacklo_ps(r6, r7), _mm256_unpackhi_ps(r6, r7));
-                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-                let cols = [
-                    _mm256_permute2f128_ps::<0x20>(u0, u4),
-                    _mm256_permute2f128_ps::<0x20>(u1, u5),
-                    _mm256_permute2f128_ps::<0x20>(u2, u6),
-                    _mm256_permute2f128_ps::<0x20>(u3, u7),
-                    _mm256_permute2f128_ps::<0x31>(u0, u4),
-                    _mm256_permute2f128_ps::<0x31>(u1, u5),
-                    _mm256_permute2f128_ps::<0x31>(u2, u6),
-                    _mm256_permute2f128_ps::<0x31>(u3, u7),
-                ];
-                for (i, v) in cols.into_iter().enumerate() {
-                    _mm256_storeu_ps(o.add((c + i) * CHUNK + j), v);
-                }
+    pub unsafe fn keys_block_f16(kt: &[f16], d: usize, out: &mut [f32]) {
+        let (s, o) = (kt.as_ptr(), out.as_mut_ptr());
+        for c in 0..d {
+            for half in [0, 8] {
+                let at = c * BLOCK_TOKENS + half;
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(s.add(at) as *const __m128i));
+                _mm256_storeu_ps(o.add(c * CHUNK + half), x);
             }
         }
-        groups * 8
     }
 
     /// [`super::convert_f16`].
@@ -434,30 +399,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn f16_keys_are_transposed_and_values_converted_exactly_on_every_isa() {
+    fn f16_keys_and_values_are_converted_exactly_on_every_isa() {
         for isa in Isa::available() {
             for (n, d) in [(16, 64), (13, 64), (8, 80), (5, 64), (16, 12), (1, 8)] {
                 let src: Vec<f16> = (0..n * d)
                     .map(|i| f16::from_f32(((i * 7919) % 1013) as f32 * 0.031 - 15.0))
                     .collect();
+                // A block's keys as the store keeps them ([c * BLOCK_TOKENS + slot]) land in columns 3.. of
+                // every row of the chunk's transposed keys.
+                let kt: Vec<f16> = (0..d * BLOCK_TOKENS)
+                    .map(|i| f16::from_f32(((i * 6007) % 997) as f32 * 0.029 - 14.0))
+                    .collect();
                 let mut got = vec![f32::NAN; d * CHUNK];
-                transpose_f16(isa, &src, d, &mut got[3..]);
-                for j in 0..n {
-                    for c in 0..d {
-                        let want = src[j * d + c].to_f32();
-                        assert_eq!(
-                            got[3 + c * CHUNK + j],
-                            want,
-                            "{isa:?} n={n} d={d} j={j} c={c}"
-                        );
+                keys_block_f16(isa, &kt, d, &mut got[3..]);
+                for c in 0..d {
+                    for j in 0..BLOCK_TOKENS {
+                        let want = kt[c * BLOCK_TOKENS + j].to_f32();
+                        let at = 3 + c * CHUNK + j;
+                        assert_eq!(got[at], want, "{isa:?} d={d} j={j} c={c}");
                     }
+                    // Nothing outside the block's columns is written.
+                    let row = &got[c * CHUNK..(c + 1) * CHUNK];
+                    let mut outside = row[..3].iter().chain(&row[3 + BLOCK_TOKENS..]);
+                    assert!(outside.all(|x| x.is_nan()), "{isa:?} d={d} c={c}");
                 }
-                // Nothing outside the rows' columns is written.
-                assert!(got[..3].iter().all(|x| x.is_nan()));
-                assert!(
-                    got[3 + n..3 + CHUNK].iter().all(|x| x.is_nan()),
-                    "{isa:?} n={n} d={d}"
-                );
                 let mut vals = vec![f32::NAN; n * d + 1];
                 convert_f16(isa, &src, &mut vals);
                 assert!(vals[..n * d]

@@ -1,7 +1,9 @@
 //! The CPU engine's paged KV store, in host memory: fixed-size blocks of [`BLOCK_TOKENS`] positions, each holding the keys and
 //! values of every layer in `[layer][k|v][kv_head][slot][dim]` order, so attention for one head reads one
 //! contiguous run of positions per block. Values are kept as the store's [`KvDtype`] (f32, f16, or q8_0 blocks)
-//! and come back as f32 rows ([`KvBlocks::read`]). A sequence is a block table (block ids in position order) into one
+//! and come back as f32 rows ([`KvBlocks::read`]). f16 keys are kept transposed within a head's run
+//! (`[dim][slot]`: [`KvBlocks::f16_keys_t`]), the layout attention scores them in, so that it only converts
+//! them instead of transposing every chunk of every sequence at every step. A sequence is a block table (block ids in position order) into one
 //! shared [`KvBlocks`]; which block belongs to whom, and which full blocks hold a shared prefix, is the block
 //! manager's business (`engine::blocks`). A block's memory is allocated on its first write and kept after.
 
@@ -157,6 +159,8 @@ impl KvBlocks {
             self.at(layer, 1, 0, slot),
             BLOCK_TOKENS * row,
         );
+        // f16 keys go to column `slot` of head h's transposed run, which starts at `k_run + h * head`.
+        let k_run = self.at(layer, 0, 0, 0);
         let spots = (0..n_kv).flat_map(|h| {
             [
                 (k_at + h * head, &k[h * d..(h + 1) * d]),
@@ -172,8 +176,14 @@ impl KvBlocks {
             }
             Data::F16(b) => {
                 let buf = allocated(&mut b[block as usize], units, f16::ZERO);
-                for (at, src) in spots {
-                    buf[at..at + d].convert_from_f32_slice(src);
+                for h in 0..n_kv {
+                    // Keys: column `slot` of the head's transposed run; values: the slot's row.
+                    let run = &mut buf[k_run + h * head..][..head];
+                    for (c, &x) in k[h * d..(h + 1) * d].iter().enumerate() {
+                        run[c * BLOCK_TOKENS + slot] = f16::from_f32(x);
+                    }
+                    let at = v_at + h * head;
+                    buf[at..at + d].convert_from_f32_slice(&v[h * d..(h + 1) * d]);
                 }
             }
             Data::Q8(b) => {
@@ -204,6 +214,19 @@ impl KvBlocks {
                 Some(src) => out.copy_from_slice(src),
                 None => out.fill(0.0),
             },
+            Data::F16(b) if which == 0 => {
+                let run = self.span(layer, 0, h, &(0..BLOCK_TOKENS));
+                match b[block as usize].get(run) {
+                    Some(kt) => {
+                        for (row, slot) in out.chunks_exact_mut(self.dim).zip(slots) {
+                            for (c, o) in row.iter_mut().enumerate() {
+                                *o = kt[c * BLOCK_TOKENS + slot].to_f32();
+                            }
+                        }
+                    }
+                    None => out.fill(0.0),
+                }
+            }
             Data::F16(b) => match b[block as usize].get(span) {
                 Some(src) => src.convert_to_f32_slice(out),
                 None => out.fill(0.0),
@@ -215,20 +238,28 @@ impl KvBlocks {
         }
     }
 
-    /// The stored f16 rows of `slots` (as [`read`](Self::read) would return them, before conversion), when the
-    /// store keeps f16 and the block was written: attention converts them itself, fused with the layout it needs.
-    pub fn f16_rows(
+    /// The stored f16 value rows of `slots` (as [`read`](Self::read) would return them, before conversion), when
+    /// the store keeps f16 and the block was written: attention converts them itself.
+    pub fn f16_values(
         &self,
         block: u32,
         layer: usize,
         h: usize,
-        which: usize,
         slots: std::ops::Range<usize>,
     ) -> Option<&[f16]> {
         let Data::F16(b) = &self.data else {
             return None;
         };
-        b[block as usize].get(self.span(layer, which, h, &slots))
+        b[block as usize].get(self.span(layer, 1, h, &slots))
+    }
+
+    /// Head `h`'s keys of `layer` in `block`, transposed as the store keeps them (`[c * BLOCK_TOKENS + slot]`,
+    /// every slot, written or not), when the store keeps f16 and the block was written.
+    pub fn f16_keys_t(&self, block: u32, layer: usize, h: usize) -> Option<&[f16]> {
+        let Data::F16(b) = &self.data else {
+            return None;
+        };
+        b[block as usize].get(self.span(layer, 0, h, &(0..BLOCK_TOKENS)))
     }
 }
 
@@ -314,6 +345,28 @@ mod tests {
             // Block 1 was never written: it holds no memory and reads as zeros.
             assert_eq!(kv.memory_bytes(), 2 * kv.block_bytes());
             assert_eq!(run(&kv, 1, 0, 0, 1).0, vec![0.0; 4]);
+            // f16 keys as attention takes them: the head's run transposed, [c * BLOCK_TOKENS + slot]; values as
+            // rows.
+            if dtype == KvDtype::F16 {
+                let kt = kv.f16_keys_t(2, 1, 1).unwrap();
+                assert_eq!(kt.len(), 4 * BLOCK_TOKENS);
+                for slot in 0..4 {
+                    for c in 0..4 {
+                        let want = (1600 + 100 * slot + 4 + c) as f32;
+                        assert_eq!(
+                            kt[c * BLOCK_TOKENS + slot].to_f32(),
+                            want,
+                            "slot {slot} c {c}"
+                        );
+                    }
+                }
+                let v = kv.f16_values(2, 1, 0, 1..2).unwrap();
+                assert_eq!(
+                    v.iter().map(|x| x.to_f32()).collect::<Vec<_>>(),
+                    [-1700.0, -1701.0, -1702.0, -1703.0]
+                );
+                assert!(kv.f16_keys_t(1, 0, 0).is_none());
+            }
         }
     }
 
