@@ -101,6 +101,9 @@ struct Scratch {
     last: Vec<usize>,
 }
 
+/// The largest logits scratch kept between steps (8 sequences of a 262k vocabulary fit).
+const MAX_KEPT_LOGITS_BYTES: usize = 16 << 20;
+
 /// A decoder loaded for the CPU engine.
 pub struct CpuModel {
     pub config: DecoderConfig,
@@ -520,14 +523,19 @@ impl CpuModel {
             logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
         }
         let mut at = 0;
-        Ok(batch
+        let out = batch
             .iter()
             .map(|b| {
                 let n = b.logits.min(b.tokens.len()) * self.vocab_size;
                 at += n;
                 logits[at - n..at].to_vec()
             })
-            .collect())
+            .collect();
+        // A batch of many logit rows (a prefill of many prompts, speculative verification) is not kept.
+        if s.logits.len() * std::mem::size_of::<f32>() > MAX_KEPT_LOGITS_BYTES {
+            s.logits = Vec::new();
+        }
+        Ok(out)
     }
 
     /// The mixture of experts of every row into `s.tmp`: rows RMS-normed, routed (see [`Moe::route`]), then per
