@@ -222,7 +222,13 @@ macro_rules! tile {
                                 *w = _mm256_xor_si256(*w, _mm256_set1_epi8(0x80u8 as i8));
                             }
                         }
-                        a.map(|a| isum_vnni::<B>(&w, a))
+                        // A loop, not `a.map(..)`: a closure does not get this function's target features,
+                        // so `isum_vnni` could not be inlined into it (a call per token and tile).
+                        let mut s = [_mm256_setzero_si256(); N];
+                        for (s, a) in s.iter_mut().zip(a) {
+                            *s = isum_vnni::<B>(&w, a);
+                        }
+                        s
                     } else {
                         isums_avx2::<B, N>(p, a)
                     };
