@@ -320,27 +320,34 @@ fn best_k(logits: &[f32], score: impl Fn(f32) -> Option<f32>, k: usize) -> Vec<(
     let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
     // The logit of the worst kept candidate once `k` are kept (NaN never passes `l > bar`).
     let mut bar = f32::NEG_INFINITY;
-    for (i, &l) in logits.iter().enumerate() {
-        if l.partial_cmp(&bar) != Some(std::cmp::Ordering::Greater) {
+    for (c, chunk) in logits.chunks(LANES).enumerate() {
+        // Most of the vocabulary is below the bar once `k` are kept: one vectorized test per 16 logits.
+        if !chunk.iter().fold(false, |above, &l| above | (l > bar)) {
             continue;
         }
-        let Some(s) = score(l) else {
-            continue;
-        };
-        let c = (i as u32, s);
-        if heap.len() < k {
-            heap.push(Ranked(c));
-        } else if heap
-            .peek()
-            .is_some_and(|w: &Ranked| by_rank(c, w.0).is_lt())
-        {
-            heap.pop();
-            heap.push(Ranked(c));
-        } else {
-            continue;
-        }
-        if heap.len() == k {
-            bar = heap.peek().map_or(bar, |w| logits[w.0 .0 as usize]);
+        for (j, &l) in chunk.iter().enumerate() {
+            let i = c * LANES + j;
+            if l.partial_cmp(&bar) != Some(std::cmp::Ordering::Greater) {
+                continue;
+            }
+            let Some(s) = score(l) else {
+                continue;
+            };
+            let cand = (i as u32, s);
+            if heap.len() < k {
+                heap.push(Ranked(cand));
+            } else if heap
+                .peek()
+                .is_some_and(|w: &Ranked| by_rank(cand, w.0).is_lt())
+            {
+                heap.pop();
+                heap.push(Ranked(cand));
+            } else {
+                continue;
+            }
+            if heap.len() == k {
+                bar = heap.peek().map_or(bar, |w| logits[w.0 .0 as usize]);
+            }
         }
     }
     heap.into_iter().map(|r| r.0).collect()
@@ -355,19 +362,39 @@ enum Distribution {
     Weighted { cand: Vec<u32>, probs: Vec<f32> },
 }
 
-/// Index of the largest finite logit.
+/// Index of the largest logit that is neither NaN nor −∞ (+∞ counts; the first of equal ones, −0 equal to 0).
+/// Two passes a compiler vectorizes — the largest value in 16 lanes (NaN fails every `>`), then the first
+/// index holding it, 16 at a time — instead of one scalar compare-and-branch per token of the vocabulary
+/// (1.4% of an 8-stream step at 49k–152k tokens).
 pub fn argmax(logits: &[f32]) -> Option<u32> {
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &l) in logits.iter().enumerate() {
-        if l.is_nan() || l == f32::NEG_INFINITY {
-            continue;
-        }
-        if best.is_none_or(|(_, b)| l > b) {
-            best = Some((i, l));
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = logits.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (m, &l) in lanes.iter_mut().zip(chunk) {
+            if l > *m {
+                *m = l;
+            }
         }
     }
-    best.map(|(i, _)| i as u32)
+    let mut top = f32::NEG_INFINITY;
+    for &l in lanes.iter().chain(chunks.remainder()) {
+        if l > top {
+            top = l;
+        }
+    }
+    if top == f32::NEG_INFINITY {
+        return None;
+    }
+    let (c, chunk) = logits
+        .chunks(LANES)
+        .enumerate()
+        .find(|(_, chunk)| chunk.iter().fold(false, |hit, &l| hit | (l == top)))?;
+    let i = chunk.iter().position(|&l| l == top)?;
+    Some((c * LANES + i) as u32)
 }
+
+/// Lanes of the vectorized scans over the vocabulary.
+const LANES: usize = 16;
 
 /// `log_softmax(logits)[id]` and the `n` most likely tokens with their log-probabilities. NaN logits count as
 /// −∞; when some logits are +∞ they share all the probability. Never NaN.

@@ -29,6 +29,50 @@ fn best_k_keeps_what_a_full_sort_keeps_with_ties() {
 }
 
 #[test]
+fn argmax_is_the_first_largest_finite_or_infinite_logit_at_any_length() {
+    let reference = |logits: &[f32]| {
+        let mut best: Option<(usize, f32)> = None;
+        for (i, &l) in logits.iter().enumerate() {
+            if !l.is_nan() && l != f32::NEG_INFINITY && best.is_none_or(|(_, b)| l > b) {
+                best = Some((i, l));
+            }
+        }
+        best.map(|(i, _)| i as u32)
+    };
+    let mut rng = StdRng::seed_from_u64(5);
+    let specials = [
+        f32::NAN,
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        0.0,
+        -0.0,
+        7.0,
+        -7.0,
+    ];
+    for len in [0usize, 1, 2, 15, 16, 17, 31, 33, 100, 1000] {
+        for _ in 0..200 {
+            let logits: Vec<f32> = (0..len)
+                .map(|_| match rng.gen_range(0..4) {
+                    0 => specials[rng.gen_range(0..specials.len())],
+                    _ => rng.gen_range(-8..8) as f32,
+                })
+                .collect();
+            assert_eq!(argmax(&logits), reference(&logits), "{logits:?}");
+        }
+    }
+    // Equal maxima: the first, with -0 equal to 0, across a 16-lane boundary.
+    let mut l = vec![f32::NEG_INFINITY; 40];
+    l[20] = -0.0;
+    l[3] = 0.0;
+    assert_eq!(argmax(&l), Some(3));
+    l[3] = f32::NAN;
+    assert_eq!(argmax(&l), Some(20));
+    l[39] = f32::INFINITY;
+    assert_eq!(argmax(&l), Some(39));
+    assert_eq!(argmax(&[f32::NAN, f32::NEG_INFINITY]), None);
+}
+
+#[test]
 fn greedy_takes_argmax_and_skips_masked() {
     let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
     assert_eq!(s.pick(&[0.1, 3.0, 2.0]), Some(1));
