@@ -371,6 +371,34 @@ mod tests {
     }
 
     #[test]
+    fn f16_keys_of_a_wide_head_are_each_value_rounded_once_into_its_column() {
+        // 150 values per head (Gemma 3's heads are 256 wide), each key converted once into its column.
+        let (n_kv, dim) = (2, 150);
+        let mut kv = KvBlocks::new(2, 1, n_kv, dim, KvDtype::F16).unwrap();
+        let key = |slot: usize, i: usize| (slot * 1000 + i) as f32 * 0.013 - 7.7;
+        for slot in [0, 5, BLOCK_TOKENS - 1] {
+            let k: Vec<f32> = (0..n_kv * dim).map(|i| key(slot, i)).collect();
+            let v = vec![0f32; n_kv * dim];
+            kv.write(1, slot, 0, &k, &v);
+        }
+        for h in 0..n_kv {
+            let kt = kv.f16_keys_t(1, 0, h).unwrap();
+            for slot in [0, 5, BLOCK_TOKENS - 1] {
+                for c in 0..dim {
+                    let want = f16::from_f32(key(slot, h * dim + c));
+                    assert_eq!(
+                        kt[c * BLOCK_TOKENS + slot].to_bits(),
+                        want.to_bits(),
+                        "h {h} slot {slot} c {c}"
+                    );
+                }
+            }
+            // Columns never written stay zero.
+            assert_eq!(kt[3].to_bits(), 0);
+        }
+    }
+
+    #[test]
     fn f16_halves_a_block_and_q8_0_keeps_17_of_64_bytes() {
         let f32b = KvBlocks::bytes_per_block(24, 2, 64, KvDtype::F32).unwrap();
         assert_eq!(
