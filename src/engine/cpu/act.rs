@@ -66,6 +66,41 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     quantize_q8_generic(x, out)
 }
 
+/// `p` rounded half away from zero to i32, as `trunc(p + copysign(0.49999997, p))` (exact for |p| ≤ 127.5,
+/// where `p + 0.49999997` cannot round up past the next integer).
+///
+/// # Safety
+/// The processor has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn round_half_away(p: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let half = _mm256_or_ps(
+        _mm256_and_ps(p, _mm256_set1_ps(-0.0)),
+        _mm256_set1_ps(0.499_999_97),
+    );
+    _mm256_cvttps_epi32(_mm256_add_ps(p, half))
+}
+
+/// Four vectors of i32 (32 values in order) saturated to i8 into `out`.
+///
+/// # Safety
+/// The processor has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn store_i8(q: [std::arch::x86_64::__m256i; 4], out: &mut [i8; 32]) {
+    use std::arch::x86_64::*;
+    // Packing works per 128-bit lane: (q0 q1 | q0 q1) → i16, then → i8, then the lanes' dwords put in order.
+    let w01 = _mm256_packs_epi32(q[0], q[1]);
+    let w23 = _mm256_packs_epi32(q[2], q[3]);
+    let bytes = _mm256_packs_epi16(w01, w23);
+    let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    // SAFETY: `out` is 32 bytes; the store is unaligned.
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, bytes) };
+}
+
 /// [`quantize_q8_generic`] in AVX2 and F16C, bit for bit: the maximum in registers, rounding half away from zero
 /// as `trunc(p + copysign(0.49999997, p))` (exact for |p| ≤ 127.5), the f16 roundings of `d` and `s` by
 /// `vcvtps2ph` (round to nearest even, as `half`'s). The compiled generic loop spent ~9 cycles a value, most of
@@ -76,7 +111,6 @@ unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [BlockQ8]) {
     use std::arch::x86_64::*;
     debug_assert_eq!(x.len(), out.len() * QK8);
     let sign = _mm256_set1_ps(-0.0);
-    let below_half = _mm256_set1_ps(0.499_999_97);
     let f16_round = |v: f32| _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<0>(_mm_set_ss(v))));
     for (x, b) in x.chunks_exact(QK8).zip(out.iter_mut()) {
         let p = x.as_ptr();
@@ -88,11 +122,7 @@ unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [BlockQ8]) {
         let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
         let d = amax / 127.0;
         let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-        let q = v.map(|v| {
-            let p = _mm256_mul_ps(v, id);
-            let half = _mm256_or_ps(_mm256_and_ps(p, sign), below_half);
-            _mm256_cvttps_epi32(_mm256_add_ps(p, half))
-        });
+        let q = v.map(|v| round_half_away(_mm256_mul_ps(v, id)));
         let total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
         let t = _mm_add_epi32(
             _mm256_castsi256_si128(total),
@@ -100,12 +130,7 @@ unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [BlockQ8]) {
         );
         let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
         let sum = _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t)));
-        // Packing works per 128-bit lane: (q0 q1 | q0 q1) → i16, then → i8, then the lanes' dwords put in order.
-        let w01 = _mm256_packs_epi32(q[0], q[1]);
-        let w23 = _mm256_packs_epi32(q[2], q[3]);
-        let bytes = _mm256_packs_epi16(w01, w23);
-        let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256(b.qs.as_mut_ptr() as *mut __m256i, bytes);
+        store_i8(q, &mut b.qs);
         let d16 = f16_round(d);
         b.d = d16;
         b.s = f16_round(f16_round(sum as f32) * d16);
@@ -125,7 +150,6 @@ unsafe fn quantize_q8k_avx2(x: &[f32], out: &mut [BlockQ8K]) {
     use std::arch::x86_64::*;
     debug_assert_eq!(x.len(), out.len() * QK_K);
     let sign = _mm256_set1_ps(-0.0);
-    let below_half = _mm256_set1_ps(0.499_999_97);
     let (lo, hi) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
     for (x, b) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
         let p = x.as_ptr();
@@ -156,25 +180,16 @@ unsafe fn quantize_q8k_avx2(x: &[f32], out: &mut [BlockQ8K]) {
         }
         let iscale = -127.0 / max;
         let scale = _mm256_set1_ps(iscale);
-        for (j, q) in b.qs.chunks_exact_mut(32).enumerate() {
+        for (j, q) in b.qs.as_chunks_mut::<32>().0.iter_mut().enumerate() {
             // A loop, not a closure: the closure was not inlined (a call per 8 values).
             let mut ints = [_mm256_setzero_si256(); 4];
             for (k, int) in ints.iter_mut().enumerate() {
                 let v = unsafe { _mm256_loadu_ps(p.add(32 * j + 8 * k)) };
                 let prod = _mm256_mul_ps(scale, v);
                 let prod = _mm256_and_ps(prod, _mm256_cmp_ps::<_CMP_ORD_Q>(prod, prod));
-                let prod = _mm256_min_ps(_mm256_max_ps(prod, lo), hi);
-                let half = _mm256_or_ps(_mm256_and_ps(prod, sign), below_half);
-                *int = _mm256_cvttps_epi32(_mm256_add_ps(prod, half));
+                *int = round_half_away(_mm256_min_ps(_mm256_max_ps(prod, lo), hi));
             }
-            // Packing works per 128-bit lane: (q0 q1 | q0 q1) → i16, then → i8, then the lanes' dwords in order.
-            let w01 = _mm256_packs_epi32(ints[0], ints[1]);
-            let w23 = _mm256_packs_epi32(ints[2], ints[3]);
-            let bytes = _mm256_packs_epi16(w01, w23);
-            let bytes =
-                _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            // SAFETY: `q` is 32 bytes.
-            unsafe { _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, bytes) };
+            store_i8(ints, q);
         }
         for (j, s) in b.bsums.iter_mut().enumerate() {
             *s = b.qs[16 * j..16 * j + 16].iter().map(|&q| q as i16).sum();
