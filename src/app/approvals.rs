@@ -27,8 +27,8 @@ use tokio::sync::oneshot;
 use super::AppError;
 use crate::agent::{BeforeToolCall, BeforeToolCallHook};
 use crate::provider::ToolCall;
-use crate::tools::policy::{resolve_path, ParsePolicyError, Policy};
-use crate::tools::tool::{PolicyTag, ToolContext};
+use crate::tools::policy::{FileScope, ParsePolicyError, Policy};
+use crate::tools::tool::PolicyTag;
 
 /// What a tag may do.
 #[derive(
@@ -475,18 +475,17 @@ fn cut(mut text: String) -> String {
     text
 }
 
-fn tool_context(context: &HookContext) -> ToolContext {
-    let ctx = ToolContext::new(&context.cwd);
-    match &context.workspace {
-        Some(w) => ctx.with_workspace(w),
-        None => ctx,
-    }
+/// The largest file a preview diffs against (a larger one is previewed as if new).
+const PREVIEW_SOURCE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The call's files as the tools would reach them: a path they refuse shows nothing of the file.
+fn scope(context: &HookContext) -> FileScope {
+    FileScope::new(context.cwd.clone(), context.workspace.clone())
 }
 
 fn edit_preview(args: &Value, context: &HookContext) -> Option<String> {
     let parsed: crate::tools::edit::EditArgs = serde_json::from_value(args.clone()).ok()?;
-    let path = resolve_path(&tool_context(context), &parsed.path).ok()?;
-    let original = std::fs::read_to_string(&path).ok()?;
+    let original = scope(context).read_text(&parsed.path, PREVIEW_SOURCE_BYTES)?;
     match crate::tools::edit::apply_edits(&original, &parsed.edits, &parsed.path) {
         Ok(edited) => Some(edited.diff),
         Err(why) => Some(format!("{}\n(the edit would fail: {why})", parsed.path)),
@@ -494,10 +493,7 @@ fn edit_preview(args: &Value, context: &HookContext) -> Option<String> {
 }
 
 fn write_preview(path: &str, content: &str, context: &HookContext) -> String {
-    let old = resolve_path(&tool_context(context), path)
-        .ok()
-        .and_then(|p| std::fs::read_to_string(p).ok());
-    match old {
+    match scope(context).read_text(path, PREVIEW_SOURCE_BYTES) {
         Some(old) => similar::TextDiff::from_lines(old.as_str(), content)
             .unified_diff()
             .context_radius(3)

@@ -5,7 +5,8 @@
 //! block is that file's; otherwise it stays text.
 
 use std::collections::HashSet;
-use std::path::Path;
+
+use crate::tools::policy::FileScope;
 
 /// Files compared.
 const MAX_FILES: usize = 200;
@@ -18,8 +19,9 @@ const MIN_LINES: usize = 2;
 /// Characters the shared lines must have together (`}` and `return x` are in many files).
 const MIN_SHARED_CHARS: usize = 20;
 
-/// The workspace file (among `files`, relative to `root`) that `body` rewrites, if one clearly does.
-pub fn owner(root: &Path, files: &[String], body: &str) -> Option<String> {
+/// The workspace file (among `files`, relative to `scope`'s working directory and read through it) that `body`
+/// rewrites, if one clearly does.
+pub fn owner(scope: &FileScope, files: &[String], body: &str) -> Option<String> {
     let lines: Vec<&str> = body
         .lines()
         .map(str::trim)
@@ -32,12 +34,7 @@ pub fn owner(root: &Path, files: &[String], body: &str) -> Option<String> {
         .iter()
         .take(MAX_FILES)
         .filter_map(|rel| {
-            let path = root.join(rel);
-            let small =
-                std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() <= MAX_FILE_BYTES);
-            let text = small
-                .then(|| std::fs::read_to_string(&path).ok())
-                .flatten()?;
+            let text = scope.read_text(rel, MAX_FILE_BYTES)?;
             let have: HashSet<&str> = text.lines().map(str::trim).collect();
             let shared: Vec<&&str> = lines.iter().filter(|l| have.contains(*l)).collect();
             let chars: usize = shared.iter().map(|l| l.len()).sum();
@@ -64,23 +61,37 @@ mod tests {
         .unwrap();
         std::fs::write(dir.path().join("other.py"), "total = 0\nprint(total)\n").unwrap();
         let files = vec!["shop.py".to_string(), "other.py".to_string()];
+        let scope = FileScope::within(dir.path());
         let block = "PRICES = {}\n\n\ndef total_price(items):\n    total = 0\n    return total\n";
-        assert_eq!(owner(dir.path(), &files, block), Some("shop.py".into()));
+        assert_eq!(owner(&scope, &files, block), Some("shop.py".into()));
         // A renamed definition and its unchanged body line.
         assert_eq!(
             owner(
-                dir.path(),
+                &scope,
                 &files,
                 "def total(items):\n    def calc_total(items):\n"
             ),
             Some("shop.py".into())
         );
         // Too little in common, only short lines in common, a one-line block: no owner.
-        assert_eq!(
-            owner(dir.path(), &files, "import os\nprint(1)\nx = 2\n"),
-            None
-        );
-        assert_eq!(owner(dir.path(), &files, "total = 0\nnothing\n"), None);
-        assert_eq!(owner(dir.path(), &files, "def calc_total(items):\n"), None);
+        assert_eq!(owner(&scope, &files, "import os\nprint(1)\nx = 2\n"), None);
+        assert_eq!(owner(&scope, &files, "total = 0\nnothing\n"), None);
+        assert_eq!(owner(&scope, &files, "def calc_total(items):\n"), None);
+    }
+
+    #[test]
+    fn a_file_outside_the_workspace_is_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let text = "def secret_function(items):\n    return the_secret_value\n";
+        std::fs::write(dir.path().join("outside.py"), text).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("outside.py"), ws.join("link.py")).unwrap();
+        let scope = FileScope::within(&ws);
+        let files = vec!["link.py".to_string(), "../outside.py".to_string()];
+        assert_eq!(owner(&scope, &files, text), None);
+        // Unconfined, the same names are files like any other.
+        let free = FileScope::unconfined(&ws);
+        assert_eq!(owner(&free, &files[..1], text), Some("link.py".into()));
     }
 }

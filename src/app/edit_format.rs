@@ -316,9 +316,9 @@ pub(crate) fn path_word(word: &str, files: &[String]) -> Option<String> {
 
 /// The [`TextCalls`] of a blocks session: file blocks become `write_block` calls, `bash` blocks `bash` calls
 /// (when `bash` is offered), a block with no path a `write_block` call for the file it clearly rewrites, if any.
-/// `root` is the workspace; `files` lists its files when the reply is read.
+/// `scope` is the workspace's (files are read through it); `files` lists its files when the reply is read.
 pub fn text_calls(
-    root: Option<std::path::PathBuf>,
+    scope: Option<crate::tools::policy::FileScope>,
     files: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
     bash: bool,
 ) -> TextCalls {
@@ -343,7 +343,7 @@ pub fn text_calls(
                         json!({ "command": command }),
                     )),
                     Block::Unnamed(content) => {
-                        let path = super::block_owner::owner(root.as_deref()?, &listed, &content)?;
+                        let path = super::block_owner::owner(scope.as_ref()?, &listed, &content)?;
                         Some(write(path, content))
                     }
                 }
@@ -365,12 +365,12 @@ pub fn install(
         .map(|n| n.to_string())
         .chain([WRITE_BLOCK.to_string(), "recall".to_string()])
         .collect();
-    let root = state.as_ref().map(|s| s.root().to_path_buf());
+    let scope = state.as_ref().map(|s| s.scope().clone());
     let files: Arc<dyn Fn() -> Vec<String> + Send + Sync> = match state {
         Some(state) => Arc::new(move || state.listing().files),
         None => Arc::new(Vec::new),
     };
-    config.text_calls = Some(text_calls(root, files, bash));
+    config.text_calls = Some(text_calls(scope, files, bash));
     config.choose_tools = None;
     config.convert_to_llm = convert_to_llm();
 }

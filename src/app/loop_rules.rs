@@ -20,18 +20,20 @@
 //! model was told the first time.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::agent::hooks::{AfterToolCall, AfterToolCallHook, BeforeToolCall, BeforeToolCallHook};
 use crate::provider::ToolCall;
 use crate::tools::edit::file_excerpt;
+use crate::tools::policy::FileScope;
 use crate::tools::write_block::{apply_block, WRITE_BLOCK};
 
 /// Consecutive writes of one file, each shorter than the one before, that stop the run.
 pub const SHRINKING_WRITES: usize = 3;
 /// Repeats answered in a row (without a call that ran in between) that stop the run.
 pub const REPEATS_ANSWERED: usize = 3;
+/// The largest file whose text a rule shows or compares.
+const FILE_TEXT_MAX_BYTES: u64 = 64 * 1024;
 
 /// How a call's outcome ends the run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,16 +79,18 @@ pub struct LoopRules {
     state: Arc<Mutex<State>>,
     /// Tool name → whether it may change the workspace (any tag but read-only).
     mutating: Arc<HashMap<String, bool>>,
-    cwd: PathBuf,
+    /// Where the session's files may be read from: the tools' own confinement.
+    scope: FileScope,
 }
 
 impl LoopRules {
-    /// Rules for a session in `cwd` whose tools are `(name, mutating)`.
-    pub fn new(tools: impl IntoIterator<Item = (String, bool)>, cwd: PathBuf) -> Self {
+    /// Rules for a session whose tools are `(name, mutating)` and whose files are `scope`'s (the files the rules
+    /// show or compare are read through it, so a path the tools refuse is refused here too).
+    pub fn new(tools: impl IntoIterator<Item = (String, bool)>, scope: FileScope) -> Self {
         Self {
             state: Arc::default(),
             mutating: Arc::new(tools.into_iter().collect()),
-            cwd,
+            scope,
         }
     }
 
@@ -296,15 +300,10 @@ impl LoopRules {
         Some(apply_block(Some(&current), content).new_text)
     }
 
-    /// The current text of the file `call` names, when it is a small text file.
+    /// The current text of the file `call` names, when it is a small text file inside the session's scope.
     fn file_text(&self, call: &ToolCall) -> Option<String> {
         let path = call.arguments.get("path")?.as_str()?;
-        let full = self.cwd.join(path);
-        let meta = std::fs::metadata(&full).ok()?;
-        if !meta.is_file() || meta.len() > 64 * 1024 {
-            return None;
-        }
-        std::fs::read_to_string(full).ok()
+        self.scope.read_text(path, FILE_TEXT_MAX_BYTES)
     }
 
     /// The `before_tool_call` hook: these rules, then `next` (approvals) for a call they let through.

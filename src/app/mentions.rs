@@ -10,11 +10,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::AppError;
-use crate::tools::file_access::{open_regular, read_at_most};
 use crate::tools::ls::{list, DEFAULT_LS_LIMIT};
-use crate::tools::policy::resolve_path;
+use crate::tools::policy::FileScope;
 use crate::tools::read::binary_reason;
-use crate::tools::tool::{ToolContext, ToolError};
+use crate::tools::tool::ToolError;
 use crate::tools::truncate::{truncate_head, Limits};
 
 /// Larger files are refused outright (only their head would be shown anyway; `read` pages through them).
@@ -26,8 +25,10 @@ pub fn expand_mentions(
     cwd: &Path,
     workspace: Option<&Path>,
 ) -> Result<String, AppError> {
-    let mut ctx = ToolContext::new(cwd);
-    ctx.workspace = workspace.map(Path::to_path_buf);
+    let scope = FileScope::new(cwd, workspace.map(Path::to_path_buf));
+    // Whether a word names anything at all is asked anywhere (a mention outside the workspace is refused with
+    // the reason, not ignored); only what the scope resolves is read.
+    let anywhere = FileScope::unconfined(cwd);
     let mut blocks = String::new();
     let mut seen = Vec::new();
     for word in text.split_whitespace() {
@@ -39,19 +40,19 @@ pub fn expand_mentions(
             raw.trim_end_matches([',', '.', ';', ':', '!', '?', ')', ']', '}', '"', '\'']);
         let Some(name) = [raw, trimmed]
             .into_iter()
-            .find(|p| !p.is_empty() && exists(&ctx, p))
+            .find(|p| !p.is_empty() && anywhere.exists(p))
         else {
             continue;
         };
-        let path = resolve_path(&ctx, name).map_err(|e| mention_error(name, e))?;
+        let path = scope.resolve(name).map_err(|e| mention_error(name, e))?;
         if seen.contains(&path) {
             continue;
         }
         seen.push(path.clone());
-        let body = if path.is_dir() {
+        let body = if scope.is_dir(&path) {
             listing(&path)
         } else {
-            file_text(&path, name)?
+            file_text(&scope, name)?
         };
         let _ = write!(blocks, "\n\n<file name=\"{name}\">\n{body}\n</file>");
     }
@@ -59,19 +60,6 @@ pub fn expand_mentions(
         return Ok(text.to_string());
     }
     Ok(format!("{}{blocks}", text.trim_end()))
-}
-
-fn exists(ctx: &ToolContext, name: &str) -> bool {
-    let p = Path::new(name);
-    let p = if p.is_absolute() || name.starts_with('~') {
-        match resolve_path(&ToolContext::new(&ctx.cwd), name) {
-            Ok(p) => p,
-            Err(_) => return false,
-        }
-    } else {
-        ctx.cwd.join(p)
-    };
-    p.exists()
 }
 
 fn mention_error(name: &str, e: ToolError) -> AppError {
@@ -132,10 +120,7 @@ pub fn named_files(
         if out.iter().any(|(r, _)| r == rel) {
             continue;
         }
-        let path = state.root().join(rel);
-        let small =
-            std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() <= NAMED_FILE_MAX_BYTES);
-        let Some(text) = small.then(|| std::fs::read(&path).ok()).flatten() else {
+        let Ok(text) = state.scope().read_bytes(rel, NAMED_FILE_MAX_BYTES) else {
             continue;
         };
         if binary_reason(&text).is_some() {
@@ -144,7 +129,7 @@ pub fn named_files(
         let Ok(text) = String::from_utf8(text) else {
             continue;
         };
-        state.saw(&path);
+        state.saw(Path::new(rel));
         out.push((rel.clone(), text));
     }
     out
@@ -169,15 +154,15 @@ pub fn complete_path(cwd: &Path, partial: &str) -> (String, Vec<String>) {
     } else {
         cwd.join(dir_part)
     };
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return (String::new(), Vec::new());
-    };
-    let mut matches: Vec<(String, bool)> = entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
+    // The local user's own completion: nothing of it reaches the model until the prompt's mentions are read.
+    let anywhere = FileScope::unconfined(cwd);
+    let mut matches: Vec<(String, bool)> = anywhere
+        .read_dir(&dir)
+        .into_iter()
+        .filter_map(|path| {
+            let name = path.file_name()?.to_string_lossy().into_owned();
             let visible = !name.starts_with('.') || prefix.starts_with('.');
-            (visible && name.starts_with(prefix)).then(|| (name, e.path().is_dir()))
+            (visible && name.starts_with(prefix)).then(|| (name, anywhere.is_dir(&path)))
         })
         .collect();
     matches.sort();
@@ -212,17 +197,10 @@ pub fn complete_path(cwd: &Path, partial: &str) -> (String, Vec<String>) {
 }
 
 /// The file's text within the read tool's limits, or why it is refused.
-fn file_text(path: &Path, name: &str) -> Result<String, AppError> {
-    let shown = format!("@{name}");
-    let (file, _) = open_regular(path, &shown, "@").map_err(|e| mention_error(name, e))?;
-    let bytes = read_at_most(&file, MAX_FILE_BYTES)
-        .map_err(|e| AppError::usage(format!("@{name}: cannot read it: {e}")))?
-        .ok_or_else(|| {
-            AppError::usage(format!(
-                "@{name} is larger than {} MiB; ask the model to read it in parts instead",
-                MAX_FILE_BYTES >> 20
-            ))
-        })?;
+fn file_text(scope: &FileScope, name: &str) -> Result<String, AppError> {
+    let bytes = scope
+        .read_bytes(name, MAX_FILE_BYTES)
+        .map_err(|e| mention_error(name, e))?;
     if let Some(reason) = binary_reason(&bytes) {
         return Err(AppError::usage(format!(
             "@{name} looks like a binary file ({reason}); only text files can be put in a prompt"

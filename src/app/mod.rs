@@ -8,7 +8,8 @@
 //! built from a [`crate::config::Config`], or one the caller made), `prompt` (the system prompt, the workspace's file tree and context
 //! files), `loop_rules` (repeats answered, a shrinking rewrite stopped), `edit_format` (JSON tool calls or file blocks in
 //! the reply), `block_owner` (the file a block written without its path rewrites), `named_files` (the running
-//! prompt's task and named files, as the blocks hooks use them), `skills` (`SKILL.md` discovery), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
+//! prompt's task and named files, as the blocks hooks use them), `skills` (`SKILL.md` discovery), `lookup` (where context files, skills, templates and project settings are
+//! looked for, and through which file scope each is read), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
 //! `settings.toml`), `recorder`
 //! ([`Recorder`]: the glue between an `Agent` and a `SessionStore`), `error` ([`AppError`]).
 //!
@@ -16,8 +17,9 @@
 //! - **Config dir** (`AGENTS.md`/`CLAUDE.md`, `skills/`): [`crate::env::config_dir`].
 //! - **Sessions**: `$AGENTD_HOME/sessions/<directory slug>/` unless [`SessionSettings::sessions_dir`] says
 //!   otherwise; dropped tool results in `refs/` beside them.
-//! - **Project**: `AGENTS.md` (else `CLAUDE.md`) in the working directory and every ancestor up to `/`;
-//!   skills in `.agentd/skills/*/SKILL.md` of the working directory.
+//! - **Project**: `AGENTS.md` (else `CLAUDE.md`) in the working directory and every ancestor up to `/` (a
+//!   confined session: up to its workspace root); skills in `.agentd/skills/*/SKILL.md` of the working directory.
+//!   A confined session reads them within its workspace ([`lookup`]).
 
 pub mod approvals;
 pub mod backend;
@@ -26,6 +28,7 @@ pub mod coding_session;
 pub mod edit_format;
 mod error;
 pub mod export;
+pub mod lookup;
 pub mod loop_rules;
 pub mod mcp_servers;
 pub mod mentions;

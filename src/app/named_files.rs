@@ -6,7 +6,11 @@
 
 use std::sync::Arc;
 
+use crate::tools::policy::FileScope;
 use crate::tools::write_block::WRITE_BLOCK;
+
+/// The largest file compared with the text the prompt showed.
+const MAX_COMPARED_BYTES: u64 = 1024 * 1024;
 
 /// The prompt now running, the files it named (shown to the model with it) and their text then. After a block
 /// changes an existing file, the first of them still as it was is asked about: small models change the first
@@ -18,7 +22,8 @@ use crate::tools::write_block::WRITE_BLOCK;
 /// after a command ran: Qwen2.5-Coder-0.5B repeated that sentence as its answer too.)
 #[derive(Clone)]
 pub struct NamedFiles {
-    root: std::path::PathBuf,
+    /// The session's files, read through the tools' confinement.
+    scope: FileScope,
     files: Arc<std::sync::Mutex<Prompted>>,
 }
 
@@ -31,9 +36,9 @@ struct Prompted {
 }
 
 impl NamedFiles {
-    pub fn new(root: impl Into<std::path::PathBuf>) -> Self {
+    pub fn new(scope: FileScope) -> Self {
         Self {
-            root: root.into(),
+            scope,
             files: Arc::default(),
         }
     }
@@ -72,7 +77,7 @@ impl NamedFiles {
     pub fn next_unchanged(&self, written: &str) -> Option<String> {
         let files = self.lock().files.clone();
         files.into_iter().find_map(|(path, text)| {
-            let now = std::fs::read_to_string(self.root.join(&path)).ok()?;
+            let now = self.scope.read_text(&path, MAX_COMPARED_BYTES)?;
             (path != written && now == text).then_some(path)
         })
     }
@@ -100,7 +105,7 @@ impl NamedFiles {
         if landed {
             return None;
         }
-        let path = asked_for_missing(&task, &self.root)?;
+        let path = asked_for_missing(&task, &self.scope)?;
         Some((
             format!("{path} does not exist yet, and the task asks for it."),
             format!("{path}\n```\n"),
@@ -178,10 +183,10 @@ const MAKING: [&str; 8] = [
     "create", "write", "save", "record", "store", "put", "new", "generate",
 ];
 
-/// The first file `task` names that does not exist under `root`, when the task asks for something to be made
+/// The first file `task` names that does not exist yet in `scope` (and may be made there), when the task asks for something to be made
 /// (a word of [`MAKING`]): a word that looks like a relative file path (an extension with a letter: not
 /// `3.14`, not `e.g.`; not a web domain).
-fn asked_for_missing(task: &str, root: &std::path::Path) -> Option<String> {
+fn asked_for_missing(task: &str, scope: &FileScope) -> Option<String> {
     if !has_word(task, &MAKING) {
         return None;
     }
@@ -192,7 +197,7 @@ fn asked_for_missing(task: &str, root: &std::path::Path) -> Option<String> {
         let file = ext.chars().any(|c| c.is_ascii_alphabetic())
             && !domain
             && !matches!(path.as_str(), "e.g" | "i.e");
-        (file && !root.join(&path).exists()).then_some(path)
+        (file && scope.may_create(&path)).then_some(path)
     })
 }
 
@@ -205,7 +210,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("data.csv"), "a\n").unwrap();
         std::fs::write(dir.path().join("compute.py"), "print(1)\n").unwrap();
-        let root = dir.path();
+        let root = &FileScope::within(dir.path());
         let task = "Count the lines of data.csv (for example with wc -l) and write the count into a new file count.txt.";
         assert_eq!(asked_for_missing(task, root).as_deref(), Some("count.txt"));
         assert_eq!(
@@ -229,7 +234,12 @@ mod tests {
             ),
             None
         );
-        std::fs::write(root.join("count.txt"), "7\n").unwrap();
+        // A path outside the workspace is not one to make.
+        assert_eq!(
+            asked_for_missing("Write the count into ../count.txt.", root),
+            None
+        );
+        std::fs::write(dir.path().join("count.txt"), "7\n").unwrap();
         assert_eq!(asked_for_missing(task, root), None);
     }
 

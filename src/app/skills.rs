@@ -8,6 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
+use super::lookup::LookupDir;
+use crate::tools::policy::FileScope;
+
+/// The largest `SKILL.md` read.
+const MAX_SKILL_BYTES: u64 = 1024 * 1024;
+
 /// How deep below a skills directory a `SKILL.md` is looked for.
 const MAX_DEPTH: usize = 4;
 
@@ -21,7 +27,7 @@ pub struct Skill {
 }
 
 /// The skills under `dirs` (in order), with warnings about files that could not be used.
-pub fn discover(dirs: &[PathBuf]) -> (Vec<Skill>, Vec<String>) {
+pub fn discover(dirs: &[LookupDir]) -> (Vec<Skill>, Vec<String>) {
     let mut skills: Vec<Skill> = Vec::new();
     let mut warnings = Vec::new();
     for dir in dirs {
@@ -29,7 +35,7 @@ pub fn discover(dirs: &[PathBuf]) -> (Vec<Skill>, Vec<String>) {
         collect(dir, 0, &mut files);
         files.sort();
         for file in files {
-            match load(&file) {
+            match load(&dir.scope, &file) {
                 Ok(skill) => {
                     if skills.iter().any(|s| s.name == skill.name) {
                         warnings.push(format!(
@@ -48,19 +54,17 @@ pub fn discover(dirs: &[PathBuf]) -> (Vec<Skill>, Vec<String>) {
     (skills, warnings)
 }
 
-fn collect(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
+fn collect(dir: &LookupDir, depth: usize, out: &mut Vec<PathBuf>) {
+    for path in dir.entries() {
+        let Some(name) = path.file_name() else {
+            continue;
+        };
         if name.to_string_lossy().starts_with('.') {
             continue;
         }
-        let path = entry.path();
-        if path.is_dir() {
+        if dir.scope.is_dir(&path) {
             if depth < MAX_DEPTH {
-                collect(&path, depth + 1, out);
+                collect(&LookupDir::within(&dir.scope, &path), depth + 1, out);
             }
         } else if depth > 0 && name == "SKILL.md" {
             out.push(path);
@@ -68,9 +72,12 @@ fn collect(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Reads one `SKILL.md`. The name defaults to the directory's name.
-fn load(path: &Path) -> Result<Skill, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+/// Reads one `SKILL.md` within `scope`. The name defaults to the directory's name.
+fn load(scope: &FileScope, path: &Path) -> Result<Skill, String> {
+    let text = scope
+        .read_bytes(path, MAX_SKILL_BYTES)
+        .map_err(|e| e.to_string())
+        .and_then(|b| String::from_utf8(b).map_err(|_| "not UTF-8 text".to_string()))?;
     let fields = front_matter(&text).ok_or("no front matter (--- name/description ---)")?;
     let get = |key: &str| {
         fields
@@ -211,12 +218,52 @@ mod tests {
             std::fs::create_dir_all(root.join(name)).unwrap();
             std::fs::write(root.join(name).join("SKILL.md"), body).unwrap();
         }
-        let (skills, warnings) = discover(&[user.clone(), project]);
+        let dirs = [LookupDir::user(&user), LookupDir::user(&project)];
+        let (skills, warnings) = discover(&dirs);
         let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["alpha", "beta"]);
         assert_eq!(skills[0].description, "First.");
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         let section = prompt_section(&skills);
         assert!(section.contains("<name>beta</name><description>Named by its dir.</description>"));
+    }
+
+    #[test]
+    fn a_confined_project_takes_no_skill_from_outside_its_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(outside.join("leak")).unwrap();
+        std::fs::write(
+            outside.join("leak").join("SKILL.md"),
+            "---\nname: leak\ndescription: The outside secret.\n---\n",
+        )
+        .unwrap();
+        let ws = dir.path().join("ws");
+        let skills = ws.join(".agentd").join("skills");
+        std::fs::create_dir_all(skills.join("own")).unwrap();
+        std::fs::write(
+            skills.join("own").join("SKILL.md"),
+            "---\nname: own\ndescription: Inside.\n---\n",
+        )
+        .unwrap();
+        // A linked skill directory, and a linked SKILL.md in a real one.
+        std::os::unix::fs::symlink(outside.join("leak"), skills.join("linked")).unwrap();
+        std::fs::create_dir_all(skills.join("file")).unwrap();
+        std::os::unix::fs::symlink(outside.join("leak/SKILL.md"), skills.join("file/SKILL.md"))
+            .unwrap();
+        let scope = FileScope::within(&ws);
+        let (found, warnings) = discover(&[LookupDir::project(&scope, ".agentd/skills")]);
+        let names: Vec<&str> = found.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["own"]);
+        assert!(
+            warnings.iter().all(|w| !w.contains("outside secret")),
+            "{warnings:?}"
+        );
+        // Unconfined, the links are followed.
+        let (found, _) = discover(&[LookupDir::project(
+            &FileScope::unconfined(&ws),
+            ".agentd/skills",
+        )]);
+        assert_eq!(found.len(), 2, "{found:?}");
     }
 }

@@ -9,8 +9,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::lookup::LookupDir;
 use super::skills::{self, Skill};
 use crate::env::config_dir;
+use crate::tools::policy::FileScope;
 
 /// The names a context file may have, in order of preference (one per directory).
 pub const CONTEXT_FILE_NAMES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
@@ -28,42 +30,47 @@ pub struct ContextFile {
     pub content: String,
 }
 
-/// The skill directories: user, then project.
-pub fn skill_dirs(cwd: &Path) -> Vec<PathBuf> {
+/// The skill directories: user, then project (within the session's scope).
+pub fn skill_dirs(scope: &FileScope) -> Vec<LookupDir> {
     vec![
-        config_dir().join("skills"),
-        cwd.join(".agentd").join("skills"),
+        LookupDir::user(config_dir().join("skills")),
+        LookupDir::project(scope, Path::new(".agentd").join("skills")),
     ]
 }
 
-/// The first of `CONTEXT_FILE_NAMES` in `dir` that exists and reads.
-fn context_file_in(dir: &Path) -> Option<ContextFile> {
+/// The largest context file read.
+const MAX_CONTEXT_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The first of `CONTEXT_FILE_NAMES` in `dir` that reads, with the path it resolves to (for duplicates).
+fn context_file_in(dir: &LookupDir) -> Option<(ContextFile, PathBuf)> {
     CONTEXT_FILE_NAMES.iter().find_map(|name| {
-        let path = dir.join(name);
-        let content = std::fs::read_to_string(&path).ok()?;
-        Some(ContextFile { path, content })
+        let path = dir.path.join(name);
+        let content = dir.scope.read_text(&path, MAX_CONTEXT_FILE_BYTES)?;
+        let real = dir.scope.resolve(&path).ok()?;
+        Some((ContextFile { path, content }, real))
     })
 }
 
-/// The context files for `cwd`: the user's, then every ancestor's from the root down to `cwd`.
-pub fn context_files(cwd: &Path) -> Vec<ContextFile> {
-    let mut files: Vec<ContextFile> = Vec::new();
-    if let Some(f) = context_file_in(&config_dir()) {
-        files.push(f);
-    }
-    let mut ancestors: Vec<&Path> = cwd.ancestors().collect();
+/// The context files of a session in `scope`: the user's, then every ancestor's of the working directory from
+/// the root down to it. A confined session takes only the ancestors inside its workspace, read within it (a
+/// context file that links out of the workspace is not read).
+pub fn context_files(scope: &FileScope) -> Vec<ContextFile> {
+    let mut files: Vec<(ContextFile, PathBuf)> = Vec::new();
+    files.extend(context_file_in(&LookupDir::user(config_dir())));
+    let mut ancestors: Vec<&Path> = scope
+        .cwd()
+        .ancestors()
+        .filter(|dir| scope.workspace().is_none_or(|root| dir.starts_with(root)))
+        .collect();
     ancestors.reverse();
     for dir in ancestors {
-        if let Some(f) = context_file_in(dir) {
-            let same = files.iter().any(|g| {
-                std::fs::canonicalize(&g.path).ok() == std::fs::canonicalize(&f.path).ok()
-            });
-            if !same {
-                files.push(f);
+        if let Some((f, real)) = context_file_in(&LookupDir::within(scope, dir)) {
+            if !files.iter().any(|(_, r)| *r == real) {
+                files.push((f, real));
             }
         }
     }
-    files
+    files.into_iter().map(|(f, _)| f).collect()
 }
 
 /// Everything the system prompt is built from.
@@ -249,11 +256,28 @@ mod tests {
         std::fs::write(dir.path().join("a").join("CLAUDE.md"), "middle").unwrap();
         std::fs::write(inner.join("AGENTS.md"), "inner").unwrap();
         std::fs::write(inner.join("CLAUDE.md"), "ignored").unwrap();
-        let found: Vec<String> = context_files(&inner)
-            .into_iter()
-            .filter(|f| f.path.starts_with(dir.path()))
-            .map(|f| f.content)
-            .collect();
-        assert_eq!(found, ["outer", "middle", "inner"]);
+        let found = |scope: &FileScope| -> Vec<String> {
+            context_files(scope)
+                .into_iter()
+                .filter(|f| f.path.starts_with(dir.path()))
+                .map(|f| f.content)
+                .collect()
+        };
+        assert_eq!(
+            found(&FileScope::unconfined(&inner)),
+            ["outer", "middle", "inner"]
+        );
+        // Confined to `a`: the ancestors above the workspace are outside it, and a context file that links out
+        // of it is not read.
+        let a = dir.path().join("a");
+        assert_eq!(
+            found(&FileScope::new(&inner, Some(a.clone()))),
+            ["middle", "inner"]
+        );
+        std::fs::remove_file(inner.join("AGENTS.md")).unwrap();
+        std::fs::remove_file(inner.join("CLAUDE.md")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("AGENTS.md"), inner.join("AGENTS.md")).unwrap();
+        assert_eq!(found(&FileScope::new(&inner, Some(a))), ["middle"]);
+        assert_eq!(found(&FileScope::unconfined(&inner)), ["outer", "middle"]);
     }
 }

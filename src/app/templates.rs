@@ -9,6 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::lookup::LookupDir;
+use crate::tools::policy::FileScope;
+
 /// One template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptTemplate {
@@ -19,8 +22,12 @@ pub struct PromptTemplate {
     pub path: PathBuf,
 }
 
-/// Where templates are looked for, the weakest first: the user's directories, then the project's.
-pub fn template_dirs(cwd: &Path) -> Vec<PathBuf> {
+/// The largest template file read.
+const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
+
+/// Where templates are looked for, the weakest first: the user's directories, then the project's (within the
+/// session's scope).
+pub fn template_dirs(scope: &FileScope) -> Vec<LookupDir> {
     let mut dirs = vec![crate::env::config_dir().join("prompts")];
     if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         let dir = PathBuf::from(home).join(".agentd").join("prompts");
@@ -28,23 +35,23 @@ pub fn template_dirs(cwd: &Path) -> Vec<PathBuf> {
             dirs.push(dir);
         }
     }
-    dirs.push(cwd.join(".agentd").join("prompts"));
+    let mut dirs: Vec<LookupDir> = dirs.into_iter().map(LookupDir::user).collect();
+    dirs.push(LookupDir::project(
+        scope,
+        Path::new(".agentd").join("prompts"),
+    ));
     dirs
 }
 
 /// The templates in `dirs` (later directories override earlier ones by name), sorted by name, and a warning per
 /// file that could not be read.
-pub fn discover(dirs: &[PathBuf]) -> (Vec<PromptTemplate>, Vec<String>) {
+pub fn discover(dirs: &[LookupDir]) -> (Vec<PromptTemplate>, Vec<String>) {
     let mut found: std::collections::BTreeMap<String, PromptTemplate> = Default::default();
     let mut warnings = Vec::new();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        paths.sort();
-        for path in paths {
-            if path.extension().and_then(|e| e.to_str()) != Some("md") || !path.is_file() {
+        for path in dir.entries() {
+            if path.extension().and_then(|e| e.to_str()) != Some("md") || !dir.scope.is_file(&path)
+            {
                 continue;
             }
             let Some(name) = path
@@ -61,7 +68,12 @@ pub fn discover(dirs: &[PathBuf]) -> (Vec<PromptTemplate>, Vec<String>) {
                 ));
                 continue;
             }
-            match std::fs::read_to_string(&path) {
+            let text = dir
+                .scope
+                .read_bytes(&path, MAX_TEMPLATE_BYTES)
+                .map_err(|e| e.to_string())
+                .and_then(|b| String::from_utf8(b).map_err(|_| "not UTF-8 text".to_string()));
+            match text {
                 Ok(text) => {
                     let (description, body) = parse(&text);
                     found.insert(
@@ -267,7 +279,10 @@ mod tests {
         std::fs::write(user.path().join("fix.md"), "# Fix a bug\nFix $1.\n").unwrap();
         std::fs::write(project.path().join("review.md"), "Project review of $1\n").unwrap();
         std::fs::write(project.path().join("notes.txt"), "not a template").unwrap();
-        let (found, warnings) = discover(&[user.path().into(), project.path().into()]);
+        let (found, warnings) = discover(&[
+            LookupDir::user(user.path()),
+            LookupDir::project(&FileScope::within(project.path()), ""),
+        ]);
         assert!(warnings.is_empty(), "{warnings:?}");
         let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["fix", "review"]);
@@ -279,5 +294,16 @@ mod tests {
         );
         assert_eq!(expand_command(&found, "/nope x"), None);
         assert_eq!(expand_command(&found, "review x"), None);
+        // A confined project's template that links out of its workspace is not read.
+        let secret = user.path().join("secret.md");
+        std::fs::write(&secret, "the outside secret\n").unwrap();
+        std::os::unix::fs::symlink(&secret, project.path().join("leak.md")).unwrap();
+        let (found, _) = discover(&[LookupDir::project(&FileScope::within(project.path()), "")]);
+        assert!(found.iter().all(|t| t.name != "leak"), "{found:?}");
+        let (found, _) = discover(&[LookupDir::project(
+            &FileScope::unconfined(project.path()),
+            "",
+        )]);
+        assert!(found.iter().any(|t| t.name == "leak"), "{found:?}");
     }
 }

@@ -12,7 +12,6 @@ use serde_json::json;
 use similar::{DiffTag, TextDiff};
 
 use super::edit_match::{self, closest_lines, line_of, occurrences, Miss};
-use super::file_access::with_file_suggestions;
 use super::file_access::{open_regular, read_at_most};
 use super::policy::resolve_path;
 use super::read::binary_reason;
@@ -21,6 +20,7 @@ use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::format_size;
+use super::workspace::with_file_suggestions;
 use super::workspace::WorkspaceState;
 use super::write::atomic_write;
 use crate::schema::{extensions, ToolSpec};
@@ -31,6 +31,8 @@ const BOM: char = '\u{feff}';
 /// The file's text follows, and the file is then seen, so the same edit may be sent again: the loop rules do not
 /// count this answer as the call's failure.
 pub const UNREAD_REFUSAL: &str = "Not edited yet:";
+/// The largest unread file whose text the refusal shows (a larger one is edited as it is).
+pub const UNREAD_SHOWN_BYTES: u64 = 64 * 1024;
 /// The largest file `edit` changes (10 MiB); larger files are refused with a hint to use bash.
 pub const MAX_EDIT_BYTES: u64 = 10 * 1024 * 1024;
 
@@ -424,11 +426,8 @@ impl Tool for EditTool {
             .workspace_state
             .as_ref()
             .is_none_or(|s| s.has_seen(&path));
-        if !seen && path.is_file() {
-            let text = std::fs::read_to_string(&path)
-                .ok()
-                .filter(|t| t.len() <= 64 * 1024);
-            if let Some(text) = text {
+        if !seen {
+            if let Some(text) = ctx.scope().read_text(&path, UNREAD_SHOWN_BYTES) {
                 ctx.saw(&path);
                 let text = text
                     .strip_prefix(BOM)
@@ -447,7 +446,9 @@ impl Tool for EditTool {
         let edited = ctx
             .run_blocking("edit", move || edit_file(&target, &label, &edits, !seen))
             .await
-            .map_err(|e| with_file_suggestions(e, ctx, &shown, &path))?;
+            .map_err(|e| {
+                with_file_suggestions(e, ctx.workspace_state.as_ref(), &ctx.cwd, &shown, &path)
+            })?;
         ctx.saw(&path);
         ctx.tree_changed();
         let n = args.edits.len();

@@ -9,8 +9,7 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::Path;
 
-use super::tool::{ToolContext, ToolError};
-use super::workspace::suggest_files;
+use super::error::ToolError;
 
 /// What kind of thing a file type is, for messages.
 pub fn kind_name(file_type: &FileType) -> &'static str {
@@ -105,22 +104,4 @@ pub fn read_at_most(file: &File, max_bytes: u64) -> std::io::Result<Option<Vec<u
         return Ok(None);
     }
     Ok(Some(bytes))
-}
-
-/// A missing file or a directory answered with the files whose names are closest.
-pub fn with_file_suggestions(
-    e: ToolError,
-    ctx: &ToolContext,
-    shown: &str,
-    path: &Path,
-) -> ToolError {
-    match e {
-        ToolError::RespondToModel(text) if !path.is_file() => {
-            match suggest_files(ctx.workspace_state.as_ref(), &ctx.cwd, shown) {
-                Some(hint) => ToolError::RespondToModel(format!("{text} {hint}")),
-                None => ToolError::RespondToModel(text),
-            }
-        }
-        other => other,
-    }
 }

@@ -5,6 +5,7 @@ pub mod bash;
 pub mod block_place;
 pub mod edit;
 pub mod edit_match;
+pub mod error;
 pub mod file_access;
 pub mod find;
 pub mod grep;

@@ -14,13 +14,13 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::file_access::open_regular;
-use super::file_access::with_file_suggestions;
 use super::policy::resolve_path;
 use super::tool::with_property;
 use super::tool::{
     aborted, builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
 use super::truncate::{format_size, Limits, TruncatedBy, DEFAULT_MAX_BYTES};
+use super::workspace::with_file_suggestions;
 use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
@@ -351,7 +351,9 @@ impl Tool for ReadTool {
                 read_page(file, meta.len(), start, limit, limits, &cancel, &label)
             })
             .await
-            .map_err(|e| with_file_suggestions(e, ctx, &shown, &path))?;
+            .map_err(|e| {
+                with_file_suggestions(e, ctx.workspace_state.as_ref(), &ctx.cwd, &shown, &path)
+            })?;
         if let Some(total) = page.total_lines {
             if start > total.max(1) {
                 return Err(ToolError::RespondToModel(format!(

@@ -12,6 +12,8 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::mpsc::Sender;
 use tokio_util::sync::CancellationToken;
 
+pub use super::error::ToolError;
+use super::policy::FileScope;
 use super::resources::SessionResources;
 use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
@@ -70,18 +72,6 @@ impl ToolOutput {
             details,
         }
     }
-}
-
-/// Why a tool call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ToolError {
-    /// The model asked for something that cannot be done (bad path, no match, non-zero exit, …). The caller turns
-    /// the text into an `is_error` tool result the model sees, and the loop goes on.
-    #[error("{0}")]
-    RespondToModel(String),
-    /// An invariant broke (the tool itself is unusable). The caller aborts the run.
-    #[error("fatal tool error: {0}")]
-    Fatal(String),
 }
 
 /// A piece of partial output streamed while a tool runs (bash's stdout/stderr as it arrives); the agent loop
@@ -159,6 +149,11 @@ impl ToolContext {
     pub fn with_workspace_state(mut self, state: WorkspaceState) -> Self {
         self.workspace_state = Some(state);
         self
+    }
+
+    /// What this call may reach on disk: its working directory and workspace.
+    pub fn scope(&self) -> FileScope {
+        FileScope::new(self.cwd.clone(), self.workspace.clone())
     }
 
     /// The model has seen `path`'s current text (a read, a write, an edit whose result shows it).

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use super::error::ToolError;
+use super::policy::FileScope;
+
 /// A relative path under the workspace root (`x-agentd-pattern`): segments of anything but `/`, `\`, quotes and
 /// control characters, no empty segment, no `.` or `..` segment, no leading `/`.
 pub const RELATIVE_PATH_PATTERN: &str = r#"([^./\\"\x00-\x1f][^/\\"\x00-\x1f]*|\.[^./\\"\x00-\x1f][^/\\"\x00-\x1f]*|\.\.[^/\\"\x00-\x1f]+)(/([^./\\"\x00-\x1f][^/\\"\x00-\x1f]*|\.[^./\\"\x00-\x1f][^/\\"\x00-\x1f]*|\.\.[^/\\"\x00-\x1f]+))*"#;
@@ -42,8 +45,8 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(path: &Path) -> Option<Self> {
-        let meta = std::fs::metadata(path).ok()?;
+    fn of(scope: &FileScope, path: &Path) -> Option<Self> {
+        let meta = scope.metadata(path)?;
         meta.is_file().then(|| Seen {
             len: meta.len(),
             modified: meta.modified().ok(),
@@ -61,6 +64,8 @@ struct Inner {
 #[derive(Debug, Clone)]
 pub struct WorkspaceState {
     root: PathBuf,
+    /// The files under `root`, read through the tools' confinement (never a link out of the tree).
+    scope: FileScope,
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -77,6 +82,7 @@ impl WorkspaceState {
         let root = root.into();
         let root = std::fs::canonicalize(&root).unwrap_or(root);
         Self {
+            scope: FileScope::within(&root),
             root,
             inner: Arc::default(),
         }
@@ -84,6 +90,11 @@ impl WorkspaceState {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The tree's files as anything beside a tool may read them: resolved under the root, regular files only.
+    pub fn scope(&self) -> &FileScope {
+        &self.scope
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -109,20 +120,19 @@ impl WorkspaceState {
         max_files: usize,
         max_bytes: u64,
     ) -> impl Iterator<Item = (String, String)> + '_ {
-        let this = std::fs::canonicalize(this).unwrap_or_else(|_| this.to_path_buf());
+        let this = self
+            .scope
+            .resolve(this)
+            .unwrap_or_else(|_| this.to_path_buf());
         self.listing()
             .files
             .into_iter()
             .take(max_files)
             .filter_map(move |rel| {
-                let path = self.root.join(&rel);
-                if std::fs::canonicalize(&path).is_ok_and(|p| p == this) {
+                if self.scope.resolve(&rel).is_ok_and(|p| p == this) {
                     return None;
                 }
-                let small = std::fs::metadata(&path).is_ok_and(|m| m.len() <= max_bytes);
-                let text = small
-                    .then(|| std::fs::read_to_string(&path).ok())
-                    .flatten()?;
+                let text = self.scope.read_text(&rel, max_bytes)?;
                 Some((rel, text))
             })
     }
@@ -160,8 +170,11 @@ impl WorkspaceState {
 
     /// The model has seen `path`'s current text (it read the file, wrote it, or edited it and saw the result).
     pub fn saw(&self, path: &Path) {
-        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let (Some(rel), Some(seen)) = (relative(&self.root, &path), Seen::of(&path)) else {
+        let Ok(path) = self.scope.resolve(path) else {
+            return;
+        };
+        let (Some(rel), Some(seen)) = (relative(&self.root, &path), Seen::of(&self.scope, &path))
+        else {
             return;
         };
         self.lock().seen.insert(rel, seen);
@@ -169,15 +182,16 @@ impl WorkspaceState {
 
     /// Whether the model has seen the current text of the file at `path` (absolute, or relative to the root).
     pub fn has_seen(&self, path: &Path) -> bool {
-        let path =
-            std::fs::canonicalize(self.root.join(path)).unwrap_or_else(|_| self.root.join(path));
+        let Ok(path) = self.scope.resolve(path) else {
+            return false;
+        };
         relative(&self.root, &path).is_some_and(|rel| self.has_seen_current(&rel))
     }
 
     /// Whether the model has seen `rel`'s current text (read or written since its last change).
     pub fn has_seen_current(&self, rel: &str) -> bool {
         let seen = self.lock().seen.get(rel).copied();
-        seen.is_some() && seen == Seen::of(&self.root.join(rel))
+        seen.is_some() && seen == Seen::of(&self.scope, Path::new(rel))
     }
 
     /// The files whose `old_text` the grammar may take by substring, with their current text: first those the
@@ -197,11 +211,8 @@ impl WorkspaceState {
         let mut out = Vec::new();
         let mut budget = SUBSTRING_BUDGET;
         let take = |rel: &String, budget: &mut usize| {
-            let path = self.root.join(rel);
-            let Ok(bytes) = std::fs::read(&path) else {
-                return None;
-            };
-            if bytes.is_empty() || bytes.len() > *budget || bytes.contains(&0) {
+            let bytes = self.scope.read_bytes(rel, *budget as u64).ok()?;
+            if bytes.is_empty() || bytes.contains(&0) {
                 return None;
             }
             let text = String::from_utf8(bytes).ok()?;
@@ -219,7 +230,10 @@ impl WorkspaceState {
             if out.iter().any(|(r, _)| r == rel) {
                 continue;
             }
-            let small = std::fs::metadata(self.root.join(rel)).is_ok_and(|m| m.len() <= SMALL_FILE);
+            let small = self
+                .scope
+                .metadata(rel)
+                .is_some_and(|m| m.len() <= SMALL_FILE);
             if small {
                 if let Some(t) = take(rel, &mut budget) {
                     out.push(t);
@@ -343,6 +357,26 @@ pub fn suggest_files(state: Option<&WorkspaceState>, cwd: &Path, wanted: &str) -
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let names: Vec<String> = scored.into_iter().take(5).map(|(_, f)| f).collect();
     (!names.is_empty()).then(|| format!("Files with a similar name: {}.", names.join(", ")))
+}
+
+/// A missing file or a directory answered with the files whose names are closest.
+/// (`state` and `cwd` are the call's; `path` the resolved path, `shown` the path as the model gave it.)
+pub fn with_file_suggestions(
+    e: ToolError,
+    state: Option<&WorkspaceState>,
+    cwd: &Path,
+    shown: &str,
+    path: &Path,
+) -> ToolError {
+    match e {
+        ToolError::RespondToModel(text) if !path.is_file() => {
+            match suggest_files(state, cwd, shown) {
+                Some(hint) => ToolError::RespondToModel(format!("{text} {hint}")),
+                None => ToolError::RespondToModel(text),
+            }
+        }
+        other => other,
+    }
 }
 
 /// The walker `ls`, `find` and `grep` share: `.gitignore`/`.ignore`/git excludes respected even outside a git

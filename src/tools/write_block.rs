@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::block_place::{place, Placement};
-use super::edit::UNREAD_REFUSAL;
+use super::edit::{UNREAD_REFUSAL, UNREAD_SHOWN_BYTES};
 use super::file_access::{open_regular, read_at_most};
 use super::policy::resolve_path;
 use super::rename_follow;
@@ -230,11 +230,8 @@ impl Tool for WriteBlockTool {
             .workspace_state
             .as_ref()
             .is_some_and(|s| !s.has_seen(&path));
-        if unseen && path.is_file() {
-            let text = std::fs::read_to_string(&path)
-                .ok()
-                .filter(|t| t.len() <= 64 * 1024);
-            if let Some(text) = text {
+        if unseen {
+            if let Some(text) = ctx.scope().read_text(&path, UNREAD_SHOWN_BYTES) {
                 ctx.saw(&path);
                 return Err(ToolError::RespondToModel(format!(
                     "{UNREAD_REFUSAL} {label} had not been shown in this session (or it changed since), so your \

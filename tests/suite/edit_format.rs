@@ -52,10 +52,16 @@ async fn run_named(
     let tools: Vec<Arc<dyn Tool>> =
         vec![Arc::new(WriteBlockTool::new()), Arc::new(BashTool::new())];
     edit_format::install(&mut config, Some(state), true);
-    let named_files = agentd::app::named_files::NamedFiles::new(dir);
+    let named_files = agentd::app::named_files::NamedFiles::new(
+        agentd::tools::policy::FileScope::unconfined(dir),
+    );
     named_files.set("fix it", named);
     named_files.install(&mut config);
-    LoopRules::new(mutating_tools(&tools), dir.to_path_buf()).install(&mut config);
+    LoopRules::new(
+        mutating_tools(&tools),
+        agentd::tools::policy::FileScope::unconfined(dir),
+    )
+    .install(&mut config);
     let context = AgentContext {
         system_prompt: edit_format::instructions(true),
         messages: vec![],

@@ -53,7 +53,11 @@ async fn run(
         config.workspace_state = Some(WorkspaceState::new(dir));
     }
     let tools = tools();
-    LoopRules::new(mutating_tools(&tools), dir.to_path_buf()).install(&mut config);
+    LoopRules::new(
+        mutating_tools(&tools),
+        agentd::tools::policy::FileScope::unconfined(dir),
+    )
+    .install(&mut config);
     let context = AgentContext {
         system_prompt: "test".into(),
         messages: vec![],
@@ -306,7 +310,11 @@ async fn the_rules_leave_other_calls_to_the_next_hook() {
         Box::pin(async { BeforeToolCall::Block("denied by the user".into()) })
     }));
     let tools = tools();
-    LoopRules::new(mutating_tools(&tools), dir.path().to_path_buf()).install(&mut config);
+    LoopRules::new(
+        mutating_tools(&tools),
+        agentd::tools::policy::FileScope::unconfined(dir.path()),
+    )
+    .install(&mut config);
     let context = AgentContext {
         system_prompt: "test".into(),
         messages: vec![],

@@ -49,10 +49,14 @@ async fn run(
     let tools: Vec<Arc<dyn Tool>> =
         vec![Arc::new(WriteBlockTool::new()), Arc::new(BashTool::new())];
     edit_format::install(&mut config, Some(state), true);
-    let named_files = NamedFiles::new(dir);
+    let named_files = NamedFiles::new(agentd::tools::policy::FileScope::unconfined(dir));
     named_files.set(task, &named);
     named_files.install(&mut config);
-    LoopRules::new(mutating_tools(&tools), dir.to_path_buf()).install(&mut config);
+    LoopRules::new(
+        mutating_tools(&tools),
+        agentd::tools::policy::FileScope::unconfined(dir),
+    )
+    .install(&mut config);
     second_choice::install(&mut config, &named_files);
     let context = AgentContext {
         system_prompt: edit_format::instructions(true),

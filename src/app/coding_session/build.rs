@@ -12,7 +12,7 @@ use crate::agent::{Agent, AgentLoopConfig, CompactionSettings, Compactor};
 use crate::provider::Sampling;
 use crate::session::{BlobStore, JsonlStore};
 use crate::tools::bash::BashTool;
-use crate::tools::policy::Policy;
+use crate::tools::policy::{FileScope, Policy};
 use crate::tools::recall::RecallTool;
 use crate::tools::registry::ToolRegistry;
 use crate::tools::resources::SessionResources;
@@ -251,20 +251,24 @@ pub(super) async fn assemble(
         tools
     };
     let store = sessions::open(choice, &sessions_dir, &cwd)?;
+    // Every file read for the session beside its tools (context files, skills, templates, the harness's rules)
+    // is read within the tools' own confinement.
+    let scope = FileScope::new(cwd.clone(), workspace.clone());
 
     let context_files = if settings.context_files {
-        system_prompt::context_files(&cwd)
+        system_prompt::context_files(&scope)
     } else {
         Vec::new()
     };
     let found = if settings.skills {
-        let (found, skill_warnings) = skills::discover(&system_prompt::skill_dirs(&cwd));
+        let (found, skill_warnings) = skills::discover(&system_prompt::skill_dirs(&scope));
         warnings.extend(skill_warnings);
         found
     } else {
         Vec::new()
     };
-    let (found_templates, template_warnings) = templates::discover(&templates::template_dirs(&cwd));
+    let (found_templates, template_warnings) =
+        templates::discover(&templates::template_dirs(&scope));
     warnings.extend(template_warnings);
     let tool_names: Vec<String> = tools.iter().map(|t| t.spec().name.clone()).collect();
     // One listing of the workspace serves the prompt's tree and the session's grammars.
@@ -311,7 +315,7 @@ pub(super) async fn assemble(
     if settings.workspace_grammar {
         config.choose_tools = Some(Arc::new(crate::app::loop_rules::act_on_named_files));
     }
-    let named_files = crate::app::named_files::NamedFiles::new(&cwd);
+    let named_files = crate::app::named_files::NamedFiles::new(scope.clone());
     let bash_blocks =
         edit_format == EditFormat::Blocks && tools.iter().any(|t| t.spec().name == "bash");
     if edit_format == EditFormat::Blocks {
@@ -319,7 +323,7 @@ pub(super) async fn assemble(
         named_files.install(&mut config);
     }
     if settings.loop_rules {
-        LoopRules::new(mutating_tools(&tools), cwd.clone()).install(&mut config);
+        LoopRules::new(mutating_tools(&tools), scope.clone()).install(&mut config);
         if edit_format == EditFormat::Blocks {
             crate::app::second_choice::install(&mut config, &named_files);
         }

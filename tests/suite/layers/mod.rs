@@ -4,6 +4,7 @@
 //! (`graph.rs`); inside the engine the folders point down as `src/engine/mod.rs` draws them; and the rest of the
 //! crate reaches the engine only through the names `engine/mod.rs` re-exports.
 
+mod file_access;
 mod graph;
 
 use std::collections::{BTreeMap, BTreeSet};
