@@ -16,7 +16,8 @@
 //!
 //! Each server is started (or reached) when the session starts; its tools join the session's as `NAME__tool`,
 //! subject to the session's policy like built-ins (a server whose every tag the policy forbids is not even
-//! started). A server that cannot start or list its tools is a warning, not a failed session. The servers stop
+//! started; a stdio server of the project's settings file — a command the workspace names — starts only when
+//! the policy allows `exec`, whatever tags it claims). A server that cannot start or list its tools is a warning, not a failed session. The servers stop
 //! with the session (a stdio child and its process group are killed when the last tool is dropped).
 
 use std::collections::BTreeMap;
@@ -57,6 +58,10 @@ pub struct McpServerConfig {
     pub tags: Option<Vec<String>>,
     /// `false` leaves the server out.
     pub enabled: Option<bool>,
+    /// Set when the table came from the project's settings file (a file of the workspace, which whoever made
+    /// the workspace wrote): its stdio command only starts in a session whose policy allows `exec`.
+    #[serde(skip)]
+    pub project: bool,
 }
 
 impl McpServerConfig {
@@ -111,6 +116,13 @@ pub async fn start(
         }
         if let Some(p) = cfg.problem() {
             warnings.push(format!("MCP server {name}: {p}"));
+            continue;
+        }
+        if cfg.project && cfg.command.is_some() && !policy.allows(PolicyTag::Exec) {
+            warnings.push(format!(
+                "MCP server {name} of the project's settings left out: starting it runs a command the project \
+                 names, and this session's policy does not allow exec"
+            ));
             continue;
         }
         let tags = cfg.policy_tags();

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use super::approvals::{Approval, ApprovalPolicy};
 use super::AppError;
 use crate::provider::Thinking;
-use crate::tools::policy::Policy;
+use crate::tools::policy::{FileScope, Policy};
 
 /// One settings file, as written (every key optional).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -153,18 +153,28 @@ pub fn project_path(cwd: &Path) -> PathBuf {
     cwd.join(".agentd").join("settings.toml")
 }
 
+/// The largest settings file read.
+const MAX_SETTINGS_BYTES: u64 = 1024 * 1024;
+
 /// Reads one settings file; `None` when it does not exist. A file that does not parse is a usage error.
 pub fn read(path: &Path) -> Result<Option<SettingsFile>, AppError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(AppError::usage(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )))
-        }
-    };
+    read_within(&FileScope::unconfined(path.parent().unwrap_or(path)), path)
+}
+
+/// [`read`] within `scope`: a file that resolves outside it (a link out of a confined workspace) is an error
+/// that shows nothing of it.
+pub fn read_within(scope: &FileScope, path: &Path) -> Result<Option<SettingsFile>, AppError> {
+    let cannot = |e: String| AppError::usage(format!("cannot read {}: {e}", path.display()));
+    if let Err(e) = scope.resolve(path) {
+        return Err(cannot(e.to_string()));
+    }
+    if !scope.exists(path) {
+        return Ok(None);
+    }
+    let bytes = scope
+        .read_bytes(path, MAX_SETTINGS_BYTES)
+        .map_err(|e| cannot(e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|_| cannot("not UTF-8 text".into()))?;
     let file: SettingsFile = toml::from_str(&text).map_err(|e| {
         let at = match e.span() {
             Some(span) => {
@@ -209,18 +219,16 @@ pub fn read(path: &Path) -> Result<Option<SettingsFile>, AppError> {
     Ok(Some(file))
 }
 
-/// The user's and the project's files, merged.
-pub fn load(cwd: &Path) -> Result<FileSettings, AppError> {
+/// The user's file and the project's (in `project`'s working directory, read within that scope), merged.
+pub fn load(project: &FileScope) -> Result<FileSettings, AppError> {
     let mut merged = FileSettings::default();
-    for (path, project) in [(user_path(), false), (project_path(cwd), true)] {
-        if let Some(file) = read(&path)? {
-            let source = if project {
-                Source::Project(path)
-            } else {
-                Source::User(path)
-            };
-            merged.apply(file, &source);
-        }
+    let user = user_path();
+    if let Some(file) = read(&user)? {
+        merged.apply(file, &Source::User(user));
+    }
+    let path = project_path(project.cwd());
+    if let Some(file) = read_within(project, &path)? {
+        merged.apply(file, &Source::Project(path));
     }
     Ok(merged)
 }
@@ -246,7 +254,12 @@ impl FileSettings {
         set(&mut self.max_turns, file.max_turns, source);
         set(&mut self.temperature, file.temperature, source);
         if let Some(mcp) = file.mcp.clone() {
-            self.mcp_servers.extend(mcp.servers);
+            let project = matches!(source, Source::Project(_));
+            self.mcp_servers
+                .extend(mcp.servers.into_iter().map(|(name, mut server)| {
+                    server.project = project;
+                    (name, server)
+                }));
         }
         if let Some(format) = file.edit_format.as_deref().map(str::trim) {
             // Checked when the file is read (`load`), so a bad value never gets here.

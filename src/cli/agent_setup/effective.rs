@@ -107,7 +107,9 @@ fn lift<T: Clone>(file: &Option<Sourced<T>>) -> Option<Sourced<Option<T>>> {
 
 /// Resolves `args` for `door` in `cwd`.
 pub fn resolve(args: &AgentArgs, door: Door, cwd: &Path) -> anyhow::Result<Effective> {
-    let files: FileSettings = settings::load(cwd).map_err(Failure::from_app)?;
+    // The local user's own directory: its project settings are read as they are.
+    let project = agentd::tools::policy::FileScope::unconfined(cwd);
+    let files: FileSettings = settings::load(&project).map_err(Failure::from_app)?;
     let model = pick(
         args.model
             .clone()

@@ -48,7 +48,7 @@ use crate::env::now_unix;
 use crate::server::error::ApiError;
 use crate::server::{parse_json, sse, AppState};
 use crate::session::sessions_dir;
-use crate::tools::policy::Policy;
+use crate::tools::policy::{FileScope, Policy};
 use crate::tools::registry::{ToolRegistry, BUILTIN_TOOL_NAMES};
 use crate::tools::tool::PolicyTag;
 
@@ -246,12 +246,7 @@ async fn create(
             seed: req.seed,
             ..Default::default()
         })?;
-    let dir = state
-        .sessions
-        .options
-        .dir
-        .clone()
-        .unwrap_or_else(|| sessions_dir(&workspace));
+    let dir = saved_dir(&state, &workspace);
     let choice = match &req.resume {
         None => SessionChoice::CreateNow,
         Some(id) if state.sessions.get(id).is_some() => {
@@ -268,10 +263,14 @@ async fn create(
                 .map_err(|e| ApiError::internal(format!("listing sessions failed: {e}")))?
                 .map_err(|e| ApiError::internal(e.to_string()))?
                 .into_iter()
+                .filter(|s| of_workspace(s, &workspace))
                 .find(|s| s.id == wanted)
                 .ok_or_else(|| {
-                    ApiError::not_found(format!("no saved session `{id}` in {}", dir.display()))
-                        .with_param("resume")
+                    ApiError::not_found(format!(
+                        "no saved session `{id}` of workspace {}",
+                        workspace.display()
+                    ))
+                    .with_param("resume")
                 })?;
             SessionChoice::Open(saved.path.display().to_string())
         }
@@ -291,7 +290,7 @@ async fn create(
     settings.sessions_dir = Some(dir);
     settings.bash_timeout = state.sessions.options.bash_timeout;
     // MCP servers of the user's and the workspace's settings files, as `agentd chat` there would start them.
-    settings.mcp_servers = crate::app::settings::load(&workspace)
+    settings.mcp_servers = crate::app::settings::load(&FileScope::within(&workspace))
         .map(|f| f.mcp_servers)
         .map_err(|e| ApiError::from_app(e, "workspace"))?;
     let provider: Arc<dyn crate::provider::Provider> = Arc::new(GatedProvider::new(
@@ -341,12 +340,19 @@ struct SavedQuery {
     workspace: Option<PathBuf>,
 }
 
-/// The sessions directory for `workspace` (else the default workspace, else the working directory).
-fn saved_dir(state: &AppState, workspace: Option<PathBuf>) -> Result<PathBuf, ApiError> {
-    if let Some(dir) = &state.sessions.options.dir {
-        return Ok(dir.clone());
+/// The sessions directory of `workspace` (the server's `--sessions-dir`, shared by every workspace, when set).
+fn saved_dir(state: &AppState, workspace: &std::path::Path) -> PathBuf {
+    match &state.sessions.options.dir {
+        Some(dir) => dir.clone(),
+        None => sessions_dir(workspace),
     }
-    Ok(sessions_dir(&resolve_workspace(state, workspace)?))
+}
+
+/// Whether saved session `s` was a session of `workspace` (its working directory inside it): a sessions
+/// directory may hold other workspaces' sessions (a shared `--sessions-dir`, two workspaces whose directory
+/// names give the same slug), and those are neither listed nor resumed.
+fn of_workspace(s: &crate::session::SessionInfo, workspace: &std::path::Path) -> bool {
+    std::path::Path::new(&s.cwd).starts_with(workspace)
 }
 
 /// The workspace a request names, else the server's default, else the working directory; canonical.
@@ -370,13 +376,15 @@ async fn saved(
 ) -> Result<Json<Value>, ApiError> {
     let axum::extract::Query(query) =
         query.map_err(|e| ApiError::invalid_param("workspace", e.body_text()))?;
-    let dir = saved_dir(&state, query.workspace)?;
+    let workspace = resolve_workspace(&state, query.workspace)?;
+    let dir = saved_dir(&state, &workspace);
     let list = tokio::task::spawn_blocking(move || sessions::list(&dir))
         .await
         .map_err(|e| ApiError::internal(format!("listing sessions failed: {e}")))?
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let data: Vec<Value> = list
         .into_iter()
+        .filter(|s| of_workspace(s, &workspace))
         .map(|s| {
             json!({"id": s.id, "object": "agent.saved_session", "name": s.name, "cwd": s.cwd,
                    "created": s.created, "modified": s.modified, "message_count": s.message_count,
