@@ -4,12 +4,14 @@
 //! SIGTERM, letting in-flight requests finish for `--shutdown-grace` seconds.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentd::config::{Config, ProviderKind};
 use agentd::engine::files::fetch::ModelSelector;
 use agentd::engine::WeightFormat;
-use agentd::provider::RemoteProvider;
+use agentd::provider::response_cache::CacheStats;
+use agentd::provider::{Provider, RemoteProvider};
 use agentd::server::guard::BrowserPolicy;
 use agentd::server::limits::RequestLimits;
 use agentd::server::sessions::SessionOptions;
@@ -226,6 +228,38 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let (provider, cache) = served_provider(&mut config, &runtime)?;
+    let state = AppState::new(provider, options).with_cache_stats(cache);
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("cannot bind {}:{}", args.host, args.port))?;
+        let addr = listener.local_addr()?;
+        // Scripts (and the Python tests) read this line to find the port.
+        println!("agentd serving on http://{addr} (OpenAI API at http://{addr}/v1)");
+        if args.api_key.is_none() && !addr.ip().is_loopback() {
+            eprintln!("warning: listening on {addr} without --api-key: anyone who can reach it can use the model and its agent tools");
+        }
+        server::serve(listener, state, server::os_signal())
+            .await
+            .context("serving")?;
+        eprintln!("agentd stopped");
+        anyhow::Ok(())
+    })
+}
+
+/// The provider served, and its response cache's counters.
+type Served = (Arc<dyn Provider>, Option<Arc<CacheStats>>);
+
+/// The provider `serve` serves and its response cache's counters: the model loaded (or the remote server asked
+/// for its models) now. TEST-ONLY: the scripted provider stands in when its variable is set, as for `run`.
+fn served_provider(
+    config: &mut Config,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<Served> {
+    if let Some(path) = crate::cli::agent_setup::scripted::script_path() {
+        return Ok((crate::cli::agent_setup::scripted::load(&path)?, None));
+    }
     if config.provider == ProviderKind::Local {
         if let Ok(opts) = config.engine_options() {
             if let ModelSelector::Name(n) = &opts.model {
@@ -243,7 +277,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let built = agentd::app::backend::build_provider(&config).context("building the provider")?;
+    let built = agentd::app::backend::build_provider(config).context("building the provider")?;
     if let Some(local) = &built.local {
         let info = local.engine().info();
         if let Some(note) = &info.device_note {
@@ -257,21 +291,5 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(cache) = &config.cache.enabled.then(|| config.cache.resolved_path()) {
         eprintln!("response cache: {}", cache.display());
     }
-    let state = AppState::new(built.provider, options).with_cache_stats(built.cache);
-    runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
-            .await
-            .with_context(|| format!("cannot bind {}:{}", args.host, args.port))?;
-        let addr = listener.local_addr()?;
-        // Scripts (and the Python tests) read this line to find the port.
-        println!("agentd serving on http://{addr} (OpenAI API at http://{addr}/v1)");
-        if args.api_key.is_none() && !addr.ip().is_loopback() {
-            eprintln!("warning: listening on {addr} without --api-key: anyone who can reach it can use the model and its agent tools");
-        }
-        server::serve(listener, state, server::os_signal())
-            .await
-            .context("serving")?;
-        eprintln!("agentd stopped");
-        anyhow::Ok(())
-    })
+    Ok((built.provider, built.cache))
 }

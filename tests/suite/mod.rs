@@ -7,6 +7,7 @@ mod cli_chat;
 mod cli_flags;
 mod cli_run;
 mod common;
+mod confinement;
 mod constraint;
 mod content_guard;
 mod cpu_engine;

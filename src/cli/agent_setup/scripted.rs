@@ -1,5 +1,5 @@
 //! TEST-ONLY: the scripted provider selected by environment variables, so integration tests can drive the real
-//! binary deterministically. Not a user feature; nothing else reads these variables.
+//! binary deterministically (`run`, `chat` and `serve`). Not a user feature; nothing else reads these variables.
 //!
 //! - `AGENTD_SCRIPTED_PROVIDER=FILE.json` replaces the model with [`ScriptedProvider`] playing FILE's replies.
 //! - `AGENTD_SCRIPTED_REQUESTS=FILE.jsonl` appends every request the provider receives (a `CompletionRequest`

@@ -38,11 +38,18 @@ pub struct ServeProcess {
 impl ServeProcess {
     /// Starts the real binary on the default model file (offline), with `args` after `serve --port 0`.
     pub fn start(args: &[&str]) -> Self {
-        use std::io::{BufRead, BufReader};
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"));
+        command
             .args(["serve", "--port", "0", "--offline", "--model"])
             .arg(common::smollm2_path())
-            .args(args)
+            .args(args);
+        Self::spawn(command)
+    }
+
+    /// Starts `command` (an `agentd serve` on port 0) and waits for the line that names its address.
+    pub fn spawn(mut command: std::process::Command) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = command
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .stdin(std::process::Stdio::null())
