@@ -81,6 +81,9 @@ pub struct EngineConfig {
     pub speculative: crate::engine::SpeculativeConfig,
     /// A Jinja chat template file used instead of the model's own.
     pub chat_template: Option<String>,
+    /// The window served, prompt and output together (vLLM's `max_model_len`); at most the model's own context
+    /// length. In front of a remote server it caps the window the server reports.
+    pub max_model_len: Option<usize>,
     /// Show a progress bar while a model is fetched (set by the command line, not the file).
     #[serde(skip)]
     pub progress: bool,
@@ -101,6 +104,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             speculative: Default::default(),
             chat_template: None,
+            max_model_len: None,
             progress: false,
         }
     }
@@ -207,6 +211,7 @@ impl Config {
             kv_cache_dtype: e.kv_cache_dtype,
             prefix_caching: e.prefix_caching,
             speculative: e.speculative.clone(),
+            max_model_len: e.max_model_len,
         };
         scheduler
             .validate()

@@ -250,9 +250,15 @@ pub fn build_provider(config: &Config) -> Result<BuiltProvider, ProviderError> {
             (Arc::new(local.clone()), Some(local))
         }
         ProviderKind::Remote => {
-            let remote = config.remote.clone().ok_or_else(|| {
+            let mut remote = config.remote.clone().ok_or_else(|| {
                 ProviderError::Config("provider = \"remote\" needs a [remote] section".into())
             })?;
+            // `max_model_len` caps the window the server has (or reports) as it caps a local model's.
+            if let Some(n) = config.engine.max_model_len {
+                let n = n as u64;
+                remote.context_window = Some(remote.context_window.map_or(n, |w| w.min(n)));
+                remote.max_output_tokens = remote.max_output_tokens.map(|o| o.min(n));
+            }
             (Arc::new(RemoteProvider::new(remote)?), None)
         }
     };

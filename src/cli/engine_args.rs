@@ -70,6 +70,11 @@ pub struct BatchArgs {
     /// The longest n-gram a draft lookup tries first (default 5).
     #[arg(long)]
     pub prompt_lookup_max: Option<usize>,
+    /// The window served, prompt and output together (vLLM's flag): at most the model's own context length
+    /// (default: the model's). Requests that do not fit are refused or their max_tokens cut, as for the
+    /// model's own window, and clients are told this window (`/v1/models`, `agentd clients`).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_model_len: Option<usize>,
     /// vLLM's form of the settings above, as JSON: {"method": "ngram", "num_speculative_tokens": 8,
     /// "prompt_lookup_min": 2, "prompt_lookup_max": 5}; the single flags win over it.
     #[arg(long, value_name = "JSON")]
@@ -93,6 +98,9 @@ impl BatchArgs {
         }
         if self.no_prefix_caching {
             engine.prefix_caching = false;
+        }
+        if let Some(n) = self.max_model_len {
+            engine.max_model_len = Some(n);
         }
         let spec = &mut engine.speculative;
         if let Some(m) = self.speculative {
@@ -131,6 +139,7 @@ impl BatchArgs {
             kv_cache_dtype: engine.kv_cache_dtype,
             prefix_caching: engine.prefix_caching,
             speculative: engine.speculative,
+            max_model_len: engine.max_model_len,
         };
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)

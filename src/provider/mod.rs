@@ -188,7 +188,8 @@ pub enum ProviderError {
     Protocol(String),
     /// The local engine failed.
     #[error("engine: {0}")]
-    Engine(#[source] EngineError),
+    // Not a `#[source]`: the message already holds the engine's (a chain would print it twice).
+    Engine(EngineError),
     /// The request asks for something this provider cannot do (e.g. an unsupported tool schema).
     #[error("unsupported request: {0}")]
     Unsupported(String),

@@ -204,7 +204,7 @@ impl ApiError {
     pub fn anthropic_body(&self) -> serde_json::Value {
         // Claude Code recognises an over-long prompt by Anthropic's wording and compacts its conversation.
         let message = if self.code == Some("context_length_exceeded") {
-            format!("prompt is too long: {}", self.message)
+            anthropic_overflow(&self.message)
         } else {
             self.message.clone()
         };
@@ -299,6 +299,27 @@ pub fn sampling_param(message: &str) -> Option<String> {
     (!name.is_empty()).then(|| name.to_string())
 }
 
+/// Anthropic's wording of a prompt over the window: `prompt is too long: 2131 tokens > 2048 maximum` when the
+/// message says how many tokens the prompt had and the window holds (`prompt is N tokens … window is W tokens`;
+/// Claude Code reads the two numbers to see how much to compact), else the message after that prefix.
+fn anthropic_overflow(message: &str) -> String {
+    let after = |key: &str| -> Option<u64> {
+        let rest = &message[message.find(key)? + key.len()..];
+        let digits: String = rest
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    match (after("prompt is "), after("window is ")) {
+        (Some(tokens), Some(window)) => {
+            format!("prompt is too long: {tokens} tokens > {window} maximum")
+        }
+        _ => format!("prompt is too long: {message}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,5 +350,19 @@ mod tests {
         for (kind, status) in cases {
             assert_eq!(ApiError::from_provider(kind, "m").status.as_u16(), status);
         }
+    }
+
+    #[test]
+    fn an_overflow_reads_as_anthropics_with_both_numbers() {
+        assert_eq!(
+            anthropic_overflow(
+                "context window exceeded: prompt is 2131 tokens, but the model's context window is 2048 tokens"
+            ),
+            "prompt is too long: 2131 tokens > 2048 maximum"
+        );
+        assert_eq!(
+            anthropic_overflow("the server said no"),
+            "prompt is too long: the server said no"
+        );
     }
 }

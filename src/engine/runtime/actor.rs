@@ -158,8 +158,15 @@ impl Engine {
                         return;
                     }
                 }
+                let served = match sched_config.served_context(model.config.context_length) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(EngineError::Config(e)));
+                        return;
+                    }
+                };
                 let ready = (
-                    model.config.context_length,
+                    served,
                     model.vocab_size,
                     model.weight_bytes,
                     model.config.arch.name().to_string(),

@@ -49,6 +49,9 @@ pub struct SchedulerConfig {
     pub prefix_caching: bool,
     /// Speculative decoding: drafts verified in the batched step (the paged store only).
     pub speculative: SpeculativeConfig,
+    /// The window served (prompt and output together; vLLM's `--max-model-len`): at most the model's own
+    /// context length (`None`: the model's).
+    pub max_model_len: Option<usize>,
 }
 
 /// Defaults for a CPU: enough sequences that 50 clients all start within a few steps, and prompt chunks small
@@ -67,6 +70,7 @@ impl Default for SchedulerConfig {
             kv_cache_dtype: KvDtype::Auto,
             prefix_caching: true,
             speculative: SpeculativeConfig::default(),
+            max_model_len: None,
         }
     }
 }
@@ -87,7 +91,22 @@ impl SchedulerConfig {
         if self.kv_cache_bytes == 0 {
             return Err("kv_cache_bytes must be more than 0".into());
         }
+        if self.max_model_len == Some(0) {
+            return Err("max_model_len must be at least 1".into());
+        }
         self.speculative.validate()
+    }
+
+    /// The window served for a model whose own context length is `trained`; an error when `max_model_len` asks
+    /// for more than the model has (vLLM refuses that too).
+    pub fn served_context(&self, trained: usize) -> std::result::Result<usize, String> {
+        match self.max_model_len {
+            Some(n) if n > trained => Err(format!(
+                "max_model_len ({n}) is larger than the model's context length ({trained})"
+            )),
+            Some(n) => Ok(n),
+            None => Ok(trained),
+        }
     }
 }
 
@@ -249,7 +268,11 @@ impl Scheduler {
         if reply.is_closed() {
             return;
         }
-        let ctx = self.model.config.context_length;
+        let trained = self.model.config.context_length;
+        let ctx = self
+            .config
+            .max_model_len
+            .map_or(trained, |n| n.min(trained));
         let spec = self.config.speculative.clone();
         match Sequence::new(
             req,

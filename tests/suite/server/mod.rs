@@ -8,6 +8,7 @@ mod extensions;
 mod hardening;
 mod load;
 mod logit_bias;
+mod max_model_len;
 mod openai;
 mod prefill;
 mod raw_text;
