@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod app;
 pub mod bench;
+pub mod clients;
 pub mod config;
 pub mod engine;
 pub mod env;

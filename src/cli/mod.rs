@@ -4,6 +4,7 @@
 pub mod agent_setup;
 pub mod bench;
 pub mod chat;
+pub mod clients;
 pub mod config;
 pub mod engine_args;
 pub mod export;
@@ -59,6 +60,9 @@ pub enum Command {
     /// The settings of `chat` and `run`: `agentd config show`.
     #[command(subcommand)]
     Config(config::ConfigCommand),
+    /// Settings for coding clients (Claude Code, Codex, Pi, aider, Continue, OpenCode) that tell them the
+    /// served model's window.
+    Clients(clients::ClientsArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -72,5 +76,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Export(args) => export::run(args),
         Command::Config(cmd) => config::run(cmd),
+        Command::Clients(args) => clients::run(args),
     }
 }

@@ -237,6 +237,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let addr = listener.local_addr()?;
         // Scripts (and the Python tests) read this line to find the port.
         println!("agentd serving on http://{addr} (OpenAI API at http://{addr}/v1)");
+        eprintln!(
+            "coding clients: `agentd clients --port {}{}` prints settings for Claude Code, Codex, Pi, aider, \
+             Continue and OpenCode with this model's window",
+            addr.port(),
+            if args.api_key.is_some() { " --api-key KEY" } else { "" }
+        );
         if args.api_key.is_none() && !addr.ip().is_loopback() {
             eprintln!("warning: listening on {addr} without --api-key: anyone who can reach it can use the model and its agent tools");
         }

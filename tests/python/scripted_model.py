@@ -16,7 +16,10 @@ What it plays, from what a request holds (nothing about any one client is writte
   none, the last result's first line);
 - anything else (a client's side requests, a title, a summary): a short text.
 
-Replies stream as Chat Completions chunks with usage, as vLLM sends them. `requests` keeps every request body.
+Replies stream as Chat Completions chunks with usage, as vLLM sends them (a fixed small count, or with
+`estimate_usage` a count from the request's size, and then a prompt over `window` is refused as vLLM refuses it);
+`/models` reports `window`. `requests` keeps every request
+body.
 """
 
 import json
@@ -164,6 +167,14 @@ def reply_for(body):
     return ("text", "OK.")
 
 
+def usage_for(body, reply):
+    """Usage as a real server would count it, roughly: a token per three characters of the request's messages and
+    tools (more than a BPE tokenizer counts, so a client compacting on these numbers compacts early enough)."""
+    prompt = len(json.dumps(body.get("messages") or []) + json.dumps(body.get("tools") or [])) // 3 + 1
+    completion = len(json.dumps(reply[1])) // 3 + 1
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -181,7 +192,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path.rstrip("/").endswith("/models"):
             self.send_json(200, {"object": "list", "data": [
-                {"id": MODEL, "object": "model", "owned_by": "test", "max_model_len": 32768}]})
+                {"id": MODEL, "object": "model", "owned_by": "test", "max_model_len": self.server.window}]})
         else:
             self.send_json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -193,6 +204,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.server.requests.append(body)
         reply = reply_for(body)
+        if self.server.estimate_usage:
+            prompt = usage_for(body, reply)["prompt_tokens"]
+            if prompt > self.server.window:
+                # vLLM's refusal of a prompt over its max_model_len.
+                self.send_json(400, {"object": "error", "type": "BadRequestError", "code": 400, "message": (
+                    f"This model's maximum context length is {self.server.window} tokens. However, your "
+                    f"request has {prompt} input tokens. Please reduce the length of the input messages.")})
+                return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -221,7 +240,8 @@ class Handler(BaseHTTPRequestHandler):
             for word in re.findall(r"\S+\s*", reply[1]):
                 chunk({"content": word})
             chunk({}, "stop")
-        chunk({}, usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
+        chunk({}, usage=usage_for(body, reply) if self.server.estimate_usage else
+              {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self.close_connection = True
@@ -230,9 +250,12 @@ class Handler(BaseHTTPRequestHandler):
 class ScriptedModel:
     """The server on a free loopback port, in a thread; `base_url` ends in /v1."""
 
-    def __init__(self):
+    def __init__(self, window=32768, estimate_usage=False):
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.requests = []
+        self.httpd.window = window
+        # Usage counted from the request (for clients that compact on it), else a fixed small count.
+        self.httpd.estimate_usage = estimate_usage
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 

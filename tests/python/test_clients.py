@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from client_settings import apply, printed
 from conftest import API_KEY, Server
 
 HOME = Path(os.environ.get("AGENTD_HOME", Path.home() / ".cache" / "agentd"))
@@ -119,18 +120,17 @@ def pi_agent_dir(tmp_path, base_url, model, max_tokens):
 
 
 PROMPT = "Read the file secret.txt and tell me the secret word."
+# Claude Code 2.1.332's shorter prompt leaves the 0.5B model answering PROMPT with a guess; named, it calls Read.
+CLAUDE_PROMPT = "Use the Read tool to read secret.txt, then tell me the secret word."
 
 
 def test_claude_code_reads_a_file_and_answers_with_it(qwen, workspace, tmp_path):
     claude = client_path("claude")
-    env = {
-        "ANTHROPIC_BASE_URL": qwen.root,
-        "ANTHROPIC_API_KEY": API_KEY,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude-config"),
-    }
-    p = run([claude, "-p", PROMPT, "--model", MODEL, "--output-format", "stream-json", "--verbose",
+    # The settings `agentd clients claude-code` prints: the served model's window and reply size.
+    env = apply(printed(qwen.root, "claude-code", key=API_KEY), tmp_path / "home")
+    p = run([claude, "-p", CLAUDE_PROMPT, "--model", MODEL, "--output-format", "stream-json", "--verbose",
              "--allowedTools", "Read", "--max-turns", "3"], workspace, env, "claude")
+    assert "doesn't recognize the model" not in p.stdout + p.stderr, p.stderr[-2000:]
     events = json_lines(p.stdout)
     turns = []  # (kind, block) in order
     for e in events:
@@ -148,21 +148,26 @@ def test_claude_code_reads_a_file_and_answers_with_it(qwen, workspace, tmp_path)
     assert any(kind == "assistant" for kind, _ in turns[results[0] + 1:]), p.stdout[-3000:]
     final = [e for e in events if e.get("type") == "result"]
     assert final and final[-1].get("api_error_status") is None, final[-1:]
+    # Claude Code works with the served window, not the million tokens it assumes for a model it does not know.
+    assert [u["contextWindow"] for u in final[-1]["modelUsage"].values()] == [32768], final[-1]["modelUsage"]
     print("Claude Code's final answer:", repr(final[-1].get("result")), "has the word:",
           SECRET in (final[-1].get("result") or ""))
 
 
 def test_codex_answers_in_its_output_schema(qwen, workspace, tmp_path):
     """`codex exec --output-schema`: Codex sends the schema as the Responses API's `text.format`, the local
-    engine's grammar holds the reply to it, and Codex's final message is that JSON."""
-    home = codex_home(tmp_path, qwen.base_url, MODEL, idle_ms=TIMEOUT * 1000)
+    engine's grammar holds the reply to it, and Codex's final message is that JSON. Codex runs with the settings
+    `agentd clients codex` prints: no "Model metadata … not found" for the served model."""
+    setup = printed(qwen.root, "codex", key=API_KEY)
+    env = apply(setup, tmp_path / "home")
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps({
         "type": "object", "additionalProperties": False, "required": ["capital", "country"],
         "properties": {"capital": {"type": "string"}, "country": {"type": "string"}}}))
-    p = run([client_path("codex"), "exec", "--skip-git-repo-check", "--json", "--output-schema", str(schema),
-             "What is the capital of France? Answer without running any command."], workspace,
-            {"CODEX_HOME": str(home), "AGENTD_API_KEY": API_KEY}, "codex-schema")
+    p = run([client_path("codex"), "exec", "--skip-git-repo-check", "--json", "--sandbox", "read-only",
+             "--output-schema", str(schema),
+             "What is the capital of France? Answer without running any command."], workspace, env, "codex-schema")
+    assert "Model metadata for" not in p.stdout + p.stderr, p.stdout[-2000:]
     events = json_lines(p.stdout)
     items = [e["item"] for e in events if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)]
     answers = [i.get("text", "") for i in items if i.get("type") == "agent_message"]
@@ -212,14 +217,17 @@ def test_aider_edits_a_file_through_its_edit_format(qwen, workspace, tmp_path):
     aider = client_path("aider")
     config = workspace / "config.json"
     config.write_text('{\n  "name": "demo",\n  "port": 8080\n}\n')
-    env = {"OPENAI_API_BASE": qwen.base_url, "OPENAI_API_KEY": API_KEY, "AIDER_ANALYTICS": "false",
-           "HOME": str(tmp_path)}
+    # The settings `agentd clients aider` prints: its environment and the model's metadata file (the window), so
+    # aider starts without its unknown-model warning.
+    env = apply(printed(qwen.root, "aider", key=API_KEY), tmp_path / "home")
+    env["AIDER_ANALYTICS"] = "false"
     p = run([aider, "--model", f"openai/{MODEL}", "--no-git", "--yes-always", "--no-auto-commits",
-             "--no-show-model-warnings", "--no-check-update", "--no-analytics", "--no-pretty", "--no-stream",
+             "--no-check-update", "--no-analytics", "--no-pretty", "--no-stream",
              "--edit-format", "whole", "--map-tokens", "0", "--no-detect-urls",
              "--message", "In config.json change the port from 8080 to 9090.", "config.json"],
             workspace, env, "aider")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "Unknown context window" not in p.stdout + p.stderr, p.stdout[-3000:]
     data = json.loads(config.read_text())
     assert data["port"] == 9090, config.read_text() + "\n" + p.stdout[-3000:]
     assert data["name"] == "demo"

@@ -126,8 +126,9 @@ def test_claude_code_finishes_the_task(scripted, task, tmp_path):
     start = len(model.requests)
     uses, answer = claude(server, ws, prompt, tmp_path, "Read")
     assert [u["name"] for u in uses] == ["Read"] * len(words), uses
-    # Claude Code asks for absolute paths: the working directory its prompt names, joined by the model.
-    assert {Path(u["input"]["file_path"]).parent for u in uses} == {ws}, uses
+    # The paths are the workspace's (absolute where Claude Code's schema asks for them: the working directory its
+    # prompt names, joined by the model).
+    assert {(ws / u["input"]["file_path"]).resolve().parent for u in uses} == {ws.resolve()}, uses
     assert has_all(answer, words), answer
     # The results the model saw came from Claude Code's own Read (numbered lines), one per call.
     assert has_all(json.dumps(results_after(model, start), ensure_ascii=False), words)

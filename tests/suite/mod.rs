@@ -6,6 +6,7 @@ mod bench_tool_calls;
 mod cli_chat;
 mod cli_flags;
 mod cli_run;
+mod clients;
 mod common;
 mod confinement;
 mod constraint;
