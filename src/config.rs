@@ -49,6 +49,82 @@ pub struct Config {
     pub remote: Option<RemoteConfig>,
     /// The response cache (`[cache] enabled, path`).
     pub cache: crate::provider::response_cache::CacheConfig,
+    /// More models for `serve` beside `[engine].model` (`[[models]]`), each loaded at start or on first use.
+    pub models: Vec<ModelEntry>,
+    /// How many models stay loaded, and for how long (`[router]`).
+    pub router: RouterConfig,
+}
+
+/// One more model a server offers (`[[models]]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    /// A known model name or a GGUF file or model folder path.
+    pub model: String,
+    /// The name requests use instead of the model's own.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its window, at most its own (as `[engine].max_model_len` for the first model).
+    #[serde(default)]
+    pub max_model_len: Option<usize>,
+    /// Load it when the server starts (else on first use).
+    #[serde(default = "yes")]
+    pub preload: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// How many models a server keeps loaded (`[router]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Models loaded at once; the least recently used idle one is unloaded for another (0: no limit).
+    pub max_loaded: usize,
+    /// Memory all loaded models may take (weights and KV caches): a size like `8GiB` (`None`: no budget).
+    pub memory: Option<String>,
+    /// Seconds an idle model stays loaded (`None`: until it is unloaded for another, or by hand).
+    pub idle_unload_secs: Option<f64>,
+    /// Offer every model in the cache too, loaded on first use.
+    pub available: bool,
+    /// Requests that may wait for one model to load; more get 503.
+    pub max_waiting: usize,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        Self {
+            max_loaded: 3,
+            memory: None,
+            idle_unload_secs: None,
+            available: false,
+            max_waiting: 256,
+        }
+    }
+}
+
+impl RouterConfig {
+    /// The router's options, checked.
+    pub fn options(&self) -> Result<crate::provider::RouterOptions, String> {
+        let memory_budget = self
+            .memory
+            .as_deref()
+            .map(|m| parse_bytes(m).map(|b| b as u64))
+            .transpose()
+            .map_err(|e| format!("router.memory: {e}"))?;
+        let idle_unload = match self.idle_unload_secs {
+            None => None,
+            Some(s) if s.is_finite() && s >= 0.0 => Some(std::time::Duration::from_secs_f64(s)),
+            Some(s) => return Err(format!("router.idle_unload_secs must be >= 0, got {s}")),
+        };
+        Ok(crate::provider::RouterOptions {
+            max_loaded: self.max_loaded,
+            memory_budget,
+            idle_unload,
+            max_waiting: self.max_waiting.max(1),
+        })
+    }
 }
 
 /// The local engine's settings.
@@ -166,6 +242,17 @@ impl Config {
             origin: origin.to_string(),
             message,
         };
+        self.router.options().map_err(invalid)?;
+        for (i, m) in self.models.iter().enumerate() {
+            if m.model.trim().is_empty() {
+                return Err(invalid(format!("models[{i}].model is empty")));
+            }
+            if m.max_model_len == Some(0) {
+                return Err(invalid(format!(
+                    "models[{i}].max_model_len must be at least 1"
+                )));
+            }
+        }
         match self.provider {
             ProviderKind::Local => {
                 self.engine_options().map_err(invalid)?;

@@ -232,6 +232,30 @@ pub struct BuiltProvider {
     pub local: Option<LocalProvider>,
     /// The response cache's counters when `[cache] enabled`.
     pub cache: Option<Arc<CacheStats>>,
+    /// The local models' router when the provider serves several models ([`build_served`]).
+    pub router: Option<crate::provider::ModelRouter>,
+}
+
+/// The provider `agentd serve` serves: for `local`, a router over every model the config offers
+/// ([`super::model_catalog`]: each loaded at start or on first use, in its own engine), else as
+/// [`build_provider`]. Call it inside a tokio runtime; the models marked to preload are loaded by
+/// `ModelRouter::preload`, not here.
+pub fn build_served(config: &Config) -> Result<BuiltProvider, ProviderError> {
+    if config.provider != ProviderKind::Local {
+        return build_provider(config);
+    }
+    if config.engine.threads > 0 {
+        init_threads(Some(config.engine.threads));
+    }
+    let router = super::model_catalog::router(config)?;
+    let inner: Arc<dyn Provider> = Arc::new(router.clone());
+    let (provider, cache) = with_cache(config, inner, None)?;
+    Ok(BuiltProvider {
+        provider,
+        local: None,
+        cache,
+        router: Some(router),
+    })
 }
 
 /// Builds the configured provider — the one place every door gets its provider from: loads the model for
@@ -262,23 +286,34 @@ pub fn build_provider(config: &Config) -> Result<BuiltProvider, ProviderError> {
             (Arc::new(RemoteProvider::new(remote)?), None)
         }
     };
+    let (provider, cache) = with_cache(config, inner, local.clone())?;
+    Ok(BuiltProvider {
+        provider,
+        local,
+        cache,
+        router: None,
+    })
+}
+
+/// A provider and its response cache's counters (when it has one).
+type Cached = (Arc<dyn Provider>, Option<Arc<CacheStats>>);
+
+/// `inner` behind the response cache when `[cache] enabled` (keyed by the prompt's exact tokens when `local`
+/// is the engine's own provider, else by the request's canonical JSON), and the cache's counters.
+fn with_cache(
+    config: &Config,
+    inner: Arc<dyn Provider>,
+    local: Option<LocalProvider>,
+) -> Result<Cached, ProviderError> {
     if !config.cache.enabled {
-        return Ok(BuiltProvider {
-            provider: inner,
-            local,
-            cache: None,
-        });
+        return Ok((inner, None));
     }
     let path = config.cache.resolved_path();
     let cache = ResponseCache::open(&path).map_err(|e| ProviderError::Config(e.to_string()))?;
-    let caching = match &local {
-        Some(l) => CachingProvider::local(l.clone(), Arc::new(cache)),
+    let caching = match local {
+        Some(l) => CachingProvider::local(l, Arc::new(cache)),
         None => CachingProvider::new(inner, Arc::new(cache)),
     };
     let stats = caching.stats().clone();
-    Ok(BuiltProvider {
-        provider: Arc::new(caching),
-        local,
-        cache: Some(stats),
-    })
+    Ok((Arc::new(caching), Some(stats)))
 }

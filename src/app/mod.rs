@@ -32,6 +32,7 @@ pub mod lookup;
 pub mod loop_rules;
 pub mod mcp_servers;
 pub mod mentions;
+pub mod model_catalog;
 pub mod named_files;
 pub mod recorder;
 pub mod second_choice;

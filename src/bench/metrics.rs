@@ -56,11 +56,22 @@ pub struct RequestSample {
     #[serde(default)]
     pub drafts: Option<(u64, u64)>,
     pub finish_reason: Option<String>,
+    /// What the server says it spent, when it sends timings (llama.cpp's `timings`; agentd adds the queue).
+    #[serde(default)]
+    pub server: Option<ServerTimings>,
     /// Streamed text content.
     pub text: String,
     pub calls: Vec<CallRecord>,
     /// The request failed (HTTP status, connection, malformed stream, error chunk). Its timings are not used.
     pub error: Option<String>,
+}
+
+/// The server's own split of a request's time, in milliseconds (`None`: not reported).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerTimings {
+    pub queue_ms: Option<f64>,
+    pub prefill_ms: Option<f64>,
+    pub decode_ms: Option<f64>,
 }
 
 impl RequestSample {
@@ -130,6 +141,13 @@ pub struct Summary {
     /// Speculative decoding, summed over the requests that reported it: draft tokens accepted and rejected.
     #[serde(default)]
     pub drafts: Option<(u64, u64)>,
+    /// The server's side, where it reported timings: waiting to start, prompt processing, generation.
+    #[serde(default)]
+    pub server_queue_ms: Option<Distribution>,
+    #[serde(default)]
+    pub server_prefill_ms: Option<Distribution>,
+    #[serde(default)]
+    pub server_decode_ms: Option<Distribution>,
 }
 
 impl Summary {
@@ -175,6 +193,9 @@ impl Summary {
                 .iter()
                 .filter_map(|s| s.drafts)
                 .reduce(|a, b| (a.0 + b.0, a.1 + b.1)),
+            server_queue_ms: dist(&|s| s.server.and_then(|t| t.queue_ms)),
+            server_prefill_ms: dist(&|s| s.server.and_then(|t| t.prefill_ms)),
+            server_decode_ms: dist(&|s| s.server.and_then(|t| t.decode_ms)),
         }
     }
 }

@@ -28,7 +28,7 @@ pub mod stats;
 pub mod tool_calls;
 
 pub use metrics::{
-    ab_schedule, pair_ratios, CallRecord, PairedRatios, RequestSample, Side, Summary,
+    ab_schedule, pair_ratios, CallRecord, PairedRatios, RequestSample, ServerTimings, Side, Summary,
 };
 pub use openai_client::{request_body, ChatClient};
 pub use stats::{percentile, Distribution, Spread};

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{Map, Value};
 
-use super::metrics::{CallRecord, RequestSample};
+use super::metrics::{CallRecord, RequestSample, ServerTimings};
 use super::BenchError;
 use crate::provider::remote::sse::SseParser;
 use crate::provider::remote::wire::{self, Chunk};
@@ -250,6 +250,13 @@ impl Accumulator {
                 wire::error_message(data)
             ));
             return true;
+        }
+        if let Some(t) = &chunk.timings {
+            self.sample.server = Some(ServerTimings {
+                queue_ms: t.queue_ms,
+                prefill_ms: t.prompt_ms,
+                decode_ms: t.predicted_ms,
+            });
         }
         if let Some(u) = &chunk.usage {
             self.sample.prompt_tokens = Some(u.prompt_tokens);

@@ -60,8 +60,8 @@ pub enum Command {
     /// The settings of `chat` and `run`: `agentd config show`.
     #[command(subcommand)]
     Config(config::ConfigCommand),
-    /// Settings for coding clients (Claude Code, Codex, Pi, aider, Continue, OpenCode) that tell them the
-    /// served model's window.
+    /// Settings for coding clients (Claude Code, Codex, Pi, aider, Continue, OpenCode, Ollama's clients) that
+    /// tell them the served model's window.
     Clients(clients::ClientsArgs),
 }
 

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentd::config::{Config, ProviderKind};
-use agentd::engine::files::fetch::ModelSelector;
 use agentd::engine::WeightFormat;
 use agentd::provider::response_cache::CacheStats;
 use agentd::provider::{Provider, RemoteProvider};
@@ -21,9 +20,24 @@ use anyhow::Context;
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// A known model name (`agentd model list`), a GGUF path, a Hugging Face model folder, or `org/name` in the
-    /// local hf-hub cache (default: the config's, else the embedded default model).
-    #[arg(long, env = "AGENTD_MODEL")]
-    pub model: Option<String>,
+    /// local hf-hub cache (default: the config's, else the embedded default model). Repeat it to serve several
+    /// models, each loaded at start in its own engine; the first is the default.
+    #[arg(long, env = "AGENTD_MODEL", action = clap::ArgAction::Append)]
+    pub model: Vec<String>,
+    /// Offer every model in the cache too (`agentd model list`), loaded on first use.
+    #[arg(long)]
+    pub models_available: bool,
+    /// Models loaded at once; the least recently used idle one is unloaded for another (default 3; 0: no
+    /// limit).
+    #[arg(long, value_name = "N")]
+    pub max_loaded_models: Option<usize>,
+    /// Memory all loaded models may take (weights and KV caches), like 8GiB; idle models are unloaded for room.
+    #[arg(long, value_name = "SIZE")]
+    pub models_memory: Option<String>,
+    /// Seconds an idle model stays loaded (default: until it is unloaded for another or by hand; Ollama's
+    /// `keep_alive` overrides it per request).
+    #[arg(long, value_name = "SECS")]
+    pub idle_unload_secs: Option<f64>,
     /// A GGUF file or a Hugging Face model folder to load (the same as `--model PATH`; every model-loading
     /// command takes it).
     #[arg(long, value_name = "FILE.gguf|DIR", conflicts_with = "model")]
@@ -168,13 +182,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    let model = match &args.model_path {
-        Some(p) => Some(crate::cli::engine_args::path_as_model(p)),
-        None => args.model.clone(),
-    };
-    if let Some(m) = model {
+    let mut models: Vec<String> = args.model.clone();
+    if let Some(p) = &args.model_path {
+        models.insert(0, crate::cli::engine_args::path_as_model(p));
+    }
+    if let Some((first, more)) = models.split_first() {
         config.provider = ProviderKind::Local;
-        config.engine.model = m;
+        config.engine.model = first.clone();
+        let entries = more.iter().map(|m| agentd::config::ModelEntry {
+            model: m.clone(),
+            name: None,
+            max_model_len: None,
+            preload: true,
+        });
+        config.models.splice(0..0, entries);
+    }
+    if args.models_available {
+        config.router.available = true;
+    }
+    if let Some(n) = args.max_loaded_models {
+        config.router.max_loaded = n;
+    }
+    if let Some(m) = &args.models_memory {
+        config.router.memory = Some(m.clone());
+    }
+    if let Some(s) = args.idle_unload_secs {
+        config.router.idle_unload_secs = Some(s);
     }
     if let Some(d) = &args.device {
         config.engine.device = d.clone();
@@ -236,10 +269,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot bind {}:{}", args.host, args.port))?;
         let addr = listener.local_addr()?;
         // Scripts (and the Python tests) read this line to find the port.
-        println!("agentd serving on http://{addr} (OpenAI API at http://{addr}/v1)");
+        println!("agentd serving on http://{addr} (OpenAI API at http://{addr}/v1, Ollama API at http://{addr}/api)");
         eprintln!(
             "coding clients: `agentd clients --port {}{}` prints settings for Claude Code, Codex, Pi, aider, \
-             Continue and OpenCode with this model's window",
+             Continue, OpenCode and Ollama's clients with this model's window",
             addr.port(),
             if args.api_key.is_some() { " --api-key KEY" } else { "" }
         );
@@ -266,13 +299,6 @@ fn served_provider(
     if let Some(path) = crate::cli::agent_setup::scripted::script_path() {
         return Ok((crate::cli::agent_setup::scripted::load(&path)?, None));
     }
-    if config.provider == ProviderKind::Local {
-        if let Ok(opts) = config.engine_options() {
-            if let ModelSelector::Name(n) = &opts.model {
-                eprintln!("loading model {n} (fetched and cached on first use)…");
-            }
-        }
-    }
     if config.provider == ProviderKind::Remote {
         if let Some(remote) = config.remote.as_mut() {
             // The served provider is built after this, with the window the server reports.
@@ -283,7 +309,40 @@ fn served_provider(
             }
         }
     }
-    let built = agentd::app::backend::build_provider(config).context("building the provider")?;
+    let built = {
+        // The router unloads idle models from a task on this runtime.
+        let _entered = runtime.enter();
+        agentd::app::backend::build_served(config).context("building the provider")?
+    };
+    if let Some(router) = &built.router {
+        for status in router.model_states() {
+            if !router.preloads(&status.model.id) {
+                eprintln!("model {} is served, loaded on first use", status.model.id);
+                continue;
+            }
+            eprintln!(
+                "loading model {} (fetched and cached on first use)…",
+                status.model.id
+            );
+            let started = std::time::Instant::now();
+            runtime
+                .block_on(router.load_model(&status.model.id))
+                .with_context(|| format!("loading the model {}", status.model.id))?;
+            let loaded = router
+                .models()
+                .into_iter()
+                .find(|m| m.id == status.model.id);
+            if let Some(m) = loaded {
+                eprintln!(
+                    "model {} ({} context) on {} in {:.1}s",
+                    m.id,
+                    m.context_window,
+                    m.device.as_deref().unwrap_or("?"),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+    }
     if let Some(local) = &built.local {
         let info = local.engine().info();
         if let Some(note) = &info.device_note {

@@ -2,12 +2,14 @@
 //! and its window, each client's environment variables, config files (with their paths) and command line, so
 //! that the client knows the model's real window, compacts its conversation before the window is full and asks
 //! for replies that fit. Pure data in, text out: the same source renders the terminal output, the JSON a script
-//! reads and README's "Coding clients on agentd" section.
+//! reads and README's "Coding clients on agentd" section. Clients that speak Ollama's API get the server's
+//! address (and a Continue entry with `provider: ollama`).
 
 mod aider;
 mod claude_code;
 mod codex;
 mod continue_cli;
+mod ollama;
 mod opencode;
 mod pi;
 mod render;
@@ -101,13 +103,14 @@ pub struct ClientSetup {
 }
 
 /// The clients, in the order they are printed.
-pub const CLIENT_NAMES: [&str; 6] = [
+pub const CLIENT_NAMES: [&str; 7] = [
     "claude-code",
     "codex",
     "pi",
     "aider",
     "continue",
     "opencode",
+    "ollama",
 ];
 
 /// Every client's setup for `served`.
@@ -120,6 +123,7 @@ pub fn all(served: &Served) -> Vec<ClientSetup> {
         aider::setup(served, &budget),
         continue_cli::setup(served, &budget),
         opencode::setup(served, &budget),
+        ollama::setup(served, &budget),
     ]
 }
 
@@ -132,6 +136,7 @@ pub fn one(served: &Served, name: &str) -> Option<ClientSetup> {
         "aider" => "aider",
         "continue" | "cn" | "continue-cli" => "continue",
         "opencode" | "open-code" => "opencode",
+        "ollama" | "copilot" | "jetbrains" | "open-webui" => "ollama",
         _ => return None,
     };
     all(served).into_iter().find(|c| c.name == wanted)

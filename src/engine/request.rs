@@ -74,6 +74,8 @@ pub struct GenerateSummary {
     pub cached_tokens: usize,
     /// Text held back at the end (an incomplete UTF-8 tail or a stop-string prefix that never completed).
     pub trailing_text: String,
+    /// From the engine taking the request to its first scheduled step (waiting for a batch slot or KV blocks).
+    pub queue_secs: f64,
     pub prefill_secs: f64,
     pub decode_secs: f64,
     /// From the start of prefill to the first sampled token.
@@ -113,6 +115,7 @@ pub fn cancelled_before_start(req: &GenerateRequest) -> GenerateSummary {
         completion_tokens: 0,
         cached_tokens: 0,
         trailing_text: String::new(),
+        queue_secs: 0.0,
         prefill_secs: 0.0,
         decode_secs: 0.0,
         ttft_secs: 0.0,

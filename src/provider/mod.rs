@@ -13,6 +13,7 @@ pub mod json_tail;
 pub mod local;
 pub mod remote;
 pub mod response_cache;
+pub mod router;
 pub mod scripted;
 pub mod types;
 
@@ -27,6 +28,7 @@ pub use assemble::check_tool_call;
 pub use events::{collect, Completion, CompletionError};
 pub use local::LocalProvider;
 pub use remote::{RemoteConfig, RemoteProvider};
+pub use router::{ModelRouter, ModelSpec, RouterOptions};
 pub use scripted::{ScriptStep, ScriptedProvider, ScriptedReply};
 pub use types::*;
 
@@ -102,6 +104,50 @@ pub trait Provider: Send + Sync {
     /// The engine's scheduler gauges, when this provider batches on this machine.
     fn engine_load(&self) -> Option<EngineLoad> {
         self.wrapped().and_then(|p| p.engine_load())
+    }
+
+    /// Every model this provider can serve and whether it is in memory now (a provider that loads nothing on
+    /// demand: all of [`models`](Self::models), loaded).
+    fn model_states(&self) -> Vec<ModelStatus> {
+        match self.wrapped() {
+            Some(p) => p.model_states(),
+            None => self.models().into_iter().map(ModelStatus::loaded).collect(),
+        }
+    }
+
+    /// Loads `name` now (it is served already when this provider loads nothing on demand).
+    async fn load_model(&self, name: &str) -> Result<(), ProviderError> {
+        if let Some(p) = self.wrapped() {
+            return p.load_model(name).await;
+        }
+        match self.resolve_model(name) {
+            Some(_) => Ok(()),
+            None => Err(ProviderError::UnknownModel {
+                model: name.to_string(),
+                message: "no such model".into(),
+            }),
+        }
+    }
+
+    /// Unloads `name` (its in-flight requests finish first); not possible where nothing loads on demand.
+    async fn unload_model(&self, name: &str) -> Result<(), ProviderError> {
+        match self.wrapped() {
+            Some(p) => p.unload_model(name).await,
+            None => Err(ProviderError::Unsupported(format!(
+                "this provider serves `{name}` permanently; it cannot be unloaded"
+            ))),
+        }
+    }
+
+    /// Fetches the model `name` into the local cache (blocking for as long as that takes) and serves it from
+    /// then on; its state after. Only where models are loaded on demand from a cache.
+    async fn pull_model(&self, name: &str) -> Result<ModelStatus, ProviderError> {
+        match self.wrapped() {
+            Some(p) => p.pull_model(name).await,
+            None => Err(ProviderError::Unsupported(format!(
+                "this server cannot fetch models (asked for `{name}`)"
+            ))),
+        }
     }
 
     /// A raw-text completion (no chat template, no tools). Providers that cannot do it end the stream with an
@@ -202,6 +248,13 @@ pub enum ProviderError {
     /// A bug: an invariant broke inside the provider.
     #[error("internal provider error: {0}")]
     Internal(String),
+    /// The model cannot take the request now (it is loading with too many requests waiting, or every loaded
+    /// model is busy and none may be unloaded for it). Retry shortly.
+    #[error("busy: {0}")]
+    Busy(String),
+    /// The model could not be loaded. The request cannot run; other models are unaffected.
+    #[error("model `{model}` failed to load: {message}")]
+    Load { model: String, message: String },
 }
 
 /// Which timeout fired.
@@ -262,6 +315,8 @@ impl ProviderError {
             ProviderError::Config(_) => ErrorKind::Config,
             ProviderError::Cancelled => ErrorKind::Cancelled,
             ProviderError::Internal(_) => ErrorKind::Internal,
+            ProviderError::Busy(_) => ErrorKind::RateLimited,
+            ProviderError::Load { .. } => ErrorKind::Engine,
         }
     }
 

@@ -101,9 +101,26 @@ pub enum ResponseFormat {
         #[serde(default)]
         strict: bool,
     },
+    /// The whole reply matches this regular expression (vLLM's `regex`).
+    Regex { pattern: String },
+    /// The whole reply is one of these strings (vLLM's `choice`).
+    Choice { choices: Vec<String> },
+    /// The whole reply is a sentence of this grammar, in llguidance's Lark (vLLM's `grammar`; llama.cpp's GBNF,
+    /// translated).
+    Grammar { lark: String },
 }
 
 impl ResponseFormat {
+    /// The Lark grammar of a regex, choice or grammar format (`None` for text and JSON).
+    pub fn lark(&self) -> Option<String> {
+        match self {
+            Self::Regex { pattern } => Some(super::output::regex_grammar(pattern)),
+            Self::Choice { choices } => Some(super::output::choice_grammar(choices)),
+            Self::Grammar { lark } => Some(lark.clone()),
+            Self::Text | Self::JsonObject | Self::JsonSchema { .. } => None,
+        }
+    }
+
     /// The OpenAI `response_format` field.
     pub fn from_openai(value: &Value) -> Result<Self> {
         let bad = SchemaError::InvalidResponseFormat;
@@ -170,8 +187,32 @@ pub fn check_request(
         }
         _ => {}
     }
-    if let ResponseFormat::JsonSchema { name, schema, .. } = response_format {
-        compile::check(schema, &format!("response_format `{name}`"))?;
+    match response_format {
+        ResponseFormat::JsonSchema { name, schema, .. } => {
+            compile::check(schema, &format!("response_format `{name}`"))?;
+        }
+        ResponseFormat::Choice { choices } if choices.is_empty() => {
+            return Err(SchemaError::EmptyLanguage {
+                what: "choice".into(),
+                message: "the list of choices is empty".into(),
+            });
+        }
+        ResponseFormat::Regex { .. }
+        | ResponseFormat::Choice { .. }
+        | ResponseFormat::Grammar { .. } => {
+            let calls_possible = !tools.is_empty() && *tool_choice != ToolChoice::None;
+            if calls_possible {
+                return Err(SchemaError::InvalidResponseFormat(
+                    "a regex, choice or grammar holds the whole reply, so it cannot be combined with tools \
+                     (unless tool_choice is \"none\")"
+                        .into(),
+                ));
+            }
+            if let Some(lark) = response_format.lark() {
+                super::output::check_lark(&lark, "the grammar")?;
+            }
+        }
+        ResponseFormat::Text | ResponseFormat::JsonObject => {}
     }
     Ok(())
 }

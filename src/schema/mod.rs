@@ -8,6 +8,8 @@
 mod choice;
 pub mod compile;
 pub mod extensions;
+pub mod gbnf;
+pub mod output;
 mod tool_spec;
 
 pub use choice::{check_request, ResponseFormat, ToolChoice};

@@ -11,16 +11,15 @@
 
 use std::time::Duration;
 
-use axum::response::sse::Event;
 use axum::response::Response;
 use futures::StreamExt;
 
 use super::admission::Permit;
 use super::error::ApiError;
 use super::metrics::{Finished, RequestTimer};
-use super::openai::source::{self, Piece, PieceStream};
-use super::openai::types::{TokenLogprobOut, UsageInfo};
-use super::{sse, AppState};
+use super::source::{self, Ask, Piece, PieceStream};
+use super::usage::{TokenLogprobOut, UsageInfo};
+use super::AppState;
 use crate::provider::CompletionRequest;
 
 /// How long a streamed answer that got a slot at once may wait for its first piece before the response starts
@@ -37,6 +36,8 @@ pub struct Collected {
     /// OpenAI's `finish_reason` (`stop`, `length`, `tool_calls`).
     pub reason: &'static str,
     pub usage: UsageInfo,
+    /// The server's account of where the time went, when the provider measured it.
+    pub timings: Option<crate::provider::Timings>,
 }
 
 /// A tool call of a whole answer.
@@ -62,11 +63,20 @@ fn observe(timer: &mut RequestTimer, piece: &Piece) {
         Piece::Text(_) | Piece::Reasoning(_) | Piece::ToolStart { .. } | Piece::ToolArgs { .. } => {
             timer.output()
         }
-        Piece::Finish { reason, usage } => timer.finish(
-            finished(reason),
-            usage.prompt_tokens,
-            usage.completion_tokens,
-        ),
+        Piece::Finish {
+            reason,
+            usage,
+            timings,
+        } => {
+            if let Some(t) = timings {
+                timer.timings(t);
+            }
+            timer.finish(
+                finished(reason),
+                usage.prompt_tokens,
+                usage.completion_tokens,
+            )
+        }
         Piece::Fail(_) => timer.finish(Finished::Error, 0, 0),
         Piece::Logprobs(_) => {}
     }
@@ -75,7 +85,7 @@ fn observe(timer: &mut RequestTimer, piece: &Piece) {
 /// The whole answer to `request` (waits for a slot; 503 when the queue is full).
 pub async fn complete(
     state: &AppState,
-    request: CompletionRequest,
+    request: impl Into<Ask>,
     timer: &mut RequestTimer,
 ) -> Result<Collected, ApiError> {
     let permit = state.admit().await?;
@@ -102,9 +112,14 @@ pub async fn complete(
                 }
             }
             Piece::Logprobs(entries) => out.logprobs.extend(entries),
-            Piece::Finish { reason, usage } => {
+            Piece::Finish {
+                reason,
+                usage,
+                timings,
+            } => {
                 out.reason = reason;
                 out.usage = usage;
+                out.timings = timings;
                 drop(permit);
                 return Ok(out);
             }
@@ -113,34 +128,43 @@ pub async fn complete(
     }
 }
 
-/// How a door writes an answer as server-sent events.
+/// How a door writes a streamed answer: server-sent events (OpenAI, Anthropic) or JSON lines (Ollama).
 pub trait Render: Send + 'static {
-    /// The events for one piece (the first piece comes right after [`Render::start`]). After a terminal piece
-    /// ([`Piece::Finish`], [`Piece::Fail`]) the stream ends with whatever this returned.
-    fn piece(&mut self, piece: Piece) -> Vec<Event>;
+    /// One unit of the stream: an SSE event, a line.
+    type Frame: Send + 'static;
 
-    /// The events that open the stream, before the first piece.
-    fn start(&mut self) -> Vec<Event> {
+    /// The frames for one piece (the first piece comes right after [`Render::start`]). After a terminal piece
+    /// ([`Piece::Finish`], [`Piece::Fail`]) the stream ends with whatever this returned.
+    fn piece(&mut self, piece: Piece) -> Vec<Self::Frame>;
+
+    /// The frames that open the stream, before the first piece.
+    fn start(&mut self) -> Vec<Self::Frame> {
         Vec::new()
     }
 
-    /// The events for a request that failed while it waited for a slot (the stream's headers went out, but
-    /// not [`Render::start`]'s events).
-    fn queue_failure(&mut self, error: &ApiError) -> Vec<Event> {
+    /// The frames for a request that failed while it waited for a slot (the stream's headers went out, but
+    /// not [`Render::start`]'s frames).
+    fn queue_failure(&mut self, error: &ApiError) -> Vec<Self::Frame> {
         self.piece(Piece::Fail(error.clone()))
     }
+
+    /// The HTTP response carrying `frames`.
+    fn response<S>(frames: S) -> Response
+    where
+        S: futures::Stream<Item = Self::Frame> + Send + 'static;
 }
 
 /// `request`'s answer as `render`'s events (see the module docs for when a failure is an HTTP error).
 pub async fn stream<R: Render>(
     state: AppState,
-    request: CompletionRequest,
+    request: impl Into<Ask>,
     render: R,
     mut timer: RequestTimer,
 ) -> Result<Response, ApiError> {
     if state.draining.is_cancelled() {
         return Err(ApiError::unavailable("the server is shutting down", 1));
     }
+    let request: Ask = request.into();
     let shutdown = state.shutdown.clone();
     let provider = state.provider.clone();
     if let Some(permit) = state.admission.try_admit() {
@@ -164,11 +188,13 @@ pub async fn stream<R: Render>(
             started: false,
             done: false,
         };
-        return Ok(sse::response(driver.into_events()));
+        return Ok(R::response(driver.into_events()));
     }
     // Queued: the prompt's fit is checked now, while a 400 can still be sent (an admitted stream learns it from
     // the provider's first piece instead, without a second tokenization).
-    check_fits(&state, &request).await?;
+    if let Ask::Chat(chat) = &request {
+        check_fits(&state, chat).await?;
+    }
     let ticket = state.admission.enter()?;
     let events = futures::stream::once(async move {
         let mut render = render;
@@ -194,7 +220,7 @@ pub async fn stream<R: Render>(
         .boxed()
     })
     .flatten();
-    Ok(sse::response(events))
+    Ok(R::response(events))
 }
 
 /// 400 `context_length_exceeded` when the prompt alone fills the model's context window (known exactly from the
@@ -239,7 +265,7 @@ struct Driver<R: Render> {
 }
 
 impl<R: Render> Driver<R> {
-    fn into_events(self) -> impl futures::Stream<Item = Event> + Send {
+    fn into_events(self) -> impl futures::Stream<Item = R::Frame> + Send {
         futures::stream::unfold(self, |mut d| async move {
             if d.done {
                 return None;
@@ -250,7 +276,7 @@ impl<R: Render> Driver<R> {
         .flatten()
     }
 
-    async fn step(&mut self) -> Vec<Event> {
+    async fn step(&mut self) -> Vec<R::Frame> {
         let mut out = Vec::new();
         if !self.started {
             self.started = true;

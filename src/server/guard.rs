@@ -10,7 +10,8 @@
 //!   are not browsers send no `Origin` and are not affected.
 //! - **Content-Type** (simple-request smuggling): a `POST` with a body must say `application/json` (415
 //!   otherwise), so a cross-site form or `text/plain` post cannot reach a JSON route even where `Origin` is
-//!   missing.
+//!   missing — except on Ollama's `/api/*` routes for a request without `Origin` (no browser's), whose clients
+//!   send JSON under other types.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -134,7 +135,14 @@ pub async fn browser_guard(State(state): State<AppState>, req: Request, next: Ne
             None => StatusCode::NO_CONTENT.into_response(),
         };
     }
-    if req.method() == Method::POST && has_body(req.headers()) && !is_json(req.headers()) {
+    // Ollama's clients (and its documented `curl -d`) post JSON under any content type; without an `Origin` the
+    // request is no browser's, so Ollama's routes take it as JSON.
+    let lenient = origin.is_none() && req.uri().path().starts_with("/api/");
+    if req.method() == Method::POST
+        && has_body(req.headers())
+        && !is_json(req.headers())
+        && !lenient
+    {
         return ApiError::unsupported_media_type(
             "the body must be JSON, sent with `Content-Type: application/json`",
         )

@@ -13,13 +13,19 @@ pub mod admission;
 pub mod answer;
 pub mod anthropic;
 pub mod auth;
+pub mod constraint_fields;
 pub mod error;
 pub mod guard;
 pub mod limits;
 pub mod metrics;
+pub mod ollama;
 pub mod openai;
+pub mod request_fields;
 pub mod sessions;
+pub mod source;
 pub mod sse;
+pub mod timings;
+pub mod usage;
 pub mod web;
 
 use std::future::Future;
@@ -225,12 +231,16 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{id}", get(models::get))
+        .route("/models", get(models::list))
+        .route("/models/load", post(models::load))
+        .route("/models/unload", post(models::unload))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(health))
         .route("/version", get(version))
         .route("/metrics", get(metrics::metrics))
         .merge(sessions::routes())
+        .merge(ollama::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
@@ -243,6 +253,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
         .layer(middleware::from_fn(anthropic::error_shape))
+        .layer(middleware::from_fn(ollama::error_shape))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| {
                 ApiError::internal("internal error: the request handler panicked").into_response()

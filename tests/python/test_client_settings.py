@@ -1,7 +1,7 @@
 """The settings `agentd clients` prints, applied unchanged to the real clients (scripts/install-clients.sh):
 each client then knows the served model and its window.
 
-- Every client (Claude Code, Codex CLI, Pi, Continue's `cn`, OpenCode) finishes a task through `agentd serve` with
+- Every client (Claude Code, Codex CLI, Pi, Continue's `cn` with an OpenAI and with an Ollama model, OpenCode) finishes a task through `agentd serve` with
   its printed settings and no complaint about an unknown model: Claude Code's "doesn't recognize the model" notice
   and Codex's "Model metadata … not found" are gone, and Claude Code reports the served window and reply size as
   its own. The model is the scripted one of `scripted_model.py` behind agentd's remote provider, so the run is
@@ -76,6 +76,8 @@ HEADLESS = {
     "pi": (lambda p: ["--no-session", "--mode", "json", "-p", p], "pi"),
     "continue": (lambda p: ["-p", p, "--auto"], "cn"),
     "opencode": (lambda p: None, "opencode"),
+    # Continue with `provider: ollama` (Ollama's other clients are in test_ollama_clients.py).
+    "ollama": (lambda p: ["-p", p, "--auto"], "cn"),
 }
 
 

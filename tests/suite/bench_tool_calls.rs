@@ -546,3 +546,33 @@ async fn agent_scenario_grows_the_transcript_with_real_tool_results() {
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg") && plot.contains("polyline"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_own_split_is_reported_and_fits_in_the_clients_total() {
+    crate::suite::common::smollm2_path();
+    let report = bench(&["--local", "--offline", "--reps", "2", "--warmup", "0"]).await;
+    let summary = &report["endpoints"][0]["summary"];
+    for key in ["server_queue_ms", "server_prefill_ms", "server_decode_ms"] {
+        assert_eq!(summary[key]["n"], 2, "{key}: {summary}");
+    }
+    for run in report["runs"].as_array().unwrap() {
+        for turn in run["turns"].as_array().unwrap() {
+            let s = &turn["sample"];
+            let server = &s["server"];
+            let part = |k: &str| server[k].as_f64().unwrap();
+            let (queue, prefill, decode) =
+                (part("queue_ms"), part("prefill_ms"), part("decode_ms"));
+            assert!(prefill > 0.0 && decode > 0.0 && queue >= 0.0, "{server}");
+            // The server's parts happen inside the client's request, and the first token comes after prefill.
+            let total = s["total_ms"].as_f64().unwrap();
+            assert!(
+                queue + prefill + decode <= total + 1.0,
+                "{server} vs total {total}"
+            );
+            assert!(
+                prefill <= s["ttft_ms"].as_f64().unwrap() + 1.0,
+                "{server} vs {s}"
+            );
+        }
+    }
+}

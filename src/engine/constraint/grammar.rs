@@ -30,8 +30,10 @@
 //! every chat template renders it, and the model cannot narrate a result it has not seen.
 //!
 //! Every call is `{"name": …, "<key>": <arguments>}`; argument objects get no undeclared keys (see
-//! [`close_objects`]); a `response_format` schema is enforced as is. Markers and closers that are control tokens
-//! of the vocabulary (Qwen's `<tool_call>`) are named as tokens; their plain-text spelling is never text.
+//! [`close_objects`]); a `response_format` schema is enforced as is (the doors whose APIs close objects —
+//! Ollama's `format`, vLLM's and llama.cpp's JSON fields — close them before it gets here). A regex, choice or
+//! Lark grammar is the whole reply. Markers and closers that are control tokens of the vocabulary (Qwen's
+//! `<tool_call>`) are named as tokens; their plain-text spelling is never text.
 
 use llguidance::api::TopLevelGrammar;
 use serde_json::Value;
@@ -123,8 +125,15 @@ fn plan_body(
     format: ToolCallFormat,
     special_id: &dyn Fn(&str) -> Option<u32>,
 ) -> Option<GrammarSource> {
+    // A regex, choice or grammar is the whole reply (admission refuses one beside callable tools).
+    if let Some(lark) = spec.response_format.lark() {
+        return Some(GrammarSource::Lark(lark));
+    }
     let doc = match &spec.response_format {
-        ResponseFormat::Text => None,
+        ResponseFormat::Text
+        | ResponseFormat::Regex { .. }
+        | ResponseFormat::Choice { .. }
+        | ResponseFormat::Grammar { .. } => None,
         ResponseFormat::JsonObject => Some(serde_json::json!({"type": "object"})),
         ResponseFormat::JsonSchema { schema, .. } => Some(schema.clone()),
     };

@@ -114,6 +114,9 @@ impl GrammarFactory {
             ResponseFormat::JsonSchema { name, .. } if !spec.calls_possible() => {
                 format!("response_format `{name}`")
             }
+            ResponseFormat::Regex { .. } => "the regex".to_string(),
+            ResponseFormat::Choice { .. } => "the choice".to_string(),
+            ResponseFormat::Grammar { .. } => "the grammar".to_string(),
             _ => "the tool-call grammar".to_string(),
         };
         self.constraint_for(&source, &what).map(Some)

@@ -29,6 +29,7 @@ use crate::engine::text::tokenizer::Tokenizer;
 use crate::engine::tool_calls::output::{OutputAssembler, OutputDelta, ToolCall};
 
 /// Everything needed to start an engine.
+#[derive(Clone)]
 pub struct EngineOptions {
     pub model: ModelSelector,
     pub device: DeviceSpec,

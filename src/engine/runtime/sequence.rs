@@ -51,6 +51,8 @@ pub struct Sequence {
     stops: StopMatcher,
     out: GenerateSummary,
     close_plan: Option<Vec<u32>>,
+    /// When the engine took the request.
+    created: Instant,
     started: Option<Instant>,
     decode_start: Option<Instant>,
     /// Speculative decoding's drafts (none when it is off).
@@ -88,6 +90,7 @@ impl Sequence {
             utf8: Utf8Stream::default(),
             out,
             close_plan: None,
+            created: Instant::now(),
             started: None,
             decode_start: None,
             drafter: Drafter::new(spec, tokenizer.blank_tokens()),
@@ -121,7 +124,9 @@ impl Sequence {
     /// came from the prefix cache then.
     pub fn start(&mut self, cached_tokens: usize) {
         if self.started.is_none() {
-            self.started = Some(Instant::now());
+            let now = Instant::now();
+            self.started = Some(now);
+            self.out.queue_secs = (now - self.created).as_secs_f64();
             self.out.cached_tokens = cached_tokens;
         }
     }

@@ -457,5 +457,11 @@ fn summary_usage(s: &GenerateSummary) -> Usage {
         usage.draft_tokens = spec.draft_tokens as u64;
         usage.accepted_draft_tokens = spec.accepted_tokens as u64;
     }
+    usage.timings = Some(super::Timings {
+        load_ns: 0,
+        queue_ns: super::Timings::ns(s.queue_secs),
+        prefill_ns: super::Timings::ns(s.prefill_secs),
+        decode_ns: super::Timings::ns(s.decode_secs),
+    });
     usage
 }

@@ -12,7 +12,8 @@ use super::super::{
     ProviderError, RawCompletionRequest, RawPrompt, StopReason, TokenizeInput, Tokenized, Usage,
 };
 use super::{render_prompt, LocalProvider, CANCEL_GRACE};
-use crate::engine::{FinishReason, GenerateEvent, GenerateRequest};
+use crate::engine::{ConstraintSpec, FinishReason, GenerateEvent, GenerateRequest};
+use crate::schema::ResponseFormat;
 
 /// The events of one engine job, read so that a cancel does not wait forever: a running job stops within a
 /// token and reports exact usage; a job still queued behind another is only dropped when the engine reaches it,
@@ -136,7 +137,10 @@ impl LocalProvider {
             stop: request.stop.clone(),
             ignore_eos: request.ignore_eos,
             logprobs: request.logprobs,
-            constraint: None,
+            constraint: (request.response_format != ResponseFormat::Text).then(|| ConstraintSpec {
+                response_format: request.response_format.clone(),
+                ..ConstraintSpec::default()
+            }),
             cache_scope: request.cache_scope.clone(),
         };
         let mut events = EngineEvents::new(self.engine.generate(gen, cancel.clone()));

@@ -27,6 +27,8 @@ pub(super) struct ChunkState {
     last_index: Option<u64>,
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
+    /// The server's timings, when it sends them (llama.cpp, agentd).
+    pub timings: Option<crate::provider::Timings>,
 }
 
 impl ChunkState {
@@ -37,6 +39,9 @@ impl ChunkState {
         }
         if let Some(u) = &chunk.usage {
             self.usage = Some(usage(u));
+        }
+        if let Some(t) = chunk.timings {
+            self.timings = Some(t.to_timings());
         }
         // Only the first choice (`n = 1`) is assembled.
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
@@ -158,6 +163,7 @@ fn usage(u: &WireUsage) -> Usage {
             .unwrap_or(u.prompt_tokens + u.completion_tokens),
         draft_tokens: accepted + rejected,
         accepted_draft_tokens: accepted,
+        timings: None,
     }
 }
 

@@ -59,7 +59,12 @@ pub(super) async fn run(
             });
         }
         if let Some(u) = &chunk.usage {
+            let timings = usage.timings;
             usage = Usage::new(u.prompt_tokens, u.completion_tokens, 0);
+            usage.timings = timings;
+        }
+        if let Some(t) = chunk.timings {
+            usage.timings = Some(t.to_timings());
         }
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
             if let Some(lp) = choice.logprobs {

@@ -47,7 +47,10 @@ pub(super) async fn run(
     } else {
         read_events(&shared, response, &mut state, &mut out, &cancel).await
     };
-    let usage = state.usage.unwrap_or_default();
+    let mut usage = state.usage.unwrap_or_default();
+    if usage.timings.is_none() {
+        usage.timings = state.timings;
+    }
     match read {
         Ok(()) => {
             state.close_calls(&mut out);
@@ -152,6 +155,7 @@ struct FullResponse {
     object: Option<String>,
     message: Option<String>,
     code: Option<serde_json::Value>,
+    timings: Option<super::wire::WireTimings>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -218,6 +222,7 @@ async fn read_json(
         object: full.object,
         message: full.message,
         code: full.code,
+        timings: full.timings,
     };
     state.apply(chunk, out)?;
     if state.finish_reason.is_none() {

@@ -91,22 +91,7 @@ pub fn chat_body(request: &CompletionRequest, model: &str, compat: &Compat) -> V
             body.insert("parallel_tool_calls".into(), p.into());
         }
     }
-    match &request.response_format {
-        ResponseFormat::Text => {}
-        ResponseFormat::JsonObject => {
-            body.insert("response_format".into(), json!({"type": "json_object"}));
-        }
-        ResponseFormat::JsonSchema {
-            name,
-            schema,
-            strict,
-        } => {
-            body.insert(
-                "response_format".into(),
-                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": strict}}),
-            );
-        }
-    }
+    put_format(&mut body, &request.response_format);
     if let Some(n) = request.max_tokens {
         let field = match compat.max_tokens_field {
             MaxTokensField::MaxTokens => "max_tokens",
@@ -169,8 +154,39 @@ pub fn completions_body(request: &RawCompletionRequest, model: &str) -> Value {
     if request.ignore_eos {
         body.insert("ignore_eos".into(), true.into());
     }
+    put_format(&mut body, &request.response_format);
     put_common(&mut body, &request.stop, &request.sampling);
     Value::Object(body)
+}
+
+/// The output constraint in vLLM's fields: `response_format` for JSON, `structured_outputs` for the rest (its
+/// `grammar` takes Lark with the guidance backend).
+fn put_format(body: &mut Map<String, Value>, format: &ResponseFormat) {
+    match format {
+        ResponseFormat::Text => {}
+        ResponseFormat::JsonObject => {
+            body.insert("response_format".into(), json!({"type": "json_object"}));
+        }
+        ResponseFormat::JsonSchema {
+            name,
+            schema,
+            strict,
+        } => {
+            body.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": strict}}),
+            );
+        }
+        ResponseFormat::Regex { pattern } => {
+            body.insert("structured_outputs".into(), json!({"regex": pattern}));
+        }
+        ResponseFormat::Choice { choices } => {
+            body.insert("structured_outputs".into(), json!({"choice": choices}));
+        }
+        ResponseFormat::Grammar { lark } => {
+            body.insert("structured_outputs".into(), json!({"grammar": lark}));
+        }
+    }
 }
 
 /// Stop strings and the sampling settings that are set.
@@ -207,6 +223,31 @@ pub struct Chunk {
     pub object: Option<String>,
     pub message: Option<String>,
     pub code: Option<Value>,
+    /// llama.cpp's (and agentd's) server-side timings, on the last chunk.
+    pub timings: Option<WireTimings>,
+}
+
+/// llama.cpp's `timings` object, the fields read here; agentd adds `queue_ms` and `load_ms`.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(default)]
+pub struct WireTimings {
+    pub prompt_ms: Option<f64>,
+    pub predicted_ms: Option<f64>,
+    pub queue_ms: Option<f64>,
+    pub load_ms: Option<f64>,
+}
+
+impl WireTimings {
+    /// As the provider's timings (a field the server did not send is 0).
+    pub fn to_timings(self) -> crate::provider::Timings {
+        let ns = |ms: Option<f64>| (ms.unwrap_or(0.0).max(0.0) * 1e6) as u64;
+        crate::provider::Timings {
+            load_ns: ns(self.load_ms),
+            queue_ns: ns(self.queue_ms),
+            prefill_ns: ns(self.prompt_ms),
+            decode_ns: ns(self.predicted_ms),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -272,6 +313,7 @@ pub struct TextChunk {
     pub error: Option<WireError>,
     pub object: Option<String>,
     pub message: Option<String>,
+    pub timings: Option<WireTimings>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -208,10 +208,43 @@ pub struct Usage {
     pub draft_tokens: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub accepted_draft_tokens: u64,
+    /// Where the time went on the server, when the provider measures it (the local engine does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// A completion's time on the server, in nanoseconds (Ollama's unit): waiting for its model to load, waiting in
+/// the engine for a batch slot, computing the prompt (to the first token) and generating the rest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Timings {
+    pub load_ns: u64,
+    pub queue_ns: u64,
+    pub prefill_ns: u64,
+    pub decode_ns: u64,
+}
+
+impl Timings {
+    /// Seconds as nanoseconds (negative and non-finite as 0).
+    pub fn ns(secs: f64) -> u64 {
+        if secs.is_finite() && secs > 0.0 {
+            (secs * 1e9) as u64
+        } else {
+            0
+        }
+    }
+
+    pub fn prefill_secs(&self) -> f64 {
+        self.prefill_ns as f64 / 1e9
+    }
+
+    pub fn decode_secs(&self) -> f64 {
+        self.decode_ns as f64 / 1e9
+    }
 }
 
 impl Usage {
@@ -223,6 +256,7 @@ impl Usage {
             total: input + output,
             draft_tokens: 0,
             accepted_draft_tokens: 0,
+            timings: None,
         }
     }
 }
@@ -365,6 +399,8 @@ pub struct CompletionRequest {
     /// prefill** (vLLM's `continue_final_message`; Anthropic's Messages API does so whenever the last message is
     /// the assistant's). See [`prefill`](Self::prefill).
     pub continue_final_message: bool,
+    /// How long the model stays loaded after this request (`None`: the server's default).
+    pub keep_alive: Option<KeepAlive>,
 }
 
 /// How much a reasoning model thinks before it answers (Pi's thinking level).
@@ -548,6 +584,12 @@ pub struct RawCompletionRequest {
     /// within their scope; `None` is a scope of its own.
     #[serde(default)]
     pub cache_scope: Option<String>,
+    /// As [`CompletionRequest::keep_alive`].
+    #[serde(default)]
+    pub keep_alive: Option<KeepAlive>,
+    /// The shape the completion is held to (JSON, a regex, a choice, a grammar); text by default.
+    #[serde(default)]
+    pub response_format: ResponseFormat,
 }
 
 /// What to tokenize: text, or a chat request rendered exactly as a completion of it would be (template, tools,
@@ -626,6 +668,95 @@ pub struct SpecDecodeCounts {
 pub struct TokenCount {
     pub tokens: u64,
     pub exact: bool,
+}
+
+/// Whether a model is in memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "value")]
+pub enum ModelState {
+    Loaded,
+    Loading,
+    Unloaded,
+    /// The last load failed (the next request tries again).
+    Failed {
+        message: String,
+    },
+}
+
+impl ModelState {
+    /// `loaded`, `loading`, `unloaded` or `failed` (llama.cpp's router names the first three so).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ModelState::Loaded => "loaded",
+            ModelState::Loading => "loading",
+            ModelState::Unloaded => "unloaded",
+            ModelState::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// A servable model and its state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelStatus {
+    pub model: ModelDescriptor,
+    pub state: ModelState,
+    /// Memory it takes (or will take) in bytes: weights and KV cache, when known.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// When it is unloaded if nothing uses it before (`None`: not on a timer).
+    #[serde(default)]
+    pub expires_at: Option<std::time::SystemTime>,
+    /// Requests it is running or loading for.
+    #[serde(default)]
+    pub in_flight: usize,
+    /// What the model is (known before it is loaded), when the provider knows.
+    #[serde(default)]
+    pub details: Option<ModelDetails>,
+}
+
+/// What a model file is: for the lists of models clients show (Ollama's `details`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelDetails {
+    /// The architecture (`llama`, `qwen2`, `gemma3`, …).
+    pub family: String,
+    /// How its weights are stored (`Q4_K_M`, `Q8_0`, `F16`, …), when known.
+    pub quantization: String,
+    /// The file's sha256, when known.
+    pub digest: String,
+    /// Its size on disk in bytes (0 before it is fetched).
+    pub file_bytes: u64,
+    /// When the file was written (seconds since the epoch), when it exists.
+    pub modified_unix: Option<u64>,
+    /// The chat template its file carries (Jinja), when it has one.
+    pub template: Option<String>,
+    /// How many weights it has, when its file has been read.
+    pub parameter_count: Option<u64>,
+}
+
+impl ModelStatus {
+    /// `model`, loaded for good.
+    pub fn loaded(model: ModelDescriptor) -> Self {
+        Self {
+            model,
+            state: ModelState::Loaded,
+            size_bytes: None,
+            expires_at: None,
+            in_flight: 0,
+            details: None,
+        }
+    }
+}
+
+/// How long a model stays in memory after a request (Ollama's `keep_alive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeepAlive {
+    /// Unload as soon as nothing uses it.
+    Unload,
+    /// Keep it this long after the last request.
+    For(std::time::Duration),
+    /// Keep it until it is unloaded by hand (or evicted for room).
+    Forever,
 }
 
 /// A model a provider serves.

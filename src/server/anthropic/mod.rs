@@ -42,28 +42,6 @@ impl IntoResponse for AnthropicError {
     }
 }
 
-/// The served model a request's `model` names: the model itself, an alias, or the one model served.
-pub fn resolve_model(state: &AppState, name: &str) -> Result<String, ApiError> {
-    if let Some(id) = state.provider.resolve_model(name) {
-        return Ok(id);
-    }
-    if let Some((_, target)) = state
-        .options
-        .model_aliases
-        .iter()
-        .find(|(alias, _)| alias == name)
-    {
-        return state.resolve_model(target);
-    }
-    match state.model_ids().as_slice() {
-        [only] => {
-            tracing::debug!(requested = name, served = %only, "model name mapped to the served model");
-            Ok(only.clone())
-        }
-        _ => state.resolve_model(name),
-    }
-}
-
 /// Parses and converts the body (CPU work, off the async workers).
 async fn convert(
     state: &AppState,
@@ -77,7 +55,7 @@ async fn convert(
         .cpu_bound(move || {
             let req: MessagesRequest = parse_json(body, max_body)?;
             let asked = req.model.clone();
-            let model = resolve_model(&resolver, &asked)?;
+            let model = crate::server::request_fields::resolve_model_alias(&resolver, &asked)?;
             let (request, stream) = messages_request(req, model, &limits, count_only)?;
             Ok((request, stream, asked))
         })
@@ -91,6 +69,7 @@ pub async fn messages(
 ) -> Result<Response, AnthropicError> {
     let mut timer = state.metrics.timer();
     let (mut request, stream, asked) = convert(&state, body, false).await?;
+    timer.model(&request.model);
     state.complete_request(&mut request);
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
     if stream {

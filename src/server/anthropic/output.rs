@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 use crate::server::answer::{Collected, Render};
 use crate::server::error::ApiError;
-use crate::server::openai::source::Piece;
-use crate::server::openai::types::UsageInfo;
+use crate::server::source::Piece;
+use crate::server::usage::UsageInfo;
 
 /// What every event of one message repeats.
 #[derive(Debug, Clone)]
@@ -142,6 +142,15 @@ impl MessageStream {
 }
 
 impl Render for MessageStream {
+    type Frame = axum::response::sse::Event;
+
+    fn response<S>(frames: S) -> axum::response::Response
+    where
+        S: futures::Stream<Item = Self::Frame> + Send + 'static,
+    {
+        crate::server::sse::response(frames)
+    }
+
     fn start(&mut self) -> Vec<Event> {
         let message = json!({
             "id": self.head.id, "type": "message", "role": "assistant", "model": self.head.model,
@@ -179,7 +188,9 @@ impl Render for MessageStream {
                 out.push(self.delta(json!({"type": "input_json_delta", "partial_json": fragment})));
             }
             Piece::Logprobs(_) => {}
-            Piece::Finish { reason, usage: u } => {
+            Piece::Finish {
+                reason, usage: u, ..
+            } => {
                 out.extend(self.close());
                 out.push(Self::event(
                     "message_delta",

@@ -17,7 +17,7 @@ use crate::provider::{
 };
 use crate::server::error::ApiError;
 use crate::server::limits::RequestLimits;
-use crate::server::openai::convert::{check_constraint, sampling, SamplingFields};
+use crate::server::request_fields::{check_constraint, sampling, SamplingFields};
 
 /// The body of `POST /v1/messages` (and of `/v1/messages/count_tokens`, where `max_tokens` is not needed).
 #[derive(Debug, Default, Deserialize)]

@@ -16,7 +16,6 @@ use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 
 use super::convert::{self, ChatOptions};
-use super::source::Piece;
 use super::types::{
     now_unix, response_id, ChatChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChoiceLogprobs, ChunkChoice, ChunkDelta, FunctionOut, ResponseMessage,
@@ -24,6 +23,8 @@ use super::types::{
 };
 use crate::server::answer::{Collected, Render};
 use crate::server::error::ApiError;
+use crate::server::source::Piece;
+use crate::server::timings::LlamaTimings;
 use crate::server::{parse_json, sse, AppState};
 
 /// `POST /v1/chat/completions`.
@@ -47,6 +48,7 @@ pub async fn chat_completions(
             Ok((request, opts, model))
         })
         .await?;
+    timer.model(&model);
     state.complete_request(&mut request);
     if opts.logprobs.is_some() && !state.provider.supports_logprobs() {
         return Err(ApiError::invalid_param(
@@ -123,6 +125,7 @@ fn response(answer: Answer, done: Collected) -> ChatCompletionResponse {
             }),
             finish_reason: done.reason,
         }],
+        timings: answer_timings(&done.usage, done.timings.as_ref()),
         usage: done.usage,
     }
 }
@@ -152,8 +155,30 @@ impl ChatStream {
                 finish_reason,
             }],
             usage: self.answer.opts.include_usage.then_some(None),
+            timings: None,
         };
         sse::json_event(&chunk)
+    }
+
+    /// The chunk with `finish_reason`, carrying the timings.
+    fn finish_chunk(&mut self, reason: &'static str, timings: Option<LlamaTimings>) -> Event {
+        let logprobs = self.answer.opts.logprobs.map(|_| ChoiceLogprobs {
+            content: std::mem::take(&mut self.logprobs),
+        });
+        sse::json_event(&ChatCompletionChunk {
+            id: self.answer.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.answer.created,
+            model: self.answer.model.clone(),
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta: ChunkDelta::default(),
+                logprobs,
+                finish_reason: Some(reason),
+            }],
+            usage: None,
+            timings,
+        })
     }
 
     fn usage_chunk(&self, usage: UsageInfo) -> ChatCompletionChunk {
@@ -164,11 +189,21 @@ impl ChatStream {
             model: self.answer.model.clone(),
             choices: Vec::new(),
             usage: Some(Some(usage)),
+            timings: None,
         }
     }
 }
 
 impl Render for ChatStream {
+    type Frame = axum::response::sse::Event;
+
+    fn response<S>(frames: S) -> axum::response::Response
+    where
+        S: futures::Stream<Item = Self::Frame> + Send + 'static,
+    {
+        crate::server::sse::response(frames)
+    }
+
     fn start(&mut self) -> Vec<Event> {
         vec![self.chunk(
             ChunkDelta {
@@ -218,10 +253,21 @@ impl Render for ChatStream {
                 self.logprobs.extend(entries);
                 return Vec::new();
             }
-            Piece::Finish { reason, usage } => {
-                let mut out = vec![self.chunk(ChunkDelta::default(), Some(reason))];
+            Piece::Finish {
+                reason,
+                usage,
+                timings,
+            } => {
+                // llama.cpp puts its timings on the chunk that ends the answer.
+                let timings = answer_timings(&usage, timings.as_ref());
+                let mut out = Vec::new();
                 if self.answer.opts.include_usage {
-                    out.push(sse::json_event(&self.usage_chunk(usage)));
+                    out.push(self.chunk(ChunkDelta::default(), Some(reason)));
+                    let mut last = self.usage_chunk(usage);
+                    last.timings = timings;
+                    out.push(sse::json_event(&last));
+                } else {
+                    out.push(self.finish_chunk(reason, timings));
                 }
                 out.push(sse::done());
                 return out;
@@ -230,4 +276,13 @@ impl Render for ChatStream {
         };
         vec![self.chunk(delta, None)]
     }
+}
+
+/// llama.cpp's timings of an answer whose usage is `usage` (`None` when the provider measured nothing).
+fn answer_timings(usage: &UsageInfo, t: Option<&crate::provider::Timings>) -> Option<LlamaTimings> {
+    let cached = usage
+        .prompt_tokens_details
+        .as_ref()
+        .map_or(0, |d| d.cached_tokens);
+    t.map(|t| LlamaTimings::new(usage.prompt_tokens, cached, usage.completion_tokens, t))
 }

@@ -16,20 +16,21 @@ use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::convert::{self, MAX_TOP_LOGPROBS};
+use super::convert::MAX_TOP_LOGPROBS;
 use super::types::{
     now_unix, response_id, CompletionChoice, CompletionLogprobs, CompletionResponse,
-    CompletionsRequest, PromptField, UsageInfo,
+    CompletionsRequest, PromptField, StopField, UsageInfo,
 };
 use crate::provider::{
-    ErrorKind, ErrorReason, Provider, ProviderEvent, RawCompletionRequest, RawPrompt, StopReason,
-    TokenLogprob,
+    ErrorKind, ErrorReason, Provider, ProviderEvent, RawCompletionRequest, RawPrompt,
+    ResponseFormat, StopReason, TokenLogprob, Usage,
 };
 use crate::server::admission::Permit;
 use crate::server::answer::finished;
 use crate::server::error::ApiError;
 use crate::server::metrics::{Finished, RequestTimer};
-use crate::server::{parse_json, sse, AppState};
+use crate::server::timings::LlamaTimings;
+use crate::server::{parse_json, request_fields, sse, AppState};
 
 /// OpenAI's default `max_tokens` for completions.
 const DEFAULT_MAX_TOKENS: u32 = 16;
@@ -48,8 +49,7 @@ enum Step {
     Finish {
         index: u32,
         reason: &'static str,
-        prompt_tokens: u64,
-        completion_tokens: u64,
+        usage: Usage,
     },
     Fail(ApiError),
 }
@@ -62,6 +62,7 @@ pub async fn completions(
     let mut timer = state.metrics.timer();
     let req: CompletionsRequest = parse_json(body, state.options.max_body_bytes)?;
     let model = state.resolve_model(&req.model)?;
+    timer.model(&model);
     if req.n.unwrap_or(1) != 1 {
         return Err(ApiError::invalid_param("n", "only n = 1 is supported"));
     }
@@ -97,7 +98,7 @@ pub async fn completions(
             "max_tokens must be at least 1",
         ));
     }
-    let sampling = convert::sampling(convert::SamplingFields {
+    let sampling = request_fields::sampling(request_fields::SamplingFields {
         temperature: req.temperature,
         top_p: req.top_p,
         top_k: req.top_k,
@@ -124,7 +125,16 @@ pub async fn completions(
                 .map_err(|e| ApiError::from_optional_feature(&e))?,
         });
     }
-    let stop = convert::stop_list(req.stop, &state.options.limits)?;
+    let stop = request_fields::stop_list(
+        req.stop.map(StopField::into_vec).unwrap_or_default(),
+        &state.options.limits,
+    )?;
+    let response_format = match &req.response_format {
+        None | Some(Value::Null) => ResponseFormat::Text,
+        Some(v) => ResponseFormat::from_openai(v)
+            .map_err(|e| ApiError::invalid_param("response_format", e.to_string()))?,
+    };
+    let response_format = req.constraint.raw_format(response_format)?;
     let scope = state.cache_scope(req.user.as_deref());
     let requests: Vec<RawCompletionRequest> = prompts
         .into_iter()
@@ -137,6 +147,8 @@ pub async fn completions(
             ignore_eos: req.ignore_eos.unwrap_or(false),
             logprobs: req.logprobs.map(|k| k as usize),
             cache_scope: Some(scope.clone()),
+            keep_alive: None,
+            response_format: response_format.clone(),
         })
         .collect();
     let permit = state.admit().await?;
@@ -248,8 +260,7 @@ fn generate_all(
                             } else {
                                 "stop"
                             },
-                            prompt_tokens: usage.input,
-                            completion_tokens: usage.output,
+                            usage,
                         }
                     }
                     ProviderEvent::Error {
@@ -327,7 +338,41 @@ impl Batch {
             model: self.model.clone(),
             choices,
             usage,
+            timings: None,
         }
+    }
+}
+
+/// The usage of every prompt of a request together (their timings added up).
+#[derive(Default)]
+struct Totals {
+    usage: Usage,
+    finished: usize,
+}
+
+impl Totals {
+    fn add(&mut self, u: &Usage) {
+        let t = &mut self.usage;
+        t.input += u.input;
+        t.output += u.output;
+        t.cached_input += u.cached_input;
+        t.total += u.total;
+        if let Some(ut) = &u.timings {
+            let sum = t.timings.get_or_insert_with(Default::default);
+            sum.load_ns += ut.load_ns;
+            sum.queue_ns += ut.queue_ns;
+            sum.prefill_ns += ut.prefill_ns;
+            sum.decode_ns += ut.decode_ns;
+        }
+        self.finished += 1;
+    }
+
+    /// Records the request in `timer` as `finished`.
+    fn record(&self, timer: &mut RequestTimer, finished: Finished) {
+        if let Some(t) = &self.usage.timings {
+            timer.timings(t);
+        }
+        timer.finish(finished, self.usage.input, self.usage.output);
     }
 }
 
@@ -360,7 +405,7 @@ async fn collect(
             finish_reason: None,
         })
         .collect();
-    let (mut prompt, mut completion, mut done) = (0u64, 0u64, 0usize);
+    let mut totals = Totals::default();
     let mut next = Some(first);
     loop {
         let step = match next.take() {
@@ -388,21 +433,20 @@ async fn collect(
             Step::Finish {
                 index,
                 reason,
-                prompt_tokens,
-                completion_tokens,
+                usage,
             } => {
                 choices[index as usize].finish_reason = Some(reason);
-                prompt += prompt_tokens;
-                completion += completion_tokens;
-                done += 1;
-                if done == n {
-                    timer.finish(finished(reason), prompt, completion);
-                    let usage = UsageInfo::new(prompt, completion, 0);
-                    return Ok(batch.response(choices, Some(Some(usage))));
+                totals.add(&usage);
+                if totals.finished == n {
+                    totals.record(timer, finished(reason));
+                    let info = UsageInfo::from_usage(&totals.usage);
+                    let mut response = batch.response(choices, Some(Some(info)));
+                    response.timings = LlamaTimings::of(&totals.usage);
+                    return Ok(response);
                 }
             }
             Step::Fail(e) => {
-                timer.finish(Finished::Error, prompt, completion);
+                timer.finish(Finished::Error, totals.usage.input, totals.usage.output);
                 return Err(e);
             }
         }
@@ -424,7 +468,7 @@ fn stream_events(
         _permit: Permit,
         offsets: Vec<usize>,
         started: Vec<bool>,
-        usage: (u64, u64, usize),
+        totals: Totals,
         done: bool,
     }
     let n = batch.echoed.len();
@@ -436,7 +480,7 @@ fn stream_events(
         _permit: permit,
         offsets: vec![0; n],
         started: vec![false; n],
-        usage: (0, 0, 0),
+        totals: Totals::default(),
         done: false,
     };
     futures::stream::unfold(state, move |mut s| async move {
@@ -488,32 +532,34 @@ fn stream_events(
             Step::Finish {
                 index,
                 reason,
-                prompt_tokens,
-                completion_tokens,
+                usage,
             } => {
-                s.usage.0 += prompt_tokens;
-                s.usage.1 += completion_tokens;
-                s.usage.2 += 1;
-                let r = s.batch.response(
+                s.totals.add(&usage);
+                let mut r = s.batch.response(
                     vec![choice(index, String::new(), None, Some(reason))],
                     usage_field,
                 );
+                let last = s.totals.finished == n;
+                if last && !s.batch.include_usage {
+                    r.timings = LlamaTimings::of(&s.totals.usage);
+                }
                 out.push(sse::json_event(&r));
-                if s.usage.2 == n {
+                if last {
                     s.done = true;
-                    s.timer.finish(finished(reason), s.usage.0, s.usage.1);
+                    s.totals.record(&mut s.timer, finished(reason));
                     if s.batch.include_usage {
-                        let usage = UsageInfo::new(s.usage.0, s.usage.1, 0);
-                        out.push(sse::json_event(
-                            &s.batch.response(Vec::new(), Some(Some(usage))),
-                        ));
+                        let info = UsageInfo::from_usage(&s.totals.usage);
+                        let mut r = s.batch.response(Vec::new(), Some(Some(info)));
+                        r.timings = LlamaTimings::of(&s.totals.usage);
+                        out.push(sse::json_event(&r));
                     }
                     out.push(sse::done());
                 }
             }
             Step::Fail(e) => {
                 s.done = true;
-                s.timer.finish(Finished::Error, s.usage.0, s.usage.1);
+                s.timer
+                    .finish(Finished::Error, s.totals.usage.input, s.totals.usage.output);
                 out.push(sse::json_event(&e.body()));
                 out.push(sse::done());
             }

@@ -6,6 +6,5 @@ pub mod completions;
 pub mod convert;
 pub mod models;
 pub mod responses;
-pub mod source;
 pub mod tokenize;
 pub mod types;

@@ -1,13 +1,17 @@
-//! `GET /v1/models` and `GET /v1/models/{id}`: the provider's models in OpenAI's list shape, with vLLM's
-//! `max_model_len` (the context window) so clients can size their prompts.
+//! `GET /v1/models` (also `/models`) and `GET /v1/models/{id}`: every model the server can serve, in OpenAI's
+//! list shape with vLLM's `max_model_len` (the context window) so clients can size their prompts, and llama.cpp's
+//! router `status` (`loaded`, `loading`, `unloaded`, `failed`). `POST /models/load` and `POST /models/unload`
+//! (`{"model": NAME}`) load a model now or unload it.
 
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::Json;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::types::now_unix;
 use crate::server::error::ApiError;
-use crate::server::AppState;
+use crate::server::{parse_json, AppState};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelCard {
@@ -21,6 +25,17 @@ pub struct ModelCard {
     /// Where the model runs (the local engine's device); absent in front of a remote server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// Whether it is in memory (llama.cpp's router shape).
+    pub status: CardStatus,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CardStatus {
+    /// `loaded`, `loading`, `unloaded` or `failed`.
+    pub value: &'static str,
+    /// Why the last load failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -33,17 +48,28 @@ fn cards(state: &AppState) -> Vec<ModelCard> {
     let created = now_unix();
     state
         .provider
-        .models()
+        .model_states()
         .into_iter()
-        .map(|m| ModelCard {
-            root: m.id.clone(),
-            id: m.id,
-            object: "model",
-            created,
-            owned_by: "agentd",
-            parent: None,
-            max_model_len: m.context_window,
-            device: m.device,
+        .map(|s| {
+            let m = s.model;
+            let error = match &s.state {
+                crate::provider::ModelState::Failed { message } => Some(message.clone()),
+                _ => None,
+            };
+            ModelCard {
+                root: m.id.clone(),
+                id: m.id,
+                object: "model",
+                created,
+                owned_by: "agentd",
+                parent: None,
+                max_model_len: m.context_window,
+                device: m.device,
+                status: CardStatus {
+                    value: s.state.as_str(),
+                    error,
+                },
+            }
         })
         .collect()
 }
@@ -67,4 +93,44 @@ pub async fn get(
         .find(|c| c.id == canonical)
         .map(Json)
         .ok_or_else(|| ApiError::unknown_model(&id, &state.model_ids()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelName {
+    model: String,
+}
+
+/// `POST /models/load {"model"}`: loads it now (waits until it is loaded); 404 for a model not served.
+pub async fn load(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let id = named_model(&state, body)?;
+    let done = state.provider.load_model(&id).await;
+    answer(id, done)
+}
+
+/// `POST /models/unload {"model"}`: unloads it (requests still running finish first).
+pub async fn unload(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let id = named_model(&state, body)?;
+    let done = state.provider.unload_model(&id).await;
+    answer(id, done)
+}
+
+/// The served model a load or unload body names.
+fn named_model(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {
+    let req: ModelName = parse_json(body, state.options.max_body_bytes)?;
+    state.resolve_model(&req.model)
+}
+
+fn answer(
+    id: String,
+    done: Result<(), crate::provider::ProviderError>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    done.map_err(|e| ApiError::from_provider(e.kind(), &e.to_string()))?;
+    Ok(Json(serde_json::json!({"success": true, "model": id})))
 }

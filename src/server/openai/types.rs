@@ -7,6 +7,10 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::server::usage::{
+    CompletionTokensDetails, PromptTokensDetails, TokenLogprobOut, TopLogprobOut, UsageInfo,
+};
+
 /// `stop`: one string or a list of them.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -158,6 +162,9 @@ pub struct ChatCompletionRequest {
     /// vLLM's extension; only `false` goes with `continue_final_message` (and is what it implies).
     #[serde(default)]
     pub add_generation_prompt: Option<bool>,
+    /// vLLM's and llama.cpp's output constraints (`structured_outputs`, `guided_*`, `grammar`, `json_schema`).
+    #[serde(flatten)]
+    pub constraint: crate::server::constraint_fields::ConstraintFields,
 }
 
 /// `prompt` of `/v1/completions`: text, token ids, or a batch of either.
@@ -218,59 +225,15 @@ pub struct CompletionsRequest {
     pub ignore_eos: Option<bool>,
     #[serde(default)]
     pub user: Option<String>,
+    /// JSON output (vLLM takes OpenAI's chat field here too).
+    #[serde(default)]
+    pub response_format: Option<Value>,
+    /// vLLM's and llama.cpp's output constraints (`structured_outputs`, `guided_*`, `grammar`, `json_schema`).
+    #[serde(flatten)]
+    pub constraint: crate::server::constraint_fields::ConstraintFields,
 }
 
 /// `usage` of every response.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UsageInfo {
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub total_tokens: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_tokens_details: Option<PromptTokensDetails>,
-    /// Speculative decoding's drafts, in the fields OpenAI uses for Predicted Outputs: draft tokens the model
-    /// confirmed and those it did not. Only when something was drafted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_tokens_details: Option<CompletionTokensDetails>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CompletionTokensDetails {
-    pub accepted_prediction_tokens: u64,
-    pub rejected_prediction_tokens: u64,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PromptTokensDetails {
-    pub cached_tokens: u64,
-}
-
-impl UsageInfo {
-    pub fn new(prompt: u64, completion: u64, cached: u64) -> Self {
-        Self {
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            total_tokens: prompt + completion,
-            prompt_tokens_details: Some(PromptTokensDetails {
-                cached_tokens: cached,
-            }),
-            completion_tokens_details: None,
-        }
-    }
-
-    /// A provider's usage, drafts included.
-    pub fn from_usage(u: &crate::provider::Usage) -> Self {
-        let mut info = Self::new(u.input, u.output, u.cached_input);
-        if u.draft_tokens > 0 {
-            info.completion_tokens_details = Some(CompletionTokensDetails {
-                accepted_prediction_tokens: u.accepted_draft_tokens,
-                rejected_prediction_tokens: u.draft_tokens.saturating_sub(u.accepted_draft_tokens),
-            });
-        }
-        info
-    }
-}
-
 /// A tool call in a response message or a streamed delta. In a delta only the first fragment of a call
 /// carries `id`, `type` and `function.name`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -290,22 +253,6 @@ pub struct FunctionOut {
     pub name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arguments: Option<String>,
-}
-
-/// One token's log-probability (`logprobs.content[]`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TokenLogprobOut {
-    pub token: String,
-    pub logprob: f32,
-    pub bytes: Vec<u8>,
-    pub top_logprobs: Vec<TopLogprobOut>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TopLogprobOut {
-    pub token: String,
-    pub logprob: f32,
-    pub bytes: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -341,6 +288,9 @@ pub struct ChatCompletionResponse {
     pub model: String,
     pub choices: Vec<ChatChoice>,
     pub usage: UsageInfo,
+    /// llama.cpp's server-side timings, when the provider measured them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<crate::server::timings::LlamaTimings>,
 }
 
 /// The `delta` of a streamed chunk.
@@ -374,6 +324,9 @@ pub struct ChatCompletionChunk {
     pub choices: Vec<ChunkChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<UsageInfo>>,
+    /// llama.cpp's server-side timings, on the chunk that ends the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<crate::server::timings::LlamaTimings>,
 }
 
 /// `logprobs` of a `/v1/completions` choice (the legacy shape).
@@ -403,6 +356,9 @@ pub struct CompletionResponse {
     pub choices: Vec<CompletionChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<UsageInfo>>,
+    /// llama.cpp's server-side timings (the whole answer's; on the last streamed chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<crate::server::timings::LlamaTimings>,
 }
 
 pub use crate::env::now_unix;

@@ -59,6 +59,7 @@ impl Provider for GatedProvider {
         Box::pin(
             futures::stream::once(async move {
                 let mut timer = metrics.timer();
+                timer.model(&request.model);
                 let ticket = match admission.enter() {
                     Ok(t) => t,
                     Err(e) => {
@@ -94,15 +95,20 @@ impl Provider for GatedProvider {
                             | ProviderEvent::ToolCallDelta { .. } => timer.output(),
                             ProviderEvent::Done {
                                 stop_reason, usage, ..
-                            } => timer.finish(
-                                if *stop_reason == StopReason::Length {
-                                    Finished::Length
-                                } else {
-                                    Finished::Stop
-                                },
-                                usage.input,
-                                usage.output,
-                            ),
+                            } => {
+                                if let Some(t) = &usage.timings {
+                                    timer.timings(t);
+                                }
+                                timer.finish(
+                                    if *stop_reason == StopReason::Length {
+                                        Finished::Length
+                                    } else {
+                                        Finished::Stop
+                                    },
+                                    usage.input,
+                                    usage.output,
+                                )
+                            }
                             ProviderEvent::Error { usage, reason, .. } => timer.finish(
                                 if *reason == ErrorReason::Aborted {
                                     Finished::Abort

@@ -241,7 +241,7 @@ async fn create(
         ));
     }
     let sampling =
-        crate::server::openai::convert::sampling(crate::server::openai::convert::SamplingFields {
+        crate::server::request_fields::sampling(crate::server::request_fields::SamplingFields {
             temperature: req.temperature,
             seed: req.seed,
             ..Default::default()

@@ -370,6 +370,8 @@ async fn prefix_cache_reuse_stays_within_a_scope() {
         ignore_eos: false,
         logprobs: None,
         cache_scope: scope.clone(),
+        keep_alive: None,
+        response_format: Default::default(),
     };
     let raw_cached = |req: RawCompletionRequest| {
         let p = p.clone();

@@ -4,11 +4,13 @@
 
 mod budget_sweep;
 mod cache;
+mod constraints;
 mod extensions;
 mod hardening;
 mod load;
 mod logit_bias;
 mod max_model_len;
+mod models;
 mod openai;
 mod prefill;
 mod raw_text;

@@ -46,6 +46,12 @@ fn summary_rows(out: &mut String, s: &Summary) {
         "output tokens (chunks)"
     };
     row(out, tokens, s.output_tokens);
+    if s.server_prefill_ms.is_some() || s.server_decode_ms.is_some() {
+        // The server's own split (its `timings`): where the client-side total went.
+        row(out, "server: queue", s.server_queue_ms);
+        row(out, "server: prefill", s.server_prefill_ms);
+        row(out, "server: decode", s.server_decode_ms);
+    }
     let share = s
         .valid_share
         .map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));

@@ -33,6 +33,7 @@ pub async fn responses(
             Ok((request, echo, model))
         })
         .await?;
+    timer.model(&model);
     state.complete_request(&mut request);
     let stream = echo.stream;
     let head = Head {

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use super::request::Echo;
 use crate::server::answer::{Collected, Render};
 use crate::server::error::ApiError;
-use crate::server::openai::source::Piece;
 use crate::server::openai::types::UsageInfo;
+use crate::server::source::Piece;
 
 /// Ids and echoes every event of one response repeats.
 #[derive(Debug, Clone)]
@@ -243,6 +243,15 @@ impl ResponseStream {
 }
 
 impl Render for ResponseStream {
+    type Frame = axum::response::sse::Event;
+
+    fn response<S>(frames: S) -> axum::response::Response
+    where
+        S: futures::Stream<Item = Self::Frame> + Send + 'static,
+    {
+        crate::server::sse::response(frames)
+    }
+
     fn start(&mut self) -> Vec<Event> {
         let r = response(&self.head, "in_progress", Vec::new(), None);
         vec![
@@ -339,7 +348,7 @@ impl Render for ResponseStream {
                 }
             }
             Piece::Logprobs(_) => {}
-            Piece::Finish { reason, usage } => {
+            Piece::Finish { reason, usage, .. } => {
                 out.extend(self.close());
                 let status = status_of(reason);
                 let r = response(

@@ -21,9 +21,8 @@ use crate::provider::{
 };
 use crate::server::error::ApiError;
 use crate::server::limits::RequestLimits;
-use crate::server::openai::convert::{
-    check_constraint, past_call, sampling, thinking_level, SamplingFields,
-};
+use crate::server::request_fields::past_call;
+use crate::server::request_fields::{check_constraint, sampling, thinking_level, SamplingFields};
 
 /// The body of `POST /v1/responses` (fields this server does not use are accepted and ignored).
 #[derive(Debug, Default, Deserialize)]

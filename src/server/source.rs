@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
-use super::types::{TokenLogprobOut, TopLogprobOut, UsageInfo};
+use super::usage::{TokenLogprobOut, TopLogprobOut, UsageInfo};
 use crate::provider::{
     CompletionRequest, ErrorKind, ErrorReason, Provider, ProviderEvent, StopReason, TokenLogprob,
 };
@@ -34,6 +34,8 @@ pub enum Piece {
     Finish {
         reason: &'static str,
         usage: UsageInfo,
+        /// The server's account of where the time went, when the provider measured it.
+        timings: Option<crate::provider::Timings>,
     },
     /// The answer failed (before anything was produced this becomes the HTTP status).
     Fail(ApiError),
@@ -47,13 +49,35 @@ impl Piece {
 
 pub type PieceStream = Pin<Box<dyn Stream<Item = Piece> + Send>>;
 
+/// What a door asks the provider for: a chat completion, or a completion of raw text.
+#[derive(Debug, Clone)]
+pub enum Ask {
+    Chat(CompletionRequest),
+    Raw(crate::provider::RawCompletionRequest),
+}
+
+impl From<CompletionRequest> for Ask {
+    fn from(r: CompletionRequest) -> Self {
+        Ask::Chat(r)
+    }
+}
+
+impl From<crate::provider::RawCompletionRequest> for Ask {
+    fn from(r: crate::provider::RawCompletionRequest) -> Self {
+        Ask::Raw(r)
+    }
+}
+
 /// The answer from a provider.
 pub fn from_provider(
     provider: Arc<dyn Provider>,
-    request: CompletionRequest,
+    ask: impl Into<Ask>,
     cancel: CancellationToken,
 ) -> PieceStream {
-    let events = provider.stream(request, cancel.clone());
+    let events = match ask.into() {
+        Ask::Chat(request) => provider.stream(request, cancel.clone()),
+        Ask::Raw(request) => provider.stream_raw(request, cancel.clone()),
+    };
     let guard = cancel.drop_guard();
     Box::pin(
         events
@@ -91,6 +115,7 @@ fn piece_of(ev: ProviderEvent) -> Option<Piece> {
                 _ => "stop",
             },
             usage: UsageInfo::from_usage(&usage),
+            timings: usage.timings,
         }),
         ProviderEvent::Error {
             reason,
