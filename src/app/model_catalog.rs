@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::engine::files::fetch::{self, CacheStatus, ModelSelector};
 use crate::engine::files::manifest;
+use crate::engine::text::fim::FimTokens;
 use crate::engine::{Engine, EngineOptions, GgufFile};
 use crate::provider::router::{Loader, Puller};
 use crate::provider::{
@@ -95,6 +96,7 @@ fn spec(
                 digest: m.sha256.clone(),
                 template: header.template,
                 parameter_count: header.parameter_count,
+                fill_in_middle: header.fill_in_middle,
                 ..ModelDetails::default()
             };
             (
@@ -116,6 +118,7 @@ fn spec(
                 quantization: quantization_of(&stem),
                 template: header.template,
                 parameter_count: header.parameter_count,
+                fill_in_middle: header.fill_in_middle,
                 ..ModelDetails::default()
             };
             (stem, Vec::new(), header.window, p.clone(), details)
@@ -184,6 +187,7 @@ struct Header {
     family: String,
     template: Option<String>,
     parameter_count: Option<u64>,
+    fill_in_middle: bool,
 }
 
 fn gguf_header(path: &Path) -> Header {
@@ -210,7 +214,17 @@ fn gguf_header(path: &Path) -> Header {
             .ok()
             .map(str::to_string),
         parameter_count: Some(parameter_count),
+        fill_in_middle: has_fim_tokens(&gguf),
     }
+}
+
+/// Whether the file's vocabulary has the tokens of a fill-in-the-middle prompt.
+fn has_fim_tokens(gguf: &GgufFile) -> bool {
+    let Ok(tokens) = gguf.get_str_array("tokenizer.ggml.tokens") else {
+        return false;
+    };
+    let tokens: Vec<String> = tokens.into_iter().map(str::to_string).collect();
+    matches!(FimTokens::detect(gguf, &tokens), Ok(Some(_)))
 }
 
 #[cfg(test)]

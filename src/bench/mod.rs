@@ -13,6 +13,7 @@
 //!   [`tool_calls`]: the workloads and runs of `bench tool-calls`.
 //! - [`agent_suite`]: the coding-task suite under agentd's and Pi's harnesses (`bench agent`).
 //! - [`bfcl`]: BFCL's functions and questions, asked of an endpoint and judged (`bench bfcl`).
+//! - [`fim`]: completion as you type against `/infill` servers and held-out FIM quality (`bench fim`).
 //!
 //! Nothing here asserts a speed: the CLI prints what it measures, the tests check the arithmetic.
 
@@ -20,6 +21,7 @@ pub mod agent_suite;
 pub mod bfcl;
 pub mod constraint;
 pub mod engine;
+pub mod fim;
 pub mod loadgen;
 pub mod metrics;
 pub mod openai_client;

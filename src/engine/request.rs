@@ -22,6 +22,8 @@ pub struct GenerateRequest {
     /// `None`: until EOS, a stop string or a full context window.
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
+    /// Tokens that end the generation besides the model's EOS ids (a FIM model's file separator and padding).
+    pub stop_tokens: Vec<u32>,
     /// Keep going through EOS (benchmarks).
     pub ignore_eos: bool,
     /// Return the chosen token's log-probability and this many alternatives.

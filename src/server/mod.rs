@@ -16,6 +16,7 @@ pub mod auth;
 pub mod constraint_fields;
 pub mod error;
 pub mod guard;
+pub mod infill;
 pub mod limits;
 pub mod metrics;
 pub mod ollama;
@@ -25,6 +26,7 @@ pub mod sessions;
 pub mod source;
 pub mod sse;
 pub mod timings;
+pub mod typing;
 pub mod usage;
 pub mod web;
 
@@ -118,6 +120,8 @@ pub struct AppState {
     /// Bounds the CPU work done before admission (parsing large bodies, compiling schemas, tokenizing) to one
     /// task per core, on the blocking pool: the async workers stay free for `/health` and streams.
     pub cpu: Arc<tokio::sync::Semaphore>,
+    /// The fill-in-the-middle request in flight per document (a newer one cancels it).
+    pub typing: Arc<typing::Typing>,
 }
 
 impl AppState {
@@ -150,6 +154,7 @@ impl AppState {
             cpu: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             )),
+            typing: Arc::default(),
         }
     }
 
@@ -234,6 +239,7 @@ pub fn router(state: AppState) -> Router {
         .route("/models", get(models::list))
         .route("/models/load", post(models::load))
         .route("/models/unload", post(models::unload))
+        .route("/infill", post(infill::infill))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(health))

@@ -2,7 +2,8 @@
 (Qwen2.5-Coder-0.5B and SmolLM2-135M, temperature 0) with Gemma 3 270M offered on demand (--models-available):
 
 - the official `ollama` Python library (pip `ollama`): list, show, chat, streamed chat, a tool round trip, a
-  `format` schema, generate (templated and raw), load and unload by `keep_alive`, errors as `ResponseError`;
+  `format` schema, generate (templated, raw, and with `suffix`: fill-in-the-middle, with the `openai` SDK's
+  `suffix` beside it), load and unload by `keep_alive`, errors as `ResponseError`;
 - the official `ollama` JavaScript library and the Vercel AI SDK's Ollama provider (npm `ollama`,
   `ollama-ai-provider-v2`, driven by js/ollama_clients.mjs): a chat, a streamed chat, a tool round trip and a
   `format` request with each.
@@ -61,6 +62,8 @@ def test_models_are_listed_and_shown(ollama_client):
     shown = ollama_client.show(f"{QWEN}:latest")
     assert shown.modelinfo["qwen2.context_length"] == 32768, shown.modelinfo
     assert "tools" in shown.capabilities and "completion" in shown.capabilities
+    assert "insert" in shown.capabilities, shown.capabilities  # its vocabulary has FIM tokens
+    assert "insert" not in ollama_client.show(SMOL).capabilities
     assert "<|im_start|>" in shown.template, shown.template[:200]
     assert shown.details.family == "qwen2" and shown.details.quantization_level == "Q4_K_M", shown.details
     loaded = {m.model: m for m in ollama_client.ps().models}
@@ -118,6 +121,20 @@ def test_generate_templated_and_raw(ollama_client):
     raw = ollama_client.generate(model=SMOL, prompt="The capital of France is", raw=True,
                                  options={"num_predict": 4})
     assert raw.response.strip() and raw.eval_count == 4 and raw.done_reason == "length", raw
+
+
+def test_generate_fills_in_the_middle_with_suffix(ollama_client):
+    r = ollama_client.generate(model=QWEN, prompt="def fibonacci(n):\n    if n < 2:\n        return n\n    ",
+                               suffix="\n\nprint(fibonacci(10))\n", options={"num_predict": 64})
+    middle = "".join(r.response.split())
+    assert "returnfibonacci(n-1)+fibonacci(n-2)" in middle, r.response
+    assert "print(" not in r.response and r.done_reason == "stop", r
+    # The openai SDK's `suffix` on /v1/completions takes the same path.
+    import openai
+    client = openai.OpenAI(base_url=f"{ollama_client._client.base_url}/v1", api_key=API_KEY)
+    c = client.completions.create(model=QWEN, prompt="def add(a, b):\n    ", suffix="\n\nprint(add(1, 2))\n",
+                                  max_tokens=32, temperature=0)
+    assert "a + b" in c.choices[0].text and "print(" not in c.choices[0].text, c
 
 
 def test_load_and_unload_by_keep_alive(ollama_client):

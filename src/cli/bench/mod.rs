@@ -5,6 +5,7 @@ mod agent;
 mod bfcl;
 mod constraint;
 mod engine;
+mod fim;
 mod load;
 mod parity;
 mod schemas;
@@ -32,6 +33,9 @@ pub enum BenchCommand {
     Parity(parity::ParityBenchArgs),
     /// Concurrent streaming clients against `agentd serve` (some hanging up early): throughput, TTFT p50/p99.
     Load(load::LoadBenchArgs),
+    /// Completion as you type against `/infill` servers side by side (agentd, llama-server): time to the first
+    /// piece and to the whole middle, cache hits, cancelled share; --quality N scores held-out middles.
+    Fim(fim::FimBenchArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -44,5 +48,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Bfcl(args) => bfcl::run(args),
         BenchCommand::Load(args) => load::run(args),
         BenchCommand::Parity(args) => parity::run(args),
+        BenchCommand::Fim(args) => fim::run(args),
     }
 }

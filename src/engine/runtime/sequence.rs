@@ -77,6 +77,7 @@ impl Sequence {
             .unwrap_or(usize::MAX)
             .min(ctx_len - req.prompt.len());
         let out = crate::engine::request::cancelled_before_start(&req);
+        let eos = [tokenizer.eos_ids(), &req.stop_tokens].concat();
         Ok(Self {
             tokens: req.prompt.clone(),
             stops: StopMatcher::new(req.stop.clone()),
@@ -85,7 +86,7 @@ impl Sequence {
             cancel,
             reply,
             sampler,
-            eos: tokenizer.eos_ids().to_vec(),
+            eos,
             max_new,
             utf8: Utf8Stream::default(),
             out,

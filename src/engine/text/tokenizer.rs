@@ -23,6 +23,7 @@ use tokenizers::{
 
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
+use crate::engine::text::fim::FimTokens;
 use crate::engine::text::spm::SpmVocab;
 
 /// The `tokenizer.ggml.pre` values [`pretokenizer_for`] implements (llama.cpp's names and aliases).
@@ -178,6 +179,7 @@ struct Inner {
     add_bos: bool,
     /// SentencePiece vocabularies (`tokenizer.ggml.model = llama`): encoded by [`super::spm`], not by `hf`.
     spm: Option<Spm>,
+    fim: Option<FimTokens>,
 }
 
 struct Spm {
@@ -274,6 +276,7 @@ impl Tokenizer {
             .collect();
         added.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
 
+        let fim = FimTokens::detect(gguf, &tokens)?;
         let bos = optional_id(gguf, "tokenizer.ggml.bos_token_id", n)?;
         let eos = optional_id(gguf, "tokenizer.ggml.eos_token_id", n)?;
         let mut eos_ids = Vec::new();
@@ -322,6 +325,7 @@ impl Tokenizer {
                 eos_ids,
                 add_bos,
                 spm,
+                fim,
             }),
         })
     }
@@ -449,6 +453,11 @@ impl Tokenizer {
     /// tokens named `<|im_end|>`, `<|endoftext|>`, `<|eot_id|>`, `<|end_of_text|>`, `<|end|>`, `</s>`.
     pub fn eos_ids(&self) -> &[u32] {
         &self.inner.eos_ids
+    }
+
+    /// The fill-in-the-middle tokens, when the vocabulary has them.
+    pub fn fim(&self) -> Option<&FimTokens> {
+        self.inner.fim.as_ref()
     }
 
     /// `tokenizer.ggml.eos_token_id`, when present and inside the vocabulary.

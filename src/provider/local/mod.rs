@@ -13,6 +13,7 @@
 //! model only through [`Provider`].
 
 mod calls;
+mod infill;
 mod raw;
 
 use tokio_util::sync::CancellationToken;
@@ -272,6 +273,7 @@ impl LocalProvider {
                 ..spec
             }),
             cache_scope: request.cache_scope.clone(),
+            stop_tokens: Vec::new(),
             ignore_eos: request.ignore_eos,
         };
         let mut calls = CallMap::default();

@@ -1,4 +1,4 @@
-//! The local engine's raw side: completions of raw text or token ids (no chat template, no tools), tokenizing
+//! The local engine's raw side: completions of raw text or token ids (no chat template, no tools) and fill-in-the-middle (`infill.rs`), tokenizing
 //! and detokenizing — what the server's `/v1/completions`, `/tokenize` and `/detokenize` ask the provider for.
 //! Also [`EngineEvents`], the generation-event reader both completion kinds share (cancellation with a grace
 //! period for the engine's exact usage).
@@ -11,6 +11,7 @@ use super::super::events::EventSender;
 use super::super::{
     ProviderError, RawCompletionRequest, RawPrompt, StopReason, TokenizeInput, Tokenized, Usage,
 };
+use super::infill::{InfillPlan, InfillWatch};
 use super::{render_prompt, LocalProvider, CANCEL_GRACE};
 use crate::engine::{ConstraintSpec, FinishReason, GenerateEvent, GenerateRequest};
 use crate::schema::ResponseFormat;
@@ -122,19 +123,43 @@ impl LocalProvider {
         let model = self.engine.info().name.clone();
         let out = Assembler::new(tx, Vec::new(), model);
         let raw = request.prompt.clone();
-        let Some((prompt, mut out)) = self
-            .prepare(&request.model, out, move |this| this.raw_prompt(&raw))
+        let infill = request.infill.clone();
+        let max_new = request.max_tokens;
+        let Some((plan, mut out)) = self
+            .prepare(&request.model, out, move |this| match &infill {
+                None => Ok(InfillPlan {
+                    tokens: this.raw_prompt(&raw)?,
+                    stop_tokens: Vec::new(),
+                    stop: Vec::new(),
+                }),
+                Some(infill) => {
+                    let prompt = match &raw {
+                        RawPrompt::Text(t) => t.as_str(),
+                        RawPrompt::Tokens(_) => {
+                            return Err(ProviderError::InvalidRequest {
+                                status: 400,
+                                message: "a fill-in-the-middle prompt is text, not token ids"
+                                    .into(),
+                            })
+                        }
+                    };
+                    this.infill_plan(infill, prompt, max_new)
+                }
+            })
             .await
         else {
             return;
         };
-        let input = prompt.len() as u64;
+        let input = plan.tokens.len() as u64;
         out.start();
+        let mut stop = request.stop.clone();
+        stop.extend(plan.stop);
         let gen = GenerateRequest {
-            prompt,
+            prompt: plan.tokens,
             sampling: request.sampling.to_engine(),
             max_tokens: request.max_tokens.map(|n| n as usize),
-            stop: request.stop.clone(),
+            stop,
+            stop_tokens: plan.stop_tokens,
             ignore_eos: request.ignore_eos,
             logprobs: request.logprobs,
             constraint: (request.response_format != ResponseFormat::Text).then(|| ConstraintSpec {
@@ -143,22 +168,48 @@ impl LocalProvider {
             }),
             cache_scope: request.cache_scope.clone(),
         };
-        let mut events = EngineEvents::new(self.engine.generate(gen, cancel.clone()));
+        // The middle's rules stop the generation with its own token, not the caller's.
+        let generation = cancel.child_token();
+        let mut watch = request.infill.as_ref().map(InfillWatch::new);
+        let mut events = EngineEvents::new(self.engine.generate(gen, generation.clone()));
         let mut output = 0u64;
         while let Some(ev) = events.next(&cancel).await {
             match ev {
                 GenerateEvent::Token(t) => {
                     output += 1;
+                    if watch.as_ref().is_some_and(InfillWatch::stopped) {
+                        continue;
+                    }
                     if let Some(lp) = &t.logprob {
                         out.logprobs(vec![self.logprob_entry(t.id, lp)]);
                     }
-                    out.text(&t.text);
+                    match watch.as_mut() {
+                        None => out.text(&t.text),
+                        Some(w) => {
+                            let (text, stop) = w.push(&t.text);
+                            out.text(&text);
+                            if stop {
+                                generation.cancel();
+                            }
+                        }
+                    }
                 }
                 GenerateEvent::Done(s) => {
-                    out.text(&s.trailing_text);
+                    let stopped_by_rule = watch.as_ref().is_some_and(InfillWatch::stopped);
+                    match watch.as_mut() {
+                        None => out.text(&s.trailing_text),
+                        Some(w) => {
+                            let (text, _) = w.push(&s.trailing_text);
+                            out.text(&text);
+                            out.text(&w.finish());
+                        }
+                    }
                     let usage = super::summary_usage(&s);
                     return match s.finish {
                         FinishReason::Eos | FinishReason::StopString => {
+                            out.done(StopReason::Stop, usage)
+                        }
+                        FinishReason::Cancelled if stopped_by_rule && !cancel.is_cancelled() => {
                             out.done(StopReason::Stop, usage)
                         }
                         FinishReason::Length => out.done(StopReason::Length, usage),
@@ -177,12 +228,12 @@ impl LocalProvider {
     /// Checks that `model` is this engine's and computes the prompt with `make` off the async workers (rendering
     /// and tokenizing a long transcript is CPU work). On failure the stream ends with the error and `None` is
     /// returned; on success the assembler comes back with the prompt.
-    pub(super) async fn prepare(
+    pub(super) async fn prepare<T: Send + 'static>(
         &self,
         model: &str,
         out: Assembler,
-        make: impl FnOnce(&LocalProvider) -> Result<Vec<u32>, ProviderError> + Send + 'static,
-    ) -> Option<(Vec<u32>, Assembler)> {
+        make: impl FnOnce(&LocalProvider) -> Result<T, ProviderError> + Send + 'static,
+    ) -> Option<(T, Assembler)> {
         if let Err(err) = self.check_model(model) {
             out.fail(&err, Usage::default());
             return None;

@@ -136,13 +136,16 @@ pub fn chat_body(request: &CompletionRequest, model: &str, compat: &Compat) -> V
 pub fn completions_body(request: &RawCompletionRequest, model: &str) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), model.into());
-    body.insert(
-        "prompt".into(),
-        match &request.prompt {
-            RawPrompt::Text(t) => json!(t),
-            RawPrompt::Tokens(ids) => json!(ids),
-        },
-    );
+    let prompt = match (&request.prompt, &request.infill) {
+        // Fill-in-the-middle goes as OpenAI's `suffix` (a server without it says so itself).
+        (RawPrompt::Text(t), Some(infill)) => json!(format!("{}{t}", infill.prefix)),
+        (RawPrompt::Text(t), None) => json!(t),
+        (RawPrompt::Tokens(ids), _) => json!(ids),
+    };
+    body.insert("prompt".into(), prompt);
+    if let Some(infill) = &request.infill {
+        body.insert("suffix".into(), json!(infill.suffix));
+    }
     body.insert("stream".into(), true.into());
     body.insert("stream_options".into(), json!({"include_usage": true}));
     if let Some(n) = request.max_tokens {

@@ -10,6 +10,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod infill;
+
+pub use infill::{Infill, InfillFile};
+
 use super::{ResponseFormat, ToolChoice, ToolSpec};
 use crate::engine::SamplingParams;
 
@@ -590,6 +594,10 @@ pub struct RawCompletionRequest {
     /// The shape the completion is held to (JSON, a regex, a choice, a grammar); text by default.
     #[serde(default)]
     pub response_format: ResponseFormat,
+    /// Fill in the middle: `prompt` (text, possibly empty) goes after `infill.prefix`, and the model writes what
+    /// comes before `infill.suffix`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infill: Option<Infill>,
 }
 
 /// What to tokenize: text, or a chat request rendered exactly as a completion of it would be (template, tools,
@@ -731,6 +739,9 @@ pub struct ModelDetails {
     pub template: Option<String>,
     /// How many weights it has, when its file has been read.
     pub parameter_count: Option<u64>,
+    /// Whether its vocabulary has fill-in-the-middle tokens (it completes code between a prefix and a suffix).
+    #[serde(default)]
+    pub fill_in_middle: bool,
 }
 
 impl ModelStatus {

@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use super::request::{self, ChatRequest, GenerateRequest};
 use super::{line, ndjson, now_rfc3339, resolve, OllamaError};
-use crate::provider::{KeepAlive, RawCompletionRequest, RawPrompt, Timings};
+use crate::provider::{Infill, KeepAlive, RawCompletionRequest, RawPrompt, Timings};
 use crate::server::answer::{self, Collected, Render};
 use crate::server::error::ApiError;
 use crate::server::source::{Ask, Piece};
@@ -286,13 +286,6 @@ pub async fn generate(
             ApiError::invalid_param("images", "this server's models read text only").into(),
         );
     }
-    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::invalid_param(
-            "suffix",
-            "fill-in-the-middle (`suffix`) is not available on this server",
-        )
-        .into());
-    }
     if req.template.as_deref().is_some_and(|t| !t.is_empty()) {
         return Err(ApiError::invalid_param(
             "template",
@@ -319,11 +312,13 @@ pub async fn generate(
     };
     let stream = req.stream.unwrap_or(true);
     let prompt = req.prompt.clone().unwrap_or_default();
-    if prompt.is_empty() {
+    // `suffix`: fill in the middle between the prompt and it, from the model's FIM tokens.
+    let suffix = req.suffix.clone().filter(|s| !s.is_empty());
+    if prompt.is_empty() && suffix.is_none() {
         let keep = request::keep_alive(req.keep_alive.as_ref())?;
         return load_only(&state, &head, &model, keep).await;
     }
-    let ask = if req.raw {
+    let ask = if req.raw || suffix.is_some() {
         // The raw prompt is held to `format` too.
         let format = crate::server::constraint_fields::ConstraintFields::default()
             .raw_format(request::format(req.format.as_ref())?)
@@ -332,9 +327,21 @@ pub async fn generate(
                 e
             })?;
         let opts = request::options(req.options.as_ref(), &state.options.limits)?;
+        let (prompt, infill) = match suffix {
+            Some(suffix) => (
+                String::new(),
+                Some(Infill {
+                    prefix: prompt,
+                    suffix,
+                    ..Infill::default()
+                }),
+            ),
+            None => (prompt, None),
+        };
         Ask::Raw(RawCompletionRequest {
             model,
             prompt: RawPrompt::Text(prompt),
+            infill,
             sampling: opts.sampling.or(&state.options.generation_defaults),
             max_tokens: opts.max_tokens,
             stop: opts.stop,

@@ -89,9 +89,13 @@ fn digest(s: &ModelStatus) -> String {
 }
 
 /// What a served model can do, in Ollama's words.
-fn capabilities() -> Value {
+fn capabilities(details: Option<&ModelDetails>) -> Value {
     // Every chat model calls tools here: the grammar holds its calls to their schemas.
-    json!(["completion", "tools"])
+    let mut caps = vec!["completion", "tools"];
+    if details.is_some_and(|d| d.fill_in_middle) {
+        caps.push("insert");
+    }
+    json!(caps)
 }
 
 fn listed(s: &ModelStatus) -> Value {
@@ -108,7 +112,7 @@ fn listed(s: &ModelStatus) -> Value {
         "size": s.details.as_ref().map_or(0, |d| d.file_bytes),
         "digest": digest(s),
         "details": details(s.details.as_ref()),
-        "capabilities": capabilities(),
+        "capabilities": capabilities(s.details.as_ref()),
     })
 }
 
@@ -222,7 +226,7 @@ pub async fn show(
         "template": template,
         "details": details(status.details.as_ref()),
         "model_info": model_info,
-        "capabilities": capabilities(),
+        "capabilities": capabilities(status.details.as_ref()),
         "modified_at": rfc3339(modified),
     })))
 }

@@ -1,6 +1,7 @@
 //! `POST /v1/completions`: raw text completion (no chat template) through the provider's `stream_raw` — the
 //! local engine, or a remote server that offers it. `prompt` is text, token ids, or a batch of either (one
-//! choice per prompt, generated in turn); `logprobs` returns OpenAI's legacy shape (`tokens`, `token_logprobs`,
+//! choice per prompt, generated in turn); with `suffix` each text prompt is the text before the cursor and the
+//! model fills in the middle from its FIM tokens; `logprobs` returns OpenAI's legacy shape (`tokens`, `token_logprobs`,
 //! `top_logprobs`, `text_offset`); `echo` prepends the prompt; streaming follows the same rules as chat (first
 //! piece decides the status, usage chunk, `[DONE]`).
 
@@ -22,7 +23,7 @@ use super::types::{
     CompletionsRequest, PromptField, StopField, UsageInfo,
 };
 use crate::provider::{
-    ErrorKind, ErrorReason, Provider, ProviderEvent, RawCompletionRequest, RawPrompt,
+    ErrorKind, ErrorReason, Infill, Provider, ProviderEvent, RawCompletionRequest, RawPrompt,
     ResponseFormat, StopReason, TokenLogprob, Usage,
 };
 use crate::server::admission::Permit;
@@ -72,12 +73,6 @@ pub async fn completions(
             "only best_of = 1 is supported",
         ));
     }
-    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::invalid_param(
-            "suffix",
-            "`suffix` is not supported",
-        ));
-    }
     if req.logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
         return Err(ApiError::invalid_param(
             "logprobs",
@@ -111,6 +106,14 @@ pub async fn completions(
     })?
     .or(&state.options.generation_defaults);
     let prompts = prompt_list(req.prompt)?;
+    // `suffix`: each text prompt is the text before the cursor, the model fills in up to the suffix.
+    let suffix = req.suffix.clone().filter(|s| !s.is_empty());
+    if suffix.is_some() && prompts.iter().any(|p| matches!(p, RawPrompt::Tokens(_))) {
+        return Err(ApiError::invalid_param(
+            "suffix",
+            "`suffix` goes with text prompts, not token ids",
+        ));
+    }
     state.options.limits.check_prompts(prompts.len())?;
     let echo = req.echo.unwrap_or(false);
     let mut echoed = Vec::with_capacity(prompts.len());
@@ -138,9 +141,24 @@ pub async fn completions(
     let scope = state.cache_scope(req.user.as_deref());
     let requests: Vec<RawCompletionRequest> = prompts
         .into_iter()
-        .map(|prompt| RawCompletionRequest {
+        .map(|prompt| {
+            let (prompt, infill) = match (prompt, &suffix) {
+                (RawPrompt::Text(prefix), Some(suffix)) => (
+                    RawPrompt::Text(String::new()),
+                    Some(Infill {
+                        prefix,
+                        suffix: suffix.clone(),
+                        ..Infill::default()
+                    }),
+                ),
+                (prompt, _) => (prompt, None),
+            };
+            (prompt, infill)
+        })
+        .map(|(prompt, infill)| RawCompletionRequest {
             model: model.clone(),
             prompt,
+            infill,
             sampling: sampling.clone(),
             max_tokens: Some(max_tokens),
             stop: stop.clone(),

@@ -372,6 +372,7 @@ async fn prefix_cache_reuse_stays_within_a_scope() {
         cache_scope: scope.clone(),
         keep_alive: None,
         response_format: Default::default(),
+        infill: None,
     };
     let raw_cached = |req: RawCompletionRequest| {
         let p = p.clone();

@@ -7,6 +7,7 @@ mod cache;
 mod constraints;
 mod extensions;
 mod hardening;
+mod infill;
 mod load;
 mod logit_bias;
 mod max_model_len;
