@@ -155,8 +155,18 @@ pub fn cache_status(home: &Path, manifest: &ModelManifest) -> CacheStatus {
     }
 }
 
-/// Resolve a manifest: the cache if it holds a verified file, else each source in order.
+/// Resolve a manifest: the cache if it holds a verified file, else each source in order. A manifest whose file
+/// is a zip of a model folder (`[unpack]`) resolves to the unpacked folder.
 pub fn fetch_manifest(manifest: &ModelManifest, opts: &FetchOptions) -> Result<ResolvedModel> {
+    let mut resolved = fetch_file(manifest, opts)?;
+    if let Some(unpack) = &manifest.unpack {
+        resolved.path = super::unpack::ensure_unpacked(&resolved.path, manifest, unpack)?;
+    }
+    Ok(resolved)
+}
+
+/// [`fetch_manifest`]'s file itself.
+fn fetch_file(manifest: &ModelManifest, opts: &FetchOptions) -> Result<ResolvedModel> {
     let dest = cached_path(&opts.home, manifest);
     // Every start resolves its model here: staging left by a crashed fetch goes now, cached or not.
     staging::sweep_stale(&model_dir(&opts.home, manifest), &manifest.file_name);
