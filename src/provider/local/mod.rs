@@ -13,7 +13,10 @@
 //! model only through [`Provider`].
 
 mod calls;
+mod embed;
 mod raw;
+
+pub use embed::EncoderProvider;
 
 use tokio_util::sync::CancellationToken;
 

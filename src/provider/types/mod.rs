@@ -11,7 +11,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{ResponseFormat, ToolChoice, ToolSpec};
+
+mod embed;
 use crate::engine::SamplingParams;
+pub use embed::{EmbedInput, EmbedRequest, Embeddings, MAX_EMBED_INPUTS};
 
 /// One message of the conversation the model sees (the system prompt travels separately, in
 /// [`CompletionRequest::system`]).
@@ -731,6 +734,9 @@ pub struct ModelDetails {
     pub template: Option<String>,
     /// How many weights it has, when its file has been read.
     pub parameter_count: Option<u64>,
+    /// It is an encoder: it serves embeddings, not completions.
+    #[serde(default)]
+    pub embedding_only: bool,
 }
 
 impl ModelStatus {
