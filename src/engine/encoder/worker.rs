@@ -102,8 +102,12 @@ fn run(encoder: Encoder, queue: mpsc::Receiver<Job>) {
 fn encode_sorted(encoder: &Encoder, all: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
     let mut order: Vec<usize> = (0..all.len()).collect();
     order.sort_by_key(|&i| all[i].len());
+    let lengths: Vec<usize> = order.iter().map(|&i| all[i].len()).collect();
     let mut out: Vec<Vec<f32>> = vec![Vec::new(); all.len()];
-    for chunk in order.chunks(MAX_BATCH) {
+    let mut start = 0;
+    for end in batch_ends(&lengths) {
+        let chunk = &order[start..end];
+        start = end;
         let batch: Vec<&[u32]> = chunk.iter().map(|&i| all[i]).collect();
         let vectors = encoder.encode_batch(&batch)?;
         for (&i, v) in chunk.iter().zip(vectors) {
@@ -111,4 +115,42 @@ fn encode_sorted(encoder: &Encoder, all: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         }
     }
     Ok(out)
+}
+
+/// Where batches of the ascending `lengths` end: at most [`MAX_BATCH`] sequences, and a batch stops growing once
+/// padding to its longest would waste more than a quarter of its work (a batch pads to its last, longest one).
+fn batch_ends(lengths: &[usize]) -> Vec<usize> {
+    const MIN_BATCH: usize = 4;
+    let mut ends = Vec::new();
+    let (mut start, mut sum) = (0, 0);
+    for (i, &len) in lengths.iter().enumerate() {
+        let count = i - start;
+        let padded = (count + 1) * len;
+        if count == MAX_BATCH || (count >= MIN_BATCH && 4 * padded > 5 * (sum + len)) {
+            ends.push(i);
+            start = i;
+            sum = 0;
+        }
+        sum += len;
+    }
+    if start < lengths.len() {
+        ends.push(lengths.len());
+    }
+    ends
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_stay_within_the_size_and_the_padding_bound() {
+        assert_eq!(batch_ends(&[]), Vec::<usize>::new());
+        assert_eq!(batch_ends(&[5; 70]), vec![32, 64, 70]);
+        // Short ones together, long ones apart: 4 x 10 then 3 x 100 (padding 10 to 100 would waste 90%).
+        assert_eq!(batch_ends(&[10, 10, 10, 10, 100, 100, 100]), vec![4, 7]);
+        // A gentle spread stays one batch.
+        let gentle: Vec<usize> = (20..30).collect();
+        assert_eq!(batch_ends(&gentle), vec![10]);
+    }
 }
