@@ -76,11 +76,23 @@ pub struct ResolvedModel {
     pub origin: ModelOrigin,
 }
 
-/// Resolve a selector to a verified local file, fetching into the cache when needed.
+/// Resolve a selector to a verified local GGUF file, fetching into the cache when needed. An embedding model
+/// (no GGUF: a folder) is refused; [`fetch_manifest`] fetches it.
 pub fn resolve(selector: &ModelSelector, opts: &FetchOptions) -> Result<ResolvedModel> {
     match selector {
         ModelSelector::Path(path) => resolve_path(path, opts),
-        ModelSelector::Name(name) => fetch_manifest(&manifest::find(name)?, opts),
+        ModelSelector::Name(name) => {
+            let m = manifest::find(name)?;
+            if m.task == manifest::ModelTask::Embed {
+                // Its folder is fetched by `fetch_manifest`; there is no GGUF to generate with.
+                return Err(EngineError::Config(format!(
+                    "`{0}` is an embedding model: it cannot generate text; serve it (`agentd serve --model {0}`) \
+                     and ask /v1/embeddings",
+                    m.name
+                )));
+            }
+            fetch_manifest(&m, opts)
+        }
     }
 }
 

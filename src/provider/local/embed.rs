@@ -16,6 +16,7 @@ use super::super::{
     MAX_EMBED_INPUTS,
 };
 use crate::engine::files::fetch::{self, FetchOptions, ModelSelector};
+use crate::engine::files::manifest;
 use crate::engine::{select_device, DeviceSpec, Encoder, EncoderHandle, EngineError};
 
 /// An encoder as a provider. Cheap to clone.
@@ -36,8 +37,9 @@ impl EncoderProvider {
     ) -> Result<Self, ProviderError> {
         let folder = match model {
             ModelSelector::Path(p) => p.clone(),
-            ModelSelector::Name(_) => {
-                fetch::resolve(model, fetch_options)
+            ModelSelector::Name(name) => {
+                let m = manifest::find(name).map_err(ProviderError::Engine)?;
+                fetch::fetch_manifest(&m, fetch_options)
                     .map_err(ProviderError::Engine)?
                     .path
             }

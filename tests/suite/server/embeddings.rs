@@ -18,10 +18,21 @@ use crate::suite::common;
 const MINILM: &str = "all-minilm-l6-v2";
 const WINDOW: u64 = 256;
 
+/// The model's folder, pulled (and unpacked) if needed.
+fn minilm_folder() -> std::path::PathBuf {
+    use agentd::engine::files::{fetch, manifest};
+    fetch::fetch_manifest(
+        &manifest::find(MINILM).unwrap(),
+        &fetch::FetchOptions::default(),
+    )
+    .unwrap()
+    .path
+}
+
 fn provider() -> Arc<dyn Provider> {
     static P: OnceLock<Arc<dyn Provider>> = OnceLock::new();
     P.get_or_init(|| {
-        let folder = common::model_path(MINILM);
+        let folder = minilm_folder();
         Arc::new(EncoderProvider::from_folder(&folder, DeviceSpec::Cpu, MINILM).unwrap())
     })
     .clone()
@@ -382,7 +393,7 @@ async fn llama_cpp_and_ollama_shapes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beside_a_chat_model_each_refuses_the_others_requests() {
-    common::model_path(MINILM);
+    minilm_folder();
     common::smollm2_path();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"));
     command.args([
@@ -510,4 +521,30 @@ async fn a_remote_provider_forwards_to_the_upstreams_embeddings() {
         agentd::provider::ErrorKind::InvalidRequest,
         "{err}"
     );
+}
+
+#[test]
+fn the_chat_engine_refuses_an_embedding_model_by_name() {
+    minilm_folder();
+    let err = agentd::engine::Engine::load(agentd::engine::EngineOptions {
+        model: agentd::engine::files::fetch::ModelSelector::Name(MINILM.into()),
+        device: DeviceSpec::Cpu,
+        ..Default::default()
+    });
+    let message = err.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        message.contains("`all-minilm-l6-v2` is an embedding model: it cannot generate text"),
+        "{message}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .args(["model", "path", MINILM, "--offline"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(path.trim(), minilm_folder().display().to_string());
 }
