@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::engine::files::fetch::{self, CacheStatus, ModelSelector};
-use crate::engine::files::manifest;
-use crate::engine::text::fim::FimTokens;
-use crate::engine::{Engine, EngineOptions, GgufFile};
+use crate::engine::files::manifest::{self, ModelTask};
+use crate::engine::{Engine, EngineOptions, FimTokens, GgufFile};
 use crate::provider::router::{Loader, Puller};
 use crate::provider::{
-    LocalProvider, ModelDetails, ModelRouter, ModelSpec, Provider, ProviderError, RouterOptions,
+    EncoderProvider, LocalProvider, ModelDetails, ModelRouter, ModelSpec, Provider, ProviderError,
+    RouterOptions,
 };
 
 /// The router serving `config`'s models (none loaded yet: see [`ModelRouter::preload`]). Must be called inside a
@@ -85,6 +85,11 @@ fn spec(
     preload: bool,
 ) -> Result<ModelSpec, ProviderError> {
     let selector = ModelSelector::parse(model);
+    // An encoder (an embedding model) loads as one and serves only embeddings.
+    let encoder = match &selector {
+        ModelSelector::Name(n) => manifest::find(n).is_ok_and(|m| m.task == ModelTask::Embed),
+        ModelSelector::Path(p) => crate::engine::is_encoder_folder(p),
+    };
     let (own, mut aliases, window, file, mut details) = match &selector {
         ModelSelector::Name(n) => {
             let m = manifest::find(n).map_err(ProviderError::Engine)?;
@@ -143,17 +148,26 @@ fn spec(
         .and_then(|m| m.modified().ok())
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_secs());
-    let size_bytes = file_bytes + base.scheduler.kv_cache_bytes as u64;
+    details.embedding_only = encoder;
+    if encoder && details.quantization.is_empty() {
+        details.quantization = "F32".into();
+    }
+    let size_bytes = match encoder {
+        true => file_bytes,
+        false => file_bytes + base.scheduler.kv_cache_bytes as u64,
+    };
     let mut opts = base.clone();
     opts.model = selector;
     opts.scheduler.max_model_len = max_model_len;
-    let loader: Loader = Arc::new(move || {
-        let engine = Engine::load(opts.clone()).map_err(ProviderError::Engine)?;
-        if let Some(note) = &engine.info().device_note {
-            tracing::warn!("{note}");
-        }
-        Ok(Arc::new(LocalProvider::new(engine)) as Arc<dyn Provider>)
-    });
+    let loader: Loader = if encoder {
+        let served = id.clone();
+        Arc::new(move || {
+            let p = EncoderProvider::load(&opts.model, &opts.fetch, opts.device, &served)?;
+            Ok(Arc::new(p) as Arc<dyn Provider>)
+        })
+    } else {
+        chat_loader(opts)
+    };
     Ok(ModelSpec {
         id,
         aliases,
@@ -162,6 +176,17 @@ fn spec(
         preload,
         details: Some(details),
         loader,
+    })
+}
+
+/// The loader of a chat or completion model: its own engine.
+fn chat_loader(opts: EngineOptions) -> Loader {
+    Arc::new(move || {
+        let engine = Engine::load(opts.clone()).map_err(ProviderError::Engine)?;
+        if let Some(note) = &engine.info().device_note {
+            tracing::warn!("{note}");
+        }
+        Ok(Arc::new(LocalProvider::new(engine)) as Arc<dyn Provider>)
     })
 }
 

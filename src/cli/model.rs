@@ -157,8 +157,12 @@ pub fn run(cmd: ModelCommand) -> anyhow::Result<()> {
                 offline,
                 ..FetchOptions::default()
             };
-            let resolved = fetch::resolve(&ModelSelector::parse(&name), &opts)
-                .with_context(|| format!("resolving model `{name}`"))?;
+            // A known name, whatever it is (an embedding model's path is its folder); a path as `resolve` takes it.
+            let resolved = match ModelSelector::parse(&name) {
+                ModelSelector::Name(n) => fetch::fetch_manifest(&manifest::find(&n)?, &opts),
+                selector => fetch::resolve(&selector, &opts),
+            }
+            .with_context(|| format!("resolving model `{name}`"))?;
             println!("{}", resolved.path.display());
             Ok(())
         }

@@ -9,6 +9,7 @@
 //!              (cpu and candle never import each other)                → arch, kv
 //! kv/          KV memory, no math: paged stores, block manager, BLOCK_TOKENS
 //! arch/        what an architecture is: DecoderConfig, per-family hyper-parameters, the one weight loader
+//! encoder/     text encoders (BERT folders) → one vector per text, on their own thread → device, error
 //! files/       where a model file comes from: manifest, fetch, sources, staging, HF folders, synth → arch, text
 //! text/        tokens ↔ text, no weights: tokenizer, template, chat prompt, reasoning, detok
 //! request.rs   requests, events, FinishReason, validation; parity.rs  logits against a reference model
@@ -33,6 +34,8 @@ pub mod constraint;
 pub mod cpu;
 #[doc(hidden)]
 pub mod device;
+#[doc(hidden)]
+pub mod encoder;
 #[doc(hidden)]
 pub mod error;
 pub mod files;
@@ -77,6 +80,10 @@ pub use tool_calls::{OutputAssembler, OutputDelta, ToolCall as EngineToolCall};
 
 // Text without weights.
 pub use text::chat_prompt::chat_prompt_tokens;
+pub use text::fim::{
+    indent_cut as fim_indent_cut, layout as fim_layout, suffix_stops as fim_suffix_stops,
+    ExtraFile as FimExtraFile, FimBudget, FimInput, FimPrompt, FimTokens,
+};
 pub use text::reasoning::{Piece as ReasoningPiece, ReasoningSplitter};
 pub use text::template::ChatTemplate;
 pub use text::tokenizer::Tokenizer;
@@ -89,4 +96,8 @@ pub use device::{
     auto_summary as device_summary, cpu_threads, init_threads, select as select_device, DeviceSpec,
 };
 pub use gguf::GgufFile;
+
+// Encoders: text → one vector (embeddings).
+pub use encoder::worker::{EncoderHandle, MAX_BATCH as ENCODER_MAX_BATCH};
+pub use encoder::{is_encoder_folder, Encoder, EncoderInfo, Pooling, PoolingConfig};
 pub use model::Model;

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::schema::{ResponseFormat, ToolChoice, ToolSpec};
 pub use assemble::check_tool_call;
 pub use events::{collect, Completion, CompletionError};
+pub use local::EncoderProvider;
 pub use local::LocalProvider;
 pub use remote::{RemoteConfig, RemoteProvider};
 pub use router::{ModelRouter, ModelSpec, RouterOptions};
@@ -181,6 +182,27 @@ pub trait Provider: Send + Sync {
                 "detokenizing is not available from this provider".into(),
             )),
         }
+    }
+
+    /// One vector per input (see [`EmbedRequest`]). A model that cannot embed (a chat model) refuses with an
+    /// invalid-request error naming it.
+    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, ProviderError> {
+        if let Some(p) = self.wrapped() {
+            return p.embed(request).await;
+        }
+        let model = named_or_default(&request.model, &self.models());
+        Err(cannot_embed(&model))
+    }
+}
+
+/// The refusal of an embedding request to a model that only generates text.
+pub fn cannot_embed(model: &str) -> ProviderError {
+    ProviderError::InvalidRequest {
+        status: 400,
+        message: format!(
+            "the model `{model}` cannot make embeddings: it generates text; serve an embedding model \
+             (`agentd serve --model all-minilm-l6-v2`) and ask it"
+        ),
     }
 }
 

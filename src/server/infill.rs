@@ -267,8 +267,10 @@ fn async_stream(
                     stop_reason, usage, ..
                 } => {
                     record(&mut timer, &usage, Finished::Stop);
-                    let last =
+                    // As llama.cpp: the text came in the pieces, the last object carries none.
+                    let mut last =
                         last_object(&head, std::mem::take(&mut content), stop_reason, &usage);
+                    last["content"] = Value::String(String::new());
                     let _ = tx.unbounded_send(sse::json_event(&last));
                     return;
                 }

@@ -14,6 +14,7 @@ pub mod answer;
 pub mod anthropic;
 pub mod auth;
 pub mod constraint_fields;
+pub mod embeddings;
 pub mod error;
 pub mod guard;
 pub mod infill;
@@ -239,6 +240,9 @@ pub fn router(state: AppState) -> Router {
         .route("/models", get(models::list))
         .route("/models/load", post(models::load))
         .route("/models/unload", post(models::unload))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/embedding", post(embeddings::llama_cpp))
+        .route("/embeddings", post(embeddings::llama_cpp))
         .route("/infill", post(infill::infill))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))

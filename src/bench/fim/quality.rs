@@ -217,3 +217,34 @@ impl Sample {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_put_back_is_its_file_and_its_windows_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let body: String = (0..200)
+            .map(|i| format!("def f{i}(x):\n    y = x + {i}\n    return y * 2\n\n"))
+            .collect();
+        std::fs::write(dir.path().join("a.py"), &body).unwrap();
+        std::fs::write(dir.path().join("b.py"), &body).unwrap();
+        std::fs::write(dir.path().join("c.txt"), &body).unwrap();
+        let samples = held_out(dir.path(), 5).unwrap();
+        assert_eq!(samples.len(), 2, "one per .py file");
+        assert_eq!(samples[0].mask, Mask::Line);
+        assert_eq!(samples[1].mask, Mask::Block);
+        for s in &samples {
+            assert_eq!(s.rebuilt(&s.expected), body);
+            assert!(s.prefix.lines().count() <= LINES_BEFORE);
+            assert!(s.suffix.lines().count() <= LINES_AFTER + 1);
+        }
+        assert_eq!(
+            samples[1].expected.lines().count(),
+            2,
+            "{:?}",
+            samples[1].expected
+        );
+    }
+}

@@ -70,7 +70,6 @@ struct QualityReport {
     lines_exact: usize,
     blocks: usize,
     blocks_exact: usize,
-    #[serde(skip)]
     middles: Vec<Scored>,
 }
 
@@ -78,8 +77,10 @@ struct QualityReport {
 struct Report {
     files: Vec<PathBuf>,
     targets: Vec<TargetReport>,
-    /// With two targets and --quality: middles identical on both.
+    /// With two targets and --quality: middles identical on both, and those where one is the start of the other
+    /// (the same greedy tokens until one server's stop rules ended its middle).
     identical_middles: Option<usize>,
+    agreeing_middles: Option<usize>,
 }
 
 pub fn run(args: FimBenchArgs) -> anyhow::Result<()> {
@@ -151,23 +152,32 @@ pub fn run(args: FimBenchArgs) -> anyhow::Result<()> {
         if let Some(tx) = stop {
             let _ = tx.send(());
         }
-        let identical_middles = match reports.as_slice() {
+        let pairs: Option<Vec<(&str, &str)>> = match reports.as_slice() {
             [a, b] => match (&a.quality, &b.quality) {
                 (Some(qa), Some(qb)) => Some(
                     qa.middles
                         .iter()
                         .zip(&qb.middles)
-                        .filter(|(x, y)| x.middle == y.middle)
-                        .count(),
+                        .map(|(x, y)| (x.middle.as_str(), y.middle.as_str()))
+                        .collect(),
                 ),
                 _ => None,
             },
             _ => None,
         };
+        let identical_middles = pairs
+            .as_ref()
+            .map(|p| p.iter().filter(|(x, y)| x == y).count());
+        let agreeing_middles = pairs.as_ref().map(|p| {
+            p.iter()
+                .filter(|(x, y)| x.starts_with(y) || y.starts_with(x))
+                .count()
+        });
         let report = Report {
             files,
             targets: reports,
             identical_middles,
+            agreeing_middles,
         };
         match args.json {
             true => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -281,8 +291,10 @@ fn print_table(report: &Report, opts: &TypingOptions) {
             );
         }
     }
-    if let Some(n) = report.identical_middles {
+    if let (Some(n), Some(agree)) = (report.identical_middles, report.agreeing_middles) {
         let total = report.targets[0].quality.as_ref().map_or(0, |q| q.samples);
-        println!("identical middles on both targets: {n}/{total}");
+        println!(
+            "middles identical on both targets: {n}/{total}; one the start of the other: {agree}/{total}"
+        );
     }
 }

@@ -76,11 +76,23 @@ pub struct ResolvedModel {
     pub origin: ModelOrigin,
 }
 
-/// Resolve a selector to a verified local file, fetching into the cache when needed.
+/// Resolve a selector to a verified local GGUF file, fetching into the cache when needed. An embedding model
+/// (no GGUF: a folder) is refused; [`fetch_manifest`] fetches it.
 pub fn resolve(selector: &ModelSelector, opts: &FetchOptions) -> Result<ResolvedModel> {
     match selector {
         ModelSelector::Path(path) => resolve_path(path, opts),
-        ModelSelector::Name(name) => fetch_manifest(&manifest::find(name)?, opts),
+        ModelSelector::Name(name) => {
+            let m = manifest::find(name)?;
+            if m.task == manifest::ModelTask::Embed {
+                // Its folder is fetched by `fetch_manifest`; there is no GGUF to generate with.
+                return Err(EngineError::Config(format!(
+                    "`{0}` is an embedding model: it cannot generate text; serve it (`agentd serve --model {0}`) \
+                     and ask /v1/embeddings",
+                    m.name
+                )));
+            }
+            fetch_manifest(&m, opts)
+        }
     }
 }
 
@@ -155,8 +167,18 @@ pub fn cache_status(home: &Path, manifest: &ModelManifest) -> CacheStatus {
     }
 }
 
-/// Resolve a manifest: the cache if it holds a verified file, else each source in order.
+/// Resolve a manifest: the cache if it holds a verified file, else each source in order. A manifest whose file
+/// is a zip of a model folder (`[unpack]`) resolves to the unpacked folder.
 pub fn fetch_manifest(manifest: &ModelManifest, opts: &FetchOptions) -> Result<ResolvedModel> {
+    let mut resolved = fetch_file(manifest, opts)?;
+    if let Some(unpack) = &manifest.unpack {
+        resolved.path = super::unpack::ensure_unpacked(&resolved.path, manifest, unpack)?;
+    }
+    Ok(resolved)
+}
+
+/// [`fetch_manifest`]'s file itself.
+fn fetch_file(manifest: &ModelManifest, opts: &FetchOptions) -> Result<ResolvedModel> {
     let dest = cached_path(&opts.home, manifest);
     // Every start resolves its model here: staging left by a crashed fetch goes now, cached or not.
     staging::sweep_stale(&model_dir(&opts.home, manifest), &manifest.file_name);

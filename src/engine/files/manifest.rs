@@ -83,6 +83,10 @@ const EMBEDDED: &[(&str, &str)] = &[
         "qwen3-8b.toml",
         include_str!("../../../models/qwen3-8b.toml"),
     ),
+    (
+        "all-minilm-l6-v2.toml",
+        include_str!("../../../models/all-minilm-l6-v2.toml"),
+    ),
 ];
 
 /// One known model.
@@ -112,14 +116,56 @@ pub struct ModelManifest {
     pub size_bytes: u64,
     /// The context window the model was trained for, in tokens.
     pub context_length: usize,
-    /// How the model writes tool calls: a name from the format table (`models/tool_call_formats.toml`).
+    /// How the model writes tool calls: a name from the format table (`models/tool_call_formats.toml`). Empty
+    /// (absent) exactly for an embedding model.
+    #[serde(default)]
     pub tool_call_format: String,
+    /// What the model does: generate text (the default) or embed it.
+    #[serde(default)]
+    pub task: ModelTask,
+    /// The fetched file is a zip of a model folder, unpacked beside it (see [`super::unpack`]).
+    #[serde(default)]
+    pub unpack: Option<Unpack>,
     /// A Jinja chat template that replaces the one in the GGUF metadata.
     #[serde(default)]
     pub chat_template: Option<String>,
     /// Where the file can be fetched from, tried in order.
     #[serde(default)]
     pub sources: Vec<ModelSource>,
+}
+
+/// What a model is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelTask {
+    /// A chat or completion model (a GGUF, or a folder converted to one).
+    #[default]
+    Generate,
+    /// An encoder that turns text into one vector (a Hugging Face folder with a BERT model).
+    Embed,
+}
+
+/// A fetched zip holding a model folder: where it is unpacked and which of its files are checked.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Unpack {
+    /// The folder's name in the model's cache folder.
+    pub folder: String,
+    /// Files of the folder whose size and sha256 are checked when it is unpacked.
+    #[serde(default)]
+    pub check: Vec<CheckedFile>,
+}
+
+/// One file of an unpacked folder, checked after unpacking.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckedFile {
+    /// Its path inside the folder.
+    pub file: String,
+    /// Lowercase hex sha256.
+    pub sha256: String,
+    /// Exact size in bytes.
+    pub size: u64,
 }
 
 /// A place a model file can be fetched from.
@@ -221,12 +267,39 @@ impl ModelManifest {
             return Err("context_length must be positive".into());
         }
         let known = crate::engine::call_format::ToolCallFormat::names();
-        if !known.contains(&self.tool_call_format.as_str()) {
+        if self.task == ModelTask::Embed {
+            if !self.tool_call_format.is_empty() {
+                return Err("an embedding model has no tool_call_format".into());
+            }
+        } else if !known.contains(&self.tool_call_format.as_str()) {
             return Err(format!(
                 "tool_call_format `{}` is not one of {}",
                 self.tool_call_format,
                 known.join(", ")
             ));
+        }
+        if let Some(unpack) = &self.unpack {
+            let plain = |name: &str| {
+                !name.is_empty()
+                    && !name.starts_with('.')
+                    && !name.contains('\\')
+                    && name.split('/').all(|p| !p.is_empty() && p != "..")
+            };
+            if !plain(&unpack.folder) || unpack.folder.contains('/') {
+                return Err(format!(
+                    "unpack.folder `{}` must be a plain folder name",
+                    unpack.folder
+                ));
+            }
+            for f in &unpack.check {
+                if !plain(&f.file) {
+                    return Err(format!(
+                        "unpack.check file `{}` must be a relative path",
+                        f.file
+                    ));
+                }
+                check_sha256(&format!("sha256 of {}", f.file), &f.sha256)?;
+            }
         }
         for source in &self.sources {
             match source {

@@ -9,7 +9,6 @@
 //! start of the prompt stays the same from one keystroke to the next and its KV blocks are reused (llama.cpp cuts
 //! at the exact token and needs `--cache-reuse` to shift the cached chunks).
 
-use super::tokenizer::Tokenizer;
 use crate::engine::error::Result;
 use crate::engine::gguf::GgufFile;
 
@@ -165,16 +164,19 @@ pub struct FimPrompt {
     pub truncated: bool,
 }
 
-/// The FIM prompt: `[other files][BOS?][pre] prefix prompt [suf] suffix [mid]` (llama.cpp's order; a BOS goes
-/// after the other files, as there). Text is tokenized without parsing special tokens, so a `<|fim_prefix|>`
-/// typed in the file is text.
+/// Text to token ids without parsing special tokens (so a `<|fim_prefix|>` typed in the file is text): the
+/// model's tokenizer, `encode(text, false)`.
+pub type Encode<'a> = &'a dyn Fn(&str) -> Result<Vec<u32>>;
+
+/// The FIM prompt: `[other files][BOS?][pre] prefix prompt [suf] suffix [mid]` (llama.cpp's order; a BOS, where
+/// the model wants one, goes after the other files, as there).
 pub fn layout(
-    tok: &Tokenizer,
+    enc: Encode<'_>,
+    bos: Option<u32>,
     fim: &FimTokens,
     input: FimInput<'_>,
     budget: FimBudget,
 ) -> Result<FimPrompt> {
-    let enc = |text: &str| tok.encode(text, false);
     let mut extra = Vec::new();
     if let Some(rep) = fim.rep {
         extra.push(rep);
@@ -197,7 +199,7 @@ pub fn layout(
     let prompt = enc(input.prompt)?;
     let prefix_room = 3 * (budget.batch / 4);
     let suffix_room = (budget.batch / 4).saturating_sub(2 + prompt.len());
-    let (prefix, cut_prefix) = prefix_tail(tok, input.prefix, prefix_room)?;
+    let (prefix, cut_prefix) = prefix_tail(enc, input.prefix, prefix_room)?;
     let mut suffix = enc(input.suffix)?;
     let cut_suffix = suffix.len() > suffix_room;
     suffix.truncate(suffix_room);
@@ -208,9 +210,7 @@ pub fn layout(
     let cut_extra = extra_room < extra.len();
 
     let mut tokens = extra[extra.len() - extra_room..].to_vec();
-    if let Some(bos) = tok.bos_id().filter(|_| tok.add_bos()) {
-        tokens.push(bos);
-    }
+    tokens.extend(bos);
     tokens.push(fim.pre);
     tokens.extend(prefix);
     tokens.extend(prompt);
@@ -225,8 +225,8 @@ pub fn layout(
 
 /// The end of `prefix` in at most `room` tokens: all of it when it fits, else from a line start that is a
 /// multiple of [`CUT_STEP_LINES`] lines in (the first such start that fits), else its last `room` tokens.
-fn prefix_tail(tok: &Tokenizer, prefix: &str, room: usize) -> Result<(Vec<u32>, bool)> {
-    let all = tok.encode(prefix, false)?;
+fn prefix_tail(enc: Encode<'_>, prefix: &str, room: usize) -> Result<(Vec<u32>, bool)> {
+    let all = enc(prefix)?;
     if all.len() <= room {
         return Ok((all, false));
     }
@@ -239,7 +239,7 @@ fn prefix_tail(tok: &Tokenizer, prefix: &str, room: usize) -> Result<(Vec<u32>, 
     let guess = (starts.len() * excess / all.len().max(1)) / CUT_STEP_LINES * CUT_STEP_LINES;
     let mut line = guess.max(CUT_STEP_LINES);
     while line < starts.len() {
-        let ids = tok.encode(&prefix[starts[line]..], false)?;
+        let ids = enc(&prefix[starts[line]..])?;
         if ids.len() <= room {
             return Ok((ids, true));
         }

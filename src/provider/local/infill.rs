@@ -1,5 +1,5 @@
 //! The local engine's fill-in-the-middle: the prompt laid out from the model's FIM tokens
-//! ([`crate::engine::text::fim`]), the tokens and stop strings that end a middle, and [`InfillWatch`], which
+//! (the engine's `fim_layout`), the tokens and stop strings that end a middle, and [`InfillWatch`], which
 //! reads the middle as it streams and ends it where llama.cpp's `/infill` would (`n_indent`,
 //! `t_max_predict_ms`), where it starts repeating the suffix — so the middle never contains the suffix — or where
 //! a chat-tuned model opens a Markdown code fence the document does not have.
@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::super::{Infill, ProviderError};
 use super::LocalProvider;
-use crate::engine::text::fim::{self, ExtraFile, FimBudget, FimInput};
+use crate::engine::{
+    fim_indent_cut, fim_layout, fim_suffix_stops, FimBudget, FimExtraFile as ExtraFile, FimInput,
+};
 
 /// llama.cpp's default `n_batch`: prefix and suffix share this many tokens (3:1).
 const FIM_BATCH: usize = 2048;
@@ -60,11 +62,13 @@ impl LocalProvider {
             prompt,
             extra: &extra,
         };
-        let laid = fim::layout(tok, fim, input, budget).map_err(ProviderError::from_engine)?;
+        let enc = |text: &str| tok.encode(text, false);
+        let bos = tok.bos_id().filter(|_| tok.add_bos());
+        let laid = fim_layout(&enc, bos, fim, input, budget).map_err(ProviderError::from_engine)?;
         Ok(InfillPlan {
             tokens: laid.tokens,
             stop_tokens: fim.ends(),
-            stop: fim::suffix_stops(&infill.suffix),
+            stop: fim_suffix_stops(&infill.suffix),
         })
     }
 }
@@ -157,7 +161,7 @@ impl InfillWatch {
             self.stopped = true;
             return (self.take_to(keep), true);
         }
-        if let Some(cut) = fim::indent_cut(&self.text, self.n_indent) {
+        if let Some(cut) = fim_indent_cut(&self.text, self.n_indent) {
             self.stopped = true;
             return (self.take_to(cut), true);
         }

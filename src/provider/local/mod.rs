@@ -13,8 +13,11 @@
 //! model only through [`Provider`].
 
 mod calls;
+mod embed;
 mod infill;
 mod raw;
+
+pub use embed::EncoderProvider;
 
 use tokio_util::sync::CancellationToken;
 

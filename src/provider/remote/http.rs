@@ -190,6 +190,39 @@ fn retry_after(headers: &header::HeaderMap) -> Option<Duration> {
 }
 
 /// An error and its causes on one line (reqwest's top-level message alone says little).
+/// POSTs `body` as JSON to `url` with the server's headers and key, within the request timeout: the answer's
+/// status and text (any status; the caller classifies it).
+pub(super) async fn post_json(
+    shared: &Shared,
+    url: &reqwest::Url,
+    body: &serde_json::Value,
+) -> Result<(u16, String), ProviderError> {
+    let mut req = shared
+        .client
+        .post(url.clone())
+        .headers(shared.resolved.headers.clone())
+        .json(body);
+    if let Some(key) = &shared.resolved.api_key {
+        req = req.bearer_auth(key);
+    }
+    let resp = tokio::time::timeout(shared.resolved.request, req.send())
+        .await
+        .map_err(|_| ProviderError::Timeout {
+            what: TimeoutKind::Request,
+            after: shared.resolved.request,
+        })?
+        .map_err(|e| ProviderError::Connect {
+            url: url.to_string(),
+            message: error_chain(&e),
+        })?;
+    let status = resp.status().as_u16();
+    let text = resp
+        .text()
+        .await
+        .map_err(|e| ProviderError::Protocol(e.to_string()))?;
+    Ok((status, text))
+}
+
 pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();

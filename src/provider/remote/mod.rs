@@ -13,6 +13,7 @@
 
 mod chunks;
 pub mod config;
+mod embed;
 mod fit;
 mod http;
 mod raw;
@@ -248,5 +249,12 @@ impl Provider for RemoteProvider {
 
     async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {
         tokenize::detokenize(&self.shared, model, tokens).await
+    }
+
+    async fn embed(
+        &self,
+        request: super::EmbedRequest,
+    ) -> Result<super::Embeddings, ProviderError> {
+        embed::embed(&self.shared, request).await
     }
 }

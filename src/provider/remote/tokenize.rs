@@ -207,32 +207,10 @@ async fn post_root(
     model: &str,
 ) -> Result<Value, ProviderError> {
     let url = shared.root_endpoint(path);
-    let mut req = shared
-        .client
-        .post(url.clone())
-        .headers(shared.resolved.headers.clone())
-        .json(body);
-    if let Some(key) = &shared.resolved.api_key {
-        req = req.bearer_auth(key);
-    }
-    let resp = tokio::time::timeout(shared.resolved.request, req.send())
-        .await
-        .map_err(|_| ProviderError::Timeout {
-            what: super::super::TimeoutKind::Request,
-            after: shared.resolved.request,
-        })?
-        .map_err(|e| ProviderError::Connect {
-            url: url.to_string(),
-            message: super::http::error_chain(&e),
-        })?;
-    let status = resp.status().as_u16();
+    let (status, text) = super::http::post_json(shared, &url, body).await?;
     if (status == 404 || status == 405) && path == "tokenize" {
         shared.tokenize_missing.store(true, Ordering::Relaxed);
     }
-    let text = resp
-        .text()
-        .await
-        .map_err(|e| ProviderError::Protocol(e.to_string()))?;
     if status == 405 {
         return Err(ProviderError::NotFound {
             url: url.to_string(),

@@ -411,6 +411,25 @@ impl Provider for ModelRouter {
         out
     }
 
+    /// On the model the request names, once it is loaded; the wait for it is the answer's `load_secs`.
+    async fn embed(
+        &self,
+        request: super::EmbedRequest,
+    ) -> Result<super::Embeddings, ProviderError> {
+        let arrived = Instant::now();
+        let lease = self.acquire(&request.model, None).await?;
+        let waited = arrived.elapsed().as_secs_f64();
+        let keep_alive = request.keep_alive;
+        let mut request = request;
+        request.model.clear();
+        let out = lease.provider().embed(request).await;
+        lease.release(keep_alive);
+        out.map(|mut e| {
+            e.load_secs = waited;
+            e
+        })
+    }
+
     async fn load_model(&self, name: &str) -> Result<(), ProviderError> {
         self.acquire(name, None).await?.release(None);
         Ok(())

@@ -15,7 +15,10 @@ mod infill;
 pub use infill::{Infill, InfillFile};
 
 use super::{ResponseFormat, ToolChoice, ToolSpec};
+
+mod embed;
 use crate::engine::SamplingParams;
+pub use embed::{EmbedInput, EmbedRequest, Embeddings, MAX_EMBED_INPUTS};
 
 /// One message of the conversation the model sees (the system prompt travels separately, in
 /// [`CompletionRequest::system`]).
@@ -742,6 +745,9 @@ pub struct ModelDetails {
     /// Whether its vocabulary has fill-in-the-middle tokens (it completes code between a prefix and a suffix).
     #[serde(default)]
     pub fill_in_middle: bool,
+    /// It is an encoder: it serves embeddings, not completions.
+    #[serde(default)]
+    pub embedding_only: bool,
 }
 
 impl ModelStatus {

@@ -10,11 +10,13 @@
 //! | `GET /api/tags`, `GET /api/ps` | every servable model; the loaded ones with their expiry ([`models`]) |
 //! | `POST /api/show` | a model's details, `model_info` (architecture, context length) and capabilities |
 //! | `POST /api/pull` | fetches a known model into the cache and serves it (JSON-lines progress) |
+//! | `POST /api/embed`, `/api/embeddings` | vectors of an embedding model ([`embed`]) |
 //! | `GET /api/version` | the Ollama API version this door follows |
 //!
 //! Model names may carry Ollama's tag (`qwen2.5-coder-0.5b-instruct:latest`): `:latest` is the model itself.
 
 mod chat;
+mod embed;
 mod models;
 mod request;
 
@@ -39,8 +41,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/show", post(models::show))
         .route("/api/pull", post(models::pull))
         .route("/api/version", get(models::version))
-        .route("/api/embed", post(models::embed))
-        .route("/api/embeddings", post(models::embed))
+        .route("/api/embed", post(embed::embed))
+        .route("/api/embeddings", post(embed::embeddings))
 }
 
 /// An [`ApiError`] in Ollama's shape.

@@ -1,7 +1,6 @@
 //! Ollama's model routes: `/api/tags` (every model the server can serve), `/api/ps` (those in memory, with when
 //! they expire), `/api/show` (details, `model_info` and capabilities), `/api/pull` (fetch a known model into the
-//! cache, JSON-lines progress) and `/api/version`; `/api/embed` answers until embeddings exist that no model
-//! here makes them.
+//! cache, JSON-lines progress) and `/api/version`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -90,6 +89,9 @@ fn digest(s: &ModelStatus) -> String {
 
 /// What a served model can do, in Ollama's words.
 fn capabilities(details: Option<&ModelDetails>) -> Value {
+    if details.is_some_and(|d| d.embedding_only) {
+        return json!(["embedding"]);
+    }
     // Every chat model calls tools here: the grammar holds its calls to their schemas.
     let mut caps = vec!["completion", "tools"];
     if details.is_some_and(|d| d.fill_in_middle) {
@@ -270,17 +272,4 @@ pub async fn pull(
     });
     use futures::StreamExt;
     Ok(ndjson(lines.flatten()))
-}
-
-/// `POST /api/embed` and `/api/embeddings`: no model here makes embeddings.
-pub async fn embed(
-    State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, OllamaError> {
-    let req: Named = parse_json::<Value>(body, state.options.max_body_bytes).and_then(|v| {
-        serde_json::from_value::<Named>(v)
-            .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))
-    })?;
-    let id = resolve(&state, req.name()?)?;
-    Err(ApiError::bad_request(format!("\"{id}\" does not support embeddings")).into())
 }

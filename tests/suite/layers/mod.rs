@@ -183,6 +183,7 @@ const ENGINE_ARROWS: &[(&str, Option<&[&str]>)] = &[
         Some(&["arch", "text", "gguf", "call_format", "error"]),
     ),
     ("text", Some(&["call_format", "gguf", "error"])),
+    ("encoder", Some(&["device", "error"])),
     ("arch", Some(&["gguf", "device", "error"])),
     ("kv", Some(&["device", "error"])),
     ("speculative", Some(&["error"])),

@@ -49,7 +49,8 @@ async fn every_door_fills_the_middle_and_stops_before_the_suffix() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert_fibonacci_middle(body["content"].as_str().unwrap());
+    let whole = body["content"].as_str().unwrap().to_string();
+    assert_fibonacci_middle(&whole);
     assert_eq!(body["stop"], true);
     assert_eq!(
         body["stop_type"], "eos",
@@ -95,6 +96,10 @@ async fn every_door_fills_the_middle_and_stops_before_the_suffix() {
         .collect();
     let last = objects.last().unwrap();
     assert_eq!(last["stop"], true, "{text}");
+    assert_eq!(
+        last["content"], "",
+        "the text comes in the pieces only: {text}"
+    );
     assert!(
         last["timings"]["predicted_n"].as_u64().unwrap() > 0,
         "{text}"
@@ -104,6 +109,7 @@ async fn every_door_fills_the_middle_and_stops_before_the_suffix() {
         .map(|o| o["content"].as_str().unwrap_or(""))
         .collect();
     assert_fibonacci_middle(&streamed);
+    assert_eq!(streamed, whole, "streamed and whole middles differ");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@
 mod budget_sweep;
 mod cache;
 mod constraints;
+mod embeddings;
 mod extensions;
 mod hardening;
 mod infill;
