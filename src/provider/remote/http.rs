@@ -190,18 +190,23 @@ fn retry_after(headers: &header::HeaderMap) -> Option<Duration> {
 }
 
 /// An error and its causes on one line (reqwest's top-level message alone says little).
-/// POSTs `body` as JSON to `url` with the server's headers and key, within the request timeout: the answer's
-/// status and text (any status; the caller classifies it).
+/// POSTs `body` as JSON to `url`: the answer's status and text (see [`send`]).
 pub(super) async fn post_json(
     shared: &Shared,
     url: &reqwest::Url,
     body: &serde_json::Value,
 ) -> Result<(u16, String), ProviderError> {
-    let mut req = shared
-        .client
-        .post(url.clone())
-        .headers(shared.resolved.headers.clone())
-        .json(body);
+    send(shared, shared.client.post(url.clone()).json(body), url).await
+}
+
+/// Sends `req` (to `url`) with the server's headers and key, within the request timeout: the answer's status
+/// and text (any status; the caller classifies it).
+pub(super) async fn send(
+    shared: &Shared,
+    req: reqwest::RequestBuilder,
+    url: &reqwest::Url,
+) -> Result<(u16, String), ProviderError> {
+    let mut req = req.headers(shared.resolved.headers.clone());
     if let Some(key) = &shared.resolved.api_key {
         req = req.bearer_auth(key);
     }
@@ -219,7 +224,7 @@ pub(super) async fn post_json(
     let text = resp
         .text()
         .await
-        .map_err(|e| ProviderError::Protocol(e.to_string()))?;
+        .map_err(|e| ProviderError::Protocol(format!("reading {url}: {e}")))?;
     Ok((status, text))
 }
 

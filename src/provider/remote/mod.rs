@@ -33,7 +33,7 @@ pub use config::{Compat, MaxTokensField, RemoteConfig, Retry, Timeouts};
 use super::events::spawn_stream;
 use super::{
     CompletionRequest, ModelDescriptor, Provider, ProviderError, ProviderStream,
-    RawCompletionRequest, TimeoutKind, TokenCount, TokenizeRequest, Tokenized,
+    RawCompletionRequest, TokenCount, TokenizeRequest, Tokenized,
 };
 use config::Resolved;
 
@@ -131,28 +131,7 @@ impl RemoteProvider {
         }
         let shared = &self.shared;
         let url = shared.endpoint("models");
-        let mut req = shared
-            .client
-            .get(url.clone())
-            .headers(shared.resolved.headers.clone());
-        if let Some(key) = &shared.resolved.api_key {
-            req = req.bearer_auth(key);
-        }
-        let resp = tokio::time::timeout(shared.resolved.request, req.send())
-            .await
-            .map_err(|_| ProviderError::Timeout {
-                what: TimeoutKind::Request,
-                after: shared.resolved.request,
-            })?
-            .map_err(|e| ProviderError::Connect {
-                url: url.to_string(),
-                message: http::error_chain(&e),
-            })?;
-        let status = resp.status().as_u16();
-        let text = resp
-            .text()
-            .await
-            .map_err(|e| ProviderError::Protocol(format!("reading {url}: {e}")))?;
+        let (status, text) = http::send(shared, shared.client.get(url.clone()), &url).await?;
         if !(200..300).contains(&status) {
             return Err(http::classify(
                 status,
