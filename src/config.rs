@@ -160,6 +160,9 @@ pub struct EngineConfig {
     /// The window served, prompt and output together (vLLM's `max_model_len`); at most the model's own context
     /// length. In front of a remote server it caps the window the server reports.
     pub max_model_len: Option<usize>,
+    /// Serve embeddings from the chat models too, their final hidden states pooled this way (`mean`, `last`,
+    /// `cls`; llama.cpp's `--pooling`) and L2-normalised; unset, a chat model refuses embedding requests.
+    pub pooling: Option<crate::engine::Pooling>,
     /// Show a progress bar while a model is fetched (set by the command line, not the file).
     #[serde(skip)]
     pub progress: bool,
@@ -181,6 +184,7 @@ impl Default for EngineConfig {
             speculative: Default::default(),
             chat_template: None,
             max_model_len: None,
+            pooling: None,
             progress: false,
         }
     }
@@ -322,6 +326,7 @@ impl Config {
                 })
                 .transpose()?,
             kernels: None,
+            pooling: e.pooling,
         })
     }
 }

@@ -149,6 +149,7 @@ fn spec(
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_secs());
     details.embedding_only = encoder;
+    details.pooled_embeddings = !encoder && base.pooling.is_some();
     if encoder && details.quantization.is_empty() {
         details.quantization = "F32".into();
     }

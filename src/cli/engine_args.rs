@@ -185,6 +185,7 @@ impl EngineArgs {
                 })
                 .transpose()?,
             kernels: None,
+            pooling: None,
         })
     }
 

@@ -54,6 +54,11 @@ pub struct ServeArgs {
     /// Use only the model cache; fetch nothing.
     #[arg(long)]
     pub offline: bool,
+    /// Serve embeddings (/v1/embeddings, /api/embed, /embedding) from the chat models too: their final hidden
+    /// states pooled by mean (every token), last (the last token) or cls (the first token), then L2-normalised
+    /// (llama.cpp's `--pooling`). Without it a chat model refuses embedding requests.
+    #[arg(long, value_name = "mean|last|cls")]
+    pub pooling: Option<agentd::engine::Pooling>,
     /// The address to bind. 127.0.0.1 keeps the server private to this machine.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -217,6 +222,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(w) = args.weights {
         config.engine.weights = w.to_string();
+    }
+    if let Some(p) = args.pooling {
+        config.engine.pooling = Some(p);
     }
     if let Some(t) = &args.chat_template {
         config.engine.chat_template = Some(t.display().to_string());

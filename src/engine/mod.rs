@@ -32,6 +32,7 @@ pub mod candle;
 pub mod constraint;
 #[doc(hidden)]
 pub mod cpu;
+mod decoder_embed;
 #[doc(hidden)]
 pub mod device;
 #[doc(hidden)]

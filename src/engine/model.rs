@@ -10,7 +10,7 @@ use crate::engine::candle::{CandleModel, Kernels};
 use crate::engine::cpu::model::CpuModel;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
-use crate::engine::kv::{BatchSeq, DeviceBlocks, KvDtype, PagedStore, StandaloneSeq};
+use crate::engine::kv::{BatchSeq, DeviceBlocks, KvDtype, PagedStore, StandaloneSeq, StepOutput};
 
 /// A loaded model: weights on one device, no sequence state.
 pub struct Model {
@@ -119,11 +119,25 @@ impl Model {
         store: &mut PagedStore,
         batch: &[BatchSeq<'_>],
     ) -> Result<Vec<Vec<f32>>> {
+        self.forward_batch_as(store, batch, StepOutput::Logits)
+    }
+
+    /// [`forward_batch`](Self::forward_batch) returning logits or the final norm's hidden states.
+    pub fn forward_batch_as(
+        &self,
+        store: &mut PagedStore,
+        batch: &[BatchSeq<'_>],
+        output: StepOutput,
+    ) -> Result<Vec<Vec<f32>>> {
         match (&self.backend, store) {
-            (Backend::Cpu(m), PagedStore::Cpu(store)) => m.forward_batch(store, batch),
-            (Backend::Candle(m), PagedStore::Device(store)) => {
-                m.forward_batch(store, batch, self.config.context_length, &self.device)
-            }
+            (Backend::Cpu(m), PagedStore::Cpu(store)) => m.forward_batch_as(store, batch, output),
+            (Backend::Candle(m), PagedStore::Device(store)) => m.forward_batch(
+                store,
+                batch,
+                self.config.context_length,
+                &self.device,
+                output,
+            ),
             _ => Err(EngineError::Internal(
                 "a paged store of the other forward pass".into(),
             )),

@@ -200,7 +200,8 @@ pub fn cannot_embed(model: &str) -> ProviderError {
     ProviderError::InvalidRequest {
         status: 400,
         message: format!(
-            "the model `{model}` cannot make embeddings: it generates text; serve an embedding model \
+            "the model `{model}` cannot make embeddings: it generates text and was loaded without a pooling; \
+             serve it with `--pooling mean|last|cls` (its hidden states pooled), or serve an embedding model \
              (`agentd serve --model all-minilm-l6-v2`) and ask it"
         ),
     }

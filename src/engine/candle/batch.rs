@@ -10,17 +10,19 @@ use super::layers::{LayerCache, Step};
 use super::paged::{PagedLayout, SeqSlice};
 use super::CandleModel;
 use crate::engine::error::{EngineError, Result};
-use crate::engine::kv::{BatchSeq, DeviceBlocks};
+use crate::engine::kv::{BatchSeq, DeviceBlocks, StepOutput};
 
 impl CandleModel {
     /// One step over `batch`: writes every new token's keys and values into its sequence's blocks and returns,
-    /// per sequence, the logits of its last `logits` tokens, row after row (empty when it asks for none).
+    /// per sequence, the logits (or, as `output` says, the final norm's hidden states) of its last `logits` tokens,
+    /// row after row (empty when it asks for none).
     pub fn forward_batch(
         &self,
         store: &DeviceBlocks,
         batch: &[BatchSeq<'_>],
         context_length: usize,
         device: &Device,
+        output: StepOutput,
     ) -> Result<Vec<Vec<f32>>> {
         if batch.is_empty() {
             return Ok(Vec::new());
@@ -127,8 +129,11 @@ impl CandleModel {
             .index_select(&Tensor::new(rows, device)?, 0)?
             .unsqueeze(0)?;
         let x = self.norm.forward(&x, self.kernels)?;
-        let mut logits = self.output.forward(&x)?;
-        if let Some(cap) = self.softcap {
+        let mut logits = match output {
+            StepOutput::Logits => self.output.forward(&x)?,
+            StepOutput::Hidden => x,
+        };
+        if let (Some(cap), StepOutput::Logits) = (self.softcap, output) {
             logits = ((logits / cap)?.tanh()? * cap)?;
         }
         let mut logits = logits

@@ -26,7 +26,7 @@ use crate::engine::cpu::qmatrix::{matmul_many, QMatrix};
 use crate::engine::cpu::vector;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::{GgufFile, SharedBytes};
-use crate::engine::kv::{BatchSeq, KvBlocks, KvDtype, BLOCK_TOKENS};
+use crate::engine::kv::{BatchSeq, KvBlocks, KvDtype, StepOutput, BLOCK_TOKENS};
 
 /// The widest head QK-norm handles (Qwen3's are 128).
 const MAX_HEAD_DIM: usize = 512;
@@ -362,6 +362,17 @@ impl CpuModel {
         kv: &mut KvBlocks,
         batch: &[BatchSeq<'_>],
     ) -> Result<Vec<Vec<f32>>> {
+        self.forward_batch_as(kv, batch, StepOutput::Logits)
+    }
+
+    /// [`forward_batch`](Self::forward_batch) returning the rows as `output` says: logits, or the final norm's
+    /// hidden states.
+    pub fn forward_batch_as(
+        &self,
+        kv: &mut KvBlocks,
+        batch: &[BatchSeq<'_>],
+        output: StepOutput,
+    ) -> Result<Vec<Vec<f32>>> {
         let cfg = &self.config;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;
@@ -508,6 +519,27 @@ impl CpuModel {
             return Ok(vec![Vec::new(); batch.len()]);
         }
         let (x, norm, isa, last) = (&s.x, &self.norm, self.isa, &s.last);
+        if output == StepOutput::Hidden {
+            let mut rows = vec![0f32; last.len() * h];
+            {
+                let out = SyncPtr(rows.as_mut_ptr());
+                self.pool.run(last.len(), &|i, _| {
+                    // SAFETY: each row index is one item, run once; `rows` holds `last.len()` rows.
+                    let row = unsafe { out.slice(i * h, h) };
+                    let r = last[i];
+                    vector::rms_norm(isa, row, &x[r * h..(r + 1) * h], norm, eps);
+                });
+            }
+            let mut at = 0;
+            return Ok(batch
+                .iter()
+                .map(|b| {
+                    let n = b.logits.min(b.tokens.len()) * h;
+                    at += n;
+                    rows[at - n..at].to_vec()
+                })
+                .collect());
+        }
         s.acts.reset(last.len(), h, &[self.output.act_kind()]);
         s.acts.fill(&self.pool, &|i, row| {
             let r = last[i];

@@ -11,7 +11,8 @@ use serde_json::Value;
 use crate::engine::error::{EngineError, Result};
 
 /// Which tokens' hidden states make the vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Pooling {
     /// The mean over the sequence's tokens (padding excluded).
     Mean,

@@ -33,6 +33,15 @@ pub struct BatchSeq<'a> {
     pub logits: usize,
 }
 
+/// What a batched step returns for the rows a sequence asks for ([`BatchSeq::logits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepOutput {
+    /// The output head's logits (`vocab` values per row).
+    Logits,
+    /// The final norm's hidden states (`hidden` values per row): what embeddings pool.
+    Hidden,
+}
+
 /// A model's paged KV store.
 pub enum PagedStore {
     /// The CPU engine's.

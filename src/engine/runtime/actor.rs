@@ -15,6 +15,7 @@ use crate::engine::arch::weights::WeightFormat;
 use crate::engine::call_format::ToolCallFormat;
 use crate::engine::constraint::{Constraint, GrammarFactory};
 use crate::engine::device::{self, DeviceSpec};
+use crate::engine::encoder::Pooling;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use crate::engine::files::manifest::ModelManifest;
@@ -22,7 +23,9 @@ use crate::engine::gguf::GgufFile;
 use crate::engine::kv::blocks::PrefixCacheStats;
 use crate::engine::model::Model;
 use crate::engine::request::{self, GenerateEvent, GenerateRequest, GenerateSummary, TokenEvent};
-use crate::engine::runtime::scheduler::{Job, Scheduler, SchedulerConfig, SchedulerStats};
+use crate::engine::runtime::scheduler::{
+    EmbedJob, Job, Scheduler, SchedulerConfig, SchedulerStats, Work,
+};
 use crate::engine::text::reasoning::{ThinkBlock, ThinkMarkers};
 use crate::engine::text::template::ChatTemplate;
 use crate::engine::text::tokenizer::Tokenizer;
@@ -42,6 +45,9 @@ pub struct EngineOptions {
     /// The ops of candle's forward pass, instead of the device's default (`AGENTD_CANDLE_OPS`); an error on
     /// the CPU engine.
     pub kernels: Option<crate::engine::candle::fused::Kernels>,
+    /// How the model's hidden states become an embedding (`--pooling`, llama.cpp's flag); `None`: the model
+    /// serves no embeddings.
+    pub pooling: Option<Pooling>,
 }
 
 impl Default for EngineOptions {
@@ -54,6 +60,7 @@ impl Default for EngineOptions {
             scheduler: SchedulerConfig::default(),
             chat_template: None,
             kernels: None,
+            pooling: None,
         }
     }
 }
@@ -88,6 +95,7 @@ struct Shared {
     /// The think-block markers, when the template writes reasoning (see [`crate::engine::text::reasoning`]).
     think: Option<ThinkMarkers>,
     info: ModelInfo,
+    pooling: Option<Pooling>,
     /// Built on the first constrained request (the error, if building failed, as text).
     grammar: OnceLock<std::result::Result<Arc<GrammarFactory>, String>>,
 }
@@ -106,7 +114,7 @@ pub struct Completion {
 #[derive(Clone)]
 pub struct Engine {
     shared: Arc<Shared>,
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Work>,
 }
 
 impl Engine {
@@ -133,7 +141,7 @@ impl Engine {
         let device_name = selected.describe();
         let device_note = selected.fallback_note.clone();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(usize, usize, usize, String)>>();
-        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Work>();
         let thread_tokenizer = tokenizer.clone();
         let prefix_stats = Arc::new(PrefixCacheStats::default());
         let thread_stats = prefix_stats.clone();
@@ -231,6 +239,7 @@ impl Engine {
                 template,
                 think,
                 info,
+                pooling: opts.pooling,
                 grammar: OnceLock::new(),
             }),
             jobs: jobs_tx,
@@ -374,12 +383,40 @@ impl Engine {
             cancel,
             reply: tx,
         };
-        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
+        if let Err(mpsc::SendError(Work::Generate(job))) =
+            self.jobs.send(Work::Generate(Box::new(job)))
+        {
             let _ = job
                 .reply
                 .send(GenerateEvent::Error(EngineError::EngineGone));
         }
         rx
+    }
+
+    /// How embeddings pool this model's hidden states (`None`: it serves none).
+    pub fn pooling(&self) -> Option<Pooling> {
+        self.shared.pooling
+    }
+
+    /// One pooled, L2-normalised vector per sequence of ids (each non-empty, within the window and the
+    /// vocabulary), computed on the engine thread between generation steps; an error when the model was loaded
+    /// without a pooling.
+    pub async fn embed(&self, inputs: Vec<Vec<u32>>) -> Result<Vec<Vec<f32>>> {
+        let pooling = self.shared.pooling.ok_or_else(|| {
+            EngineError::Config(format!(
+                "the model `{}` was loaded without a pooling for embeddings (--pooling mean|last|cls)",
+                self.shared.info.name
+            ))
+        })?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Work::Embed(EmbedJob {
+                inputs,
+                pooling,
+                reply,
+            }))
+            .map_err(|_| EngineError::EngineGone)?;
+        answer.await.map_err(|_| EngineError::EngineGone)?
     }
 
     /// Runs a request to completion from synchronous code, calling `on_token` for every token.

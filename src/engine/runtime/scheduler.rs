@@ -141,6 +141,19 @@ pub(crate) struct Job {
     pub reply: tokio_mpsc::UnboundedSender<GenerateEvent>,
 }
 
+/// An embedding request for the model this scheduler runs (see `engine::decoder_embed`): run between steps.
+pub(crate) struct EmbedJob {
+    pub inputs: Vec<Vec<u32>>,
+    pub pooling: crate::engine::encoder::Pooling,
+    pub reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>>>,
+}
+
+/// What the engine thread is asked to do.
+pub(crate) enum Work {
+    Generate(Box<Job>),
+    Embed(EmbedJob),
+}
+
 /// Where a sequence's keys and values are.
 enum Kv {
     /// Nothing held (waiting, preempted).
@@ -167,7 +180,7 @@ pub(crate) struct Scheduler {
     model: Model,
     tokenizer: Tokenizer,
     config: SchedulerConfig,
-    jobs: mpsc::Receiver<Job>,
+    jobs: mpsc::Receiver<Work>,
     waiting: VecDeque<Entry>,
     /// In arrival order.
     running: Vec<Entry>,
@@ -193,7 +206,7 @@ impl Scheduler {
         model: Model,
         tokenizer: Tokenizer,
         config: SchedulerConfig,
-        jobs: mpsc::Receiver<Job>,
+        jobs: mpsc::Receiver<Work>,
         prefix: Arc<PrefixCacheStats>,
         stats: Arc<SchedulerStats>,
     ) -> Result<Self> {
@@ -247,15 +260,27 @@ impl Scheduler {
     fn intake(&mut self) -> bool {
         if self.running.is_empty() && self.waiting.is_empty() {
             match self.jobs.recv() {
-                Ok(job) => self.accept(job),
+                Ok(work) => self.take(work),
                 Err(_) => return false,
             }
         }
-        while let Ok(job) = self.jobs.try_recv() {
-            self.accept(job);
+        while let Ok(work) = self.jobs.try_recv() {
+            self.take(work);
         }
         self.publish();
         true
+    }
+
+    fn take(&mut self, work: Work) {
+        match work {
+            Work::Generate(job) => self.accept(*job),
+            Work::Embed(job) => {
+                // A client that left wants nothing; otherwise the pass runs now, between steps.
+                if !job.reply.is_closed() {
+                    let _ = job.reply.send(self.model.embed(&job.inputs, job.pooling));
+                }
+            }
+        }
     }
 
     fn accept(&mut self, job: Job) {

@@ -1,8 +1,10 @@
-//! [`EncoderProvider`]: an embedding model (an encoder, see `engine::encoder`) as a [`Provider`]. It serves
-//! [`Provider::embed`], tokenizing and detokenizing; a chat or completion request to it is refused as invalid
-//! (it cannot generate). Inputs are checked here, before they reach the encoder thread: no inputs, too many, an
-//! empty text or token list, a token id outside the vocabulary, and an input over the window without
-//! `truncate` are invalid requests naming the input.
+//! Embeddings from local models. [`EncoderProvider`]: an embedding model (an encoder, see `engine::encoder`) as
+//! a [`Provider`]. It serves [`Provider::embed`], tokenizing and detokenizing; a chat or completion request to
+//! it is refused as invalid (it cannot generate). A chat model's [`LocalProvider`] embeds too when its engine
+//! was loaded with a pooling (`--pooling`; see `engine::decoder_embed`), else it refuses with a 400 naming the
+//! flag. Inputs are checked here, before they reach the model's thread: no inputs, too many, an empty text or
+//! token list, a token id outside the vocabulary, and an input over the window without `truncate` are invalid
+//! requests naming the input.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,11 +12,12 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::super::{
-    named_or_default, CompletionRequest, EmbedInput, EmbedRequest, Embeddings, ErrorKind,
-    ErrorReason, ModelDescriptor, Provider, ProviderError, ProviderEvent, ProviderStream,
-    RawCompletionRequest, TokenCount, TokenizeInput, TokenizeRequest, Tokenized, Usage,
-    MAX_EMBED_INPUTS,
+    cannot_embed, named_or_default, CompletionRequest, EmbedInput, EmbedRequest, Embeddings,
+    ErrorKind, ErrorReason, ModelDescriptor, Provider, ProviderError, ProviderEvent,
+    ProviderStream, RawCompletionRequest, TokenCount, TokenizeInput, TokenizeRequest, Tokenized,
+    Usage, MAX_EMBED_INPUTS,
 };
+use super::LocalProvider;
 use crate::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use crate::engine::files::manifest;
 use crate::engine::{select_device, DeviceSpec, Encoder, EncoderHandle, EngineError};
@@ -82,67 +85,129 @@ impl EncoderProvider {
 
     /// The ids of every input, checked (see the module docs).
     fn input_ids(&self, request: &EmbedRequest) -> Result<Vec<Vec<u32>>, ProviderError> {
-        let invalid = |message: String| ProviderError::InvalidRequest {
-            status: 400,
-            message,
-        };
-        if request.inputs.is_empty() {
-            return Err(invalid("input is empty: give at least one text".into()));
-        }
-        if request.inputs.len() > MAX_EMBED_INPUTS {
-            return Err(invalid(format!(
-                "input has {} items; at most {MAX_EMBED_INPUTS} are allowed",
-                request.inputs.len()
-            )));
-        }
         let info = self.handle.info();
-        let (window, vocab) = (info.window, info.vocab_size);
         let tokenizer = self.handle.tokenizer();
-        request
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| match input {
-                EmbedInput::Text(text) if text.is_empty() => {
-                    Err(invalid(format!("input[{i}] is an empty string")))
+        checked_inputs(request, info.window, info.vocab_size, &|text, truncate| {
+            tokenizer.encode(text, truncate)
+        })
+    }
+}
+
+/// Tokenizes one text, cut at the window when the flag says so.
+type Encode<'a> = dyn Fn(&str, bool) -> Result<Vec<u32>, EngineError> + Sync + 'a;
+
+/// The ids of every input of `request`, checked: at least one and at most [`MAX_EMBED_INPUTS`], none empty,
+/// token ids within `vocab`, none over `window` tokens unless the request truncates. `encode(text, truncate)`
+/// tokenizes a text the model's way (a text over the window without truncation is `PromptTooLong`).
+pub(super) fn checked_inputs(
+    request: &EmbedRequest,
+    window: usize,
+    vocab: usize,
+    encode: &Encode<'_>,
+) -> Result<Vec<Vec<u32>>, ProviderError> {
+    let invalid = |message: String| ProviderError::InvalidRequest {
+        status: 400,
+        message,
+    };
+    if request.inputs.is_empty() {
+        return Err(invalid("input is empty: give at least one text".into()));
+    }
+    if request.inputs.len() > MAX_EMBED_INPUTS {
+        return Err(invalid(format!(
+            "input has {} items; at most {MAX_EMBED_INPUTS} are allowed",
+            request.inputs.len()
+        )));
+    }
+    request
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| match input {
+            EmbedInput::Text(text) if text.is_empty() => {
+                Err(invalid(format!("input[{i}] is an empty string")))
+            }
+            EmbedInput::Text(text) => encode(text, request.truncate).map_err(|e| match e {
+                EngineError::PromptTooLong { tokens, limit } => ProviderError::ContextOverflow {
+                    message: format!(
+                        "input[{i}] is {tokens} tokens, but the model's window is {limit} tokens \
+                         (shorten it, or ask for truncation)"
+                    ),
+                },
+                other => ProviderError::Engine(other),
+            }),
+            EmbedInput::Tokens(ids) if ids.is_empty() => {
+                Err(invalid(format!("input[{i}] is an empty list of tokens")))
+            }
+            EmbedInput::Tokens(ids) => {
+                if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                    return Err(invalid(format!(
+                        "input[{i}] holds token {bad}, outside the vocabulary of {vocab}"
+                    )));
                 }
-                EmbedInput::Text(text) => {
-                    tokenizer
-                        .encode(text, request.truncate)
-                        .map_err(|e| match e {
-                            EngineError::PromptTooLong { tokens, limit } => {
-                                ProviderError::ContextOverflow {
-                                    message: format!(
-                                        "input[{i}] is {tokens} tokens, but the model's window is {limit} tokens \
-                                         (shorten it, or ask for truncation)"
-                                    ),
-                                }
-                            }
-                            other => ProviderError::Engine(other),
-                        })
+                match ids.len() > window {
+                    true if request.truncate => Ok(ids[..window].to_vec()),
+                    true => Err(ProviderError::ContextOverflow {
+                        message: format!(
+                            "input[{i}] is {} tokens, but the model's window is {window} tokens",
+                            ids.len()
+                        ),
+                    }),
+                    false => Ok(ids.clone()),
                 }
-                EmbedInput::Tokens(ids) if ids.is_empty() => {
-                    Err(invalid(format!("input[{i}] is an empty list of tokens")))
-                }
-                EmbedInput::Tokens(ids) => {
-                    if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
-                        return Err(invalid(format!(
-                            "input[{i}] holds token {bad}, outside the vocabulary of {vocab}"
-                        )));
+            }
+        })
+        .collect()
+}
+
+impl LocalProvider {
+    /// [`Provider::embed`] on the chat engine: its final hidden states pooled as its `--pooling` says; a model
+    /// loaded without one refuses.
+    pub(super) async fn embed_pooled(
+        &self,
+        request: EmbedRequest,
+    ) -> Result<Embeddings, ProviderError> {
+        self.check_model(&request.model)?;
+        let engine = self.engine().clone();
+        let model = engine.info().name.clone();
+        if engine.pooling().is_none() {
+            return Err(cannot_embed(&model));
+        }
+        let ids = tokio::task::spawn_blocking(move || {
+            let info = engine.info();
+            let tokenizer = engine.tokenizer();
+            checked_inputs(
+                &request,
+                info.context_length,
+                info.vocab_size,
+                &|text, truncate| {
+                    let mut ids = tokenizer.encode_prompt(text)?;
+                    if ids.len() > info.context_length {
+                        if !truncate {
+                            return Err(EngineError::PromptTooLong {
+                                tokens: ids.len(),
+                                limit: info.context_length,
+                            });
+                        }
+                        ids.truncate(info.context_length);
                     }
-                    match ids.len() > window {
-                        true if request.truncate => Ok(ids[..window].to_vec()),
-                        true => Err(ProviderError::ContextOverflow {
-                            message: format!(
-                                "input[{i}] is {} tokens, but the model's window is {window} tokens",
-                                ids.len()
-                            ),
-                        }),
-                        false => Ok(ids.clone()),
-                    }
-                }
-            })
-            .collect()
+                    Ok(ids)
+                },
+            )
+        })
+        .await
+        .map_err(|e| ProviderError::Internal(format!("the tokenizing task failed: {e}")))??;
+        let prompt_tokens = ids.iter().map(|s| s.len() as u64).sum();
+        let vectors = self
+            .engine()
+            .embed(ids)
+            .await
+            .map_err(ProviderError::Engine)?;
+        Ok(Embeddings {
+            model,
+            vectors,
+            prompt_tokens,
+            load_secs: 0.0,
+        })
     }
 }
 

@@ -25,9 +25,10 @@ use super::assemble::Assembler;
 use super::events::{spawn_stream, EventSender};
 use super::remote::wire;
 use super::{
-    CompletionRequest, EngineLoad, ModelDescriptor, PrefixCacheCounts, Provider, ProviderError,
-    ProviderStream, RawCompletionRequest, ResponseFormat, SpecDecodeCounts, StopReason, Thinking,
-    TokenCount, TokenLogprob, TokenizeRequest, Tokenized, ToolChoice, TopLogprob, Usage,
+    CompletionRequest, EmbedRequest, Embeddings, EngineLoad, ModelDescriptor, PrefixCacheCounts,
+    Provider, ProviderError, ProviderStream, RawCompletionRequest, ResponseFormat,
+    SpecDecodeCounts, StopReason, Thinking, TokenCount, TokenLogprob, TokenizeRequest, Tokenized,
+    ToolChoice, TopLogprob, Usage,
 };
 use crate::engine::{
     chat_prompt_tokens, ChatTemplate, ConstraintSpec, Engine, FinishReason, GenerateEvent,
@@ -203,6 +204,10 @@ impl Provider for LocalProvider {
         tokio::task::spawn_blocking(move || this.tokenize_now(&request.input))
             .await
             .map_err(|e| ProviderError::Internal(format!("the tokenizing task failed: {e}")))?
+    }
+
+    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, ProviderError> {
+        self.embed_pooled(request).await
     }
 
     async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {

@@ -748,6 +748,9 @@ pub struct ModelDetails {
     /// It is an encoder: it serves embeddings, not completions.
     #[serde(default)]
     pub embedding_only: bool,
+    /// A chat model that serves embeddings too (its hidden states pooled: `--pooling`).
+    #[serde(default)]
+    pub pooled_embeddings: bool,
 }
 
 impl ModelStatus {

@@ -97,6 +97,9 @@ fn capabilities(details: Option<&ModelDetails>) -> Value {
     if details.is_some_and(|d| d.fill_in_middle) {
         caps.push("insert");
     }
+    if details.is_some_and(|d| d.pooled_embeddings) {
+        caps.push("embedding");
+    }
     json!(caps)
 }
 
