@@ -105,12 +105,14 @@ mod tests {
 
     fn token(text: &str, logprob: f32, top: &[(&str, f32)]) -> TokenLogprob {
         TokenLogprob {
+            id: None,
             token: text.into(),
             bytes: text.as_bytes().to_vec(),
             logprob,
             top: top
                 .iter()
                 .map(|(t, l)| TopLogprob {
+                    id: None,
                     token: t.to_string(),
                     bytes: t.as_bytes().to_vec(),
                     logprob: *l,

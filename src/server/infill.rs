@@ -3,9 +3,12 @@
 //! prefix), `n_predict`, `n_indent`, `t_max_predict_ms`, `stop`, the sampling fields and `stream`. The answer is
 //! llama.cpp's completion object (`content`, `stop`, `stop_type`, `tokens_predicted`, `tokens_evaluated`,
 //! `tokens_cached`, `timings`); streamed, one `data:` object per piece and a last one with `stop: true`.
+//! `n_probs: N` adds llama.cpp's `completion_probabilities` (per generated token its `id`, `token`, `bytes`,
+//! `logprob` and its `N` most likely alternatives in `top_logprobs`, from the full distribution before
+//! sampling) to each piece, or all of them to the answer when not streamed.
 //!
 //! Fields llama.cpp takes that change nothing here (`cache_prompt`, `samplers`, `t_max_prompt_ms`, `id_slot`,
-//! `return_tokens`, …) are accepted and ignored. A newer request for the same document cancels this one
+//! `return_tokens`, `post_sampling_probs`, …) are accepted and ignored. A newer request for the same document cancels this one
 //! ([`super::typing`]): it answers 409 with what it had written.
 
 use axum::body::Bytes;
@@ -20,12 +23,14 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::metrics::{Finished, RequestTimer};
+use super::openai::convert::MAX_TOP_LOGPROBS;
 use super::openai::types::StopField;
 use super::timings::LlamaTimings;
 use super::typing::{document_key, Turn};
 use super::{parse_json, request_fields, sse, AppState};
 use crate::provider::{
-    Infill, InfillFile, ProviderEvent, RawCompletionRequest, RawPrompt, StopReason, Usage,
+    Infill, InfillFile, ProviderEvent, RawCompletionRequest, RawPrompt, StopReason, TokenLogprob,
+    Usage,
 };
 
 /// At most this many `input_extra` files.
@@ -69,6 +74,8 @@ struct InfillRequest {
     presence_penalty: Option<f32>,
     #[serde(default)]
     frequency_penalty: Option<f32>,
+    #[serde(default)]
+    n_probs: Option<u32>,
 }
 
 /// What the last object of an answer repeats.
@@ -118,6 +125,13 @@ pub async fn infill(
         req.stop.map(StopField::into_vec).unwrap_or_default(),
         &state.options.limits,
     )?;
+    let n_probs = req.n_probs.unwrap_or(0);
+    if n_probs > MAX_TOP_LOGPROBS {
+        return Err(ApiError::invalid_param(
+            "n_probs",
+            format!("n_probs must be at most {MAX_TOP_LOGPROBS}"),
+        ));
+    }
     let key = document_key(&model, &req.input_prefix, &req.input_suffix);
     let request = RawCompletionRequest {
         model: model.clone(),
@@ -126,7 +140,7 @@ pub async fn infill(
         max_tokens,
         stop,
         ignore_eos: false,
-        logprobs: None,
+        logprobs: (n_probs > 0).then_some(n_probs as usize),
         cache_scope: Some(state.cache_scope(None)),
         keep_alive: None,
         response_format: Default::default(),
@@ -147,7 +161,9 @@ pub async fn infill(
     timer.admitted(permit.queued());
     let mut events = state.provider.stream_raw(request, turn.cancel.clone());
     if req.stream {
-        // The first piece decides the status: an error before any text is an HTTP error.
+        // The first piece decides the status: an error before any text is an HTTP error. Token
+        // probabilities that come before it go with it.
+        let mut before = Vec::new();
         let first = loop {
             match events.next().await {
                 Some(ProviderEvent::Error {
@@ -162,23 +178,31 @@ pub async fn infill(
                 Some(ev @ (ProviderEvent::TextDelta { .. } | ProviderEvent::Done { .. })) => {
                     break ev
                 }
+                Some(ev @ ProviderEvent::Logprobs { .. }) => before.push(ev),
                 Some(_) => continue,
                 None => return Err(ApiError::internal("the answer ended without a result")),
             }
         };
-        let events = Box::pin(futures::stream::iter([first]).chain(events));
+        before.push(first);
+        let events = Box::pin(futures::stream::iter(before).chain(events));
         let stream = async_stream(events, head, timer, turn, permit);
         return Ok(sse::response(stream));
     }
     let mut content = String::new();
+    let mut probs = Vec::new();
     while let Some(ev) = events.next().await {
         match ev {
             ProviderEvent::TextDelta { delta } => content.push_str(&delta),
+            ProviderEvent::Logprobs { entries } => probs.extend(entries),
             ProviderEvent::Done {
                 stop_reason, usage, ..
             } => {
                 record(&mut timer, &usage, Finished::Stop);
-                return Ok(Json(last_object(&head, content, stop_reason, &usage)).into_response());
+                let mut last = last_object(&head, content, stop_reason, &usage);
+                if n_probs > 0 {
+                    last["completion_probabilities"] = probabilities(probs);
+                }
+                return Ok(Json(last).into_response());
             }
             ProviderEvent::Error {
                 kind,
@@ -244,6 +268,26 @@ fn last_object(head: &Head, content: String, reason: StopReason, usage: &Usage) 
     })
 }
 
+/// llama.cpp's `completion_probabilities` of `entries`.
+fn probabilities(entries: Vec<TokenLogprob>) -> Value {
+    let one = |id: Option<u32>, token: String, bytes: Vec<u8>, logprob: f32| json!({"id": id, "token": token, "bytes": bytes, "logprob": logprob});
+    Value::Array(
+        entries
+            .into_iter()
+            .map(|e| {
+                let top: Vec<Value> = e
+                    .top
+                    .into_iter()
+                    .map(|t| one(t.id, t.token, t.bytes, t.logprob))
+                    .collect();
+                let mut v = one(e.id, e.token, e.bytes, e.logprob);
+                v["top_logprobs"] = Value::Array(top);
+                v
+            })
+            .collect(),
+    )
+}
+
 /// The streamed answer: a `data:` object per piece, then the last one (or an error object).
 fn async_stream(
     mut events: crate::provider::ProviderStream,
@@ -255,13 +299,23 @@ fn async_stream(
     async_stream_impl(move |tx| async move {
         let _permit = permit;
         let mut content = String::new();
+        // Tokens whose probabilities go with the next piece.
+        let mut probs = Vec::new();
         while let Some(ev) = events.next().await {
             let event = match ev {
+                ProviderEvent::Logprobs { entries } => {
+                    probs.extend(entries);
+                    continue;
+                }
                 ProviderEvent::TextDelta { delta } => {
                     content.push_str(&delta);
-                    sse::json_event(
-                        &json!({"index": 0, "content": delta, "tokens": [], "stop": false}),
-                    )
+                    let mut piece =
+                        json!({"index": 0, "content": delta, "tokens": [], "stop": false});
+                    if !probs.is_empty() {
+                        piece["completion_probabilities"] =
+                            probabilities(std::mem::take(&mut probs));
+                    }
+                    sse::json_event(&piece)
                 }
                 ProviderEvent::Done {
                     stop_reason, usage, ..
@@ -271,6 +325,9 @@ fn async_stream(
                     let mut last =
                         last_object(&head, std::mem::take(&mut content), stop_reason, &usage);
                     last["content"] = Value::String(String::new());
+                    if !probs.is_empty() {
+                        last["completion_probabilities"] = probabilities(probs);
+                    }
                     let _ = tx.unbounded_send(sse::json_event(&last));
                     return;
                 }

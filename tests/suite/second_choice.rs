@@ -100,6 +100,7 @@ fn traced(text: &str, unsure: &[(&str, &str, f32)]) -> Vec<TokenLogprob> {
         rest = &rest[n..];
     }
     let top = |t: &str, l: f32| TopLogprob {
+        id: None,
         token: t.into(),
         bytes: t.as_bytes().to_vec(),
         logprob: l,
@@ -114,6 +115,7 @@ fn traced(text: &str, unsure: &[(&str, &str, f32)]) -> Vec<TokenLogprob> {
                 None => alts.push(top("\n\n", -0.3)),
             }
             TokenLogprob {
+                id: None,
                 token: tok.clone(),
                 bytes: tok.into_bytes(),
                 logprob: -0.05,

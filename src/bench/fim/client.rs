@@ -28,6 +28,59 @@ pub struct InfillAnswer {
     pub prompt_n: u64,
     pub cache_n: u64,
     pub predicted_n: u64,
+    /// Each generated token with its alternatives, when the request asked for `n_probs`.
+    pub tokens: Vec<ProbToken>,
+}
+
+/// One generated token of llama.cpp's `completion_probabilities`: its bytes and log-probability, and the most
+/// likely tokens at that step (bytes, log-probability), most likely first.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ProbToken {
+    pub bytes: Vec<u8>,
+    pub logprob: f64,
+    pub top: Vec<(Vec<u8>, f64)>,
+}
+
+impl ProbToken {
+    /// The entries of a `completion_probabilities` array (unreadable ones skipped).
+    fn parse_all(v: &Value) -> Vec<ProbToken> {
+        let bytes = |e: &Value| -> Vec<u8> {
+            match e.get("bytes").and_then(Value::as_array) {
+                Some(b) => b
+                    .iter()
+                    .filter_map(|x| x.as_u64().map(|x| x as u8))
+                    .collect(),
+                None => e
+                    .get("token")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .as_bytes()
+                    .to_vec(),
+            }
+        };
+        let logprob = |e: &Value| e.get("logprob").and_then(Value::as_f64);
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| {
+                        Some(ProbToken {
+                            bytes: bytes(e),
+                            logprob: logprob(e)?,
+                            top: e
+                                .get("top_logprobs")
+                                .and_then(Value::as_array)
+                                .map(|t| {
+                                    t.iter()
+                                        .filter_map(|x| Some((bytes(x), logprob(x)?)))
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 impl InfillClient {
@@ -112,6 +165,9 @@ impl InfillClient {
                     answer.ttft_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
                 }
                 answer.content.push_str(text);
+                if let Some(p) = v.get("completion_probabilities") {
+                    answer.tokens.extend(ProbToken::parse_all(p));
+                }
                 if v.get("stop").and_then(Value::as_bool) == Some(true) {
                     let t = v.get("timings").cloned().unwrap_or(Value::Null);
                     let n = |k: &str| t.get(k).and_then(Value::as_u64).unwrap_or(0);

@@ -46,6 +46,9 @@ pub struct Sample {
 #[derive(Debug, Clone, Serialize)]
 pub struct Scored {
     pub middle: String,
+    /// The generated tokens with their alternatives (the server's `completion_probabilities`).
+    #[serde(skip)]
+    pub tokens: Vec<super::client::ProbToken>,
     pub exact_first_line: bool,
     pub parses: bool,
 }
@@ -139,7 +142,10 @@ fn sample(file: &Path, text: &str, mask: Mask, salt: usize) -> Option<Sample> {
     })
 }
 
-/// The request body of a sample: greedy, no `n_indent`, room for the middle.
+/// Alternatives asked for per generated token (for [`super::parity`]).
+const PROBS: u32 = 5;
+
+/// The request body of a sample: greedy, no `n_indent`, room for the middle, the tokens' probabilities.
 pub fn body(s: &Sample) -> serde_json::Value {
     json!({
         "input_prefix": s.prefix,
@@ -150,6 +156,7 @@ pub fn body(s: &Sample) -> serde_json::Value {
         "temperature": 0,
         "top_k": 1,
         "cache_prompt": true,
+        "n_probs": PROBS,
     })
 }
 
@@ -167,6 +174,7 @@ pub async fn score(
             .await?
             .ok_or_else(|| BenchError::Config("cancelled".into()))?;
         let middle = answer.content;
+        let tokens = answer.tokens;
         let first = |t: &str| {
             t.trim_start_matches('\n')
                 .lines()
@@ -179,6 +187,7 @@ pub async fn score(
         let parses = parses(python, &s.rebuilt(&middle)).await?;
         out.push(Scored {
             middle,
+            tokens,
             exact_first_line,
             parses,
         });

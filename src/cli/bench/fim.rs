@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use agentd::bench::fim::parity::{self, Parity};
 use agentd::bench::fim::quality::{self, Mask, Scored};
 use agentd::bench::fim::typing::{self, TypingOptions, TypingReport};
 use agentd::bench::fim::InfillClient;
@@ -81,6 +82,8 @@ struct Report {
     /// (the same greedy tokens until one server's stop rules ended its middle).
     identical_middles: Option<usize>,
     agreeing_middles: Option<usize>,
+    /// With two targets and --quality: per sample, the two middles token by token (see `bench::fim::parity`).
+    parity: Option<Vec<Parity>>,
 }
 
 pub fn run(args: FimBenchArgs) -> anyhow::Result<()> {
@@ -173,11 +176,25 @@ pub fn run(args: FimBenchArgs) -> anyhow::Result<()> {
                 .filter(|(x, y)| x.starts_with(y) || y.starts_with(x))
                 .count()
         });
+        let parity = match reports.as_slice() {
+            [a, b] => match (&a.quality, &b.quality) {
+                (Some(qa), Some(qb)) => Some(
+                    qa.middles
+                        .iter()
+                        .zip(&qb.middles)
+                        .map(|(x, y)| parity::compare(&x.tokens, &y.tokens))
+                        .collect::<Vec<_>>(),
+                ),
+                _ => None,
+            },
+            _ => None,
+        };
         let report = Report {
             files,
             targets: reports,
             identical_middles,
             agreeing_middles,
+            parity,
         };
         match args.json {
             true => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -296,5 +313,32 @@ fn print_table(report: &Report, opts: &TypingOptions) {
         println!(
             "middles identical on both targets: {n}/{total}; one the start of the other: {agree}/{total}"
         );
+    }
+    if let Some(parity) = &report.parity {
+        let count = |f: &dyn Fn(&Parity) -> bool| parity.iter().filter(|p| f(p)).count();
+        let same = count(&|p| matches!(p, Parity::Same { .. }));
+        let tie = count(&|p| matches!(p, Parity::NearTie { .. }));
+        let diverged = count(&|p| matches!(p, Parity::Diverged { .. }));
+        let unknown = count(&|p| matches!(p, Parity::Unknown));
+        println!(
+            "greedy tokens, both targets: the same wherever both generated {same}/{n}; first difference a \
+             near-tie (< {tie_nats} nats on either side) {tie}/{n}; a real divergence {diverged}/{n}; no \
+             probabilities {unknown}/{n}",
+            n = parity.len(),
+            tie_nats = parity::NEAR_TIE,
+        );
+        let gap = |g: &Option<f64>| g.map_or("not listed".to_string(), |g| format!("{g:.3}"));
+        for (i, p) in parity.iter().enumerate() {
+            if let Parity::NearTie { at, gap_a, gap_b } | Parity::Diverged { at, gap_a, gap_b } = p
+            {
+                println!(
+                    "  sample {i}: first difference at token {at}: {} gap {}, {} gap {}",
+                    report.targets[0].name,
+                    gap(gap_a),
+                    report.targets[1].name,
+                    gap(gap_b)
+                );
+            }
+        }
     }
 }

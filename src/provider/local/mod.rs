@@ -87,6 +87,7 @@ impl LocalProvider {
         };
         let (token, bytes) = piece(id);
         TokenLogprob {
+            id: Some(id),
             token,
             bytes,
             logprob: lp.logprob,
@@ -96,6 +97,7 @@ impl LocalProvider {
                 .map(|&(t, logprob)| {
                     let (token, bytes) = piece(t);
                     TopLogprob {
+                        id: Some(t),
                         token,
                         bytes,
                         logprob,

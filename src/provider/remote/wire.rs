@@ -291,6 +291,7 @@ impl WireTokenLogprob {
     pub fn into_entry(self) -> TokenLogprob {
         let bytes = |b: Option<Vec<u8>>, t: &str| b.unwrap_or_else(|| t.as_bytes().to_vec());
         TokenLogprob {
+            id: None,
             bytes: bytes(self.bytes, &self.token),
             token: self.token,
             logprob: self.logprob,
@@ -298,6 +299,7 @@ impl WireTokenLogprob {
                 .top_logprobs
                 .into_iter()
                 .map(|t| TopLogprob {
+                    id: None,
                     bytes: bytes(t.bytes, &t.token),
                     token: t.token,
                     logprob: t.logprob,
@@ -351,12 +353,14 @@ impl TextLogprobs {
                     .unwrap_or_default()
                     .into_iter()
                     .map(|(t, v)| TopLogprob {
+                        id: None,
                         bytes: t.as_bytes().to_vec(),
                         token: t,
                         logprob: v.as_f64().unwrap_or(f64::NEG_INFINITY) as f32,
                     })
                     .collect();
                 TokenLogprob {
+                    id: None,
                     bytes: token.as_bytes().to_vec(),
                     token,
                     logprob,

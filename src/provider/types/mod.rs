@@ -542,6 +542,9 @@ impl ProviderEvent {
 /// The log-probability of one generated token, with the most likely alternatives at that step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenLogprob {
+    /// The token's id in the model's vocabulary, when the provider knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
     /// The token's text (lossy UTF-8 of `bytes`).
     pub token: String,
     pub bytes: Vec<u8>,
@@ -554,6 +557,8 @@ pub struct TokenLogprob {
 /// One alternative of a [`TokenLogprob`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopLogprob {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
     pub token: String,
     pub bytes: Vec<u8>,
     pub logprob: f32,

@@ -223,3 +223,89 @@ async fn a_model_without_fim_tokens_is_a_clear_400_on_every_door() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_probs_gives_every_generated_token_its_alternatives_as_llama_cpp() {
+    let server = qwen_server().await;
+    let body = json!({"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n",
+                      "n_predict": 4, "n_probs": 3, "temperature": 0});
+    let check = |probs: &Value, content: &str, predicted: u64| {
+        let probs = probs.as_array().unwrap_or_else(|| panic!("{probs}"));
+        assert_eq!(
+            probs.len() as u64,
+            predicted,
+            "one entry per generated token"
+        );
+        let mut text = String::new();
+        for p in probs {
+            let top = p["top_logprobs"].as_array().unwrap();
+            assert_eq!(top.len(), 3, "{p}");
+            // Greedy: the token is the most likely one, and the alternatives come most likely first.
+            assert_eq!(top[0]["id"], p["id"], "{p}");
+            assert!(top
+                .windows(2)
+                .all(|w| w[0]["logprob"].as_f64() >= w[1]["logprob"].as_f64()));
+            assert!(p["logprob"].as_f64().unwrap() <= 0.0);
+            let bytes: Vec<u8> = p["bytes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_u64().unwrap() as u8)
+                .collect();
+            assert_eq!(
+                String::from_utf8_lossy(&bytes),
+                p["token"].as_str().unwrap()
+            );
+            text.push_str(p["token"].as_str().unwrap());
+        }
+        assert_eq!(text, content, "the tokens spell the middle");
+    };
+    let (status, whole) = post(&format!("{}/infill", server.root), &body).await;
+    assert_eq!(status, 200, "{whole}");
+    check(
+        &whole["completion_probabilities"],
+        whole["content"].as_str().unwrap(),
+        whole["tokens_predicted"].as_u64().unwrap(),
+    );
+    // Streamed, the first token's entry comes with the first piece and each piece carries its own.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let resp = reqwest::Client::new()
+        .post(format!("{}/infill", server.root))
+        .json(&streamed)
+        .send()
+        .await
+        .unwrap();
+    let objects = super::sse(resp).await;
+    assert!(
+        objects[0]["completion_probabilities"].is_array(),
+        "{:?}",
+        objects[0]
+    );
+    let probs: Vec<Value> = objects
+        .iter()
+        .filter_map(|o| o["completion_probabilities"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    let content: String = objects
+        .iter()
+        .map(|o| o["content"].as_str().unwrap_or(""))
+        .collect();
+    let last = objects.last().unwrap();
+    check(
+        &Value::Array(probs),
+        &content,
+        last["tokens_predicted"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        content, whole["content"],
+        "streamed and whole middles differ"
+    );
+    let (status, body) = post(
+        &format!("{}/infill", server.root),
+        &json!({"input_prefix": "x", "n_probs": 21}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+}
