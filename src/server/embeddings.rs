@@ -19,18 +19,25 @@ use serde_json::Value;
 
 use crate::provider::{EmbedInput, EmbedRequest, Embeddings, KeepAlive};
 use crate::server::error::ApiError;
+use crate::server::metrics::Finished;
 use crate::server::{parse_json, AppState};
 
 /// Runs an embedding request on the model it names (empty: the default) once admitted.
+/// It counts on /metrics as vLLM counts pooling requests: a finished request, its latency and its prompt
+/// tokens, under its model.
 pub async fn run(state: &AppState, request: EmbedRequest) -> Result<Embeddings, ApiError> {
+    let mut timer = state.metrics.timer();
     let mut request = request;
     request.model = state.resolve_model(&request.model)?;
-    let _permit = state.admit().await?;
-    state
-        .provider
-        .embed(request)
-        .await
-        .map_err(|e| ApiError::from_provider_error(&e))
+    timer.model(&request.model);
+    let permit = state.admit().await?;
+    timer.admitted(permit.queued());
+    let answer = state.provider.embed(request).await;
+    match &answer {
+        Ok(e) => timer.finish(Finished::Stop, e.prompt_tokens, 0),
+        Err(_) => timer.finish(Finished::Error, 0, 0),
+    }
+    answer.map_err(|e| ApiError::from_provider_error(&e))
 }
 
 /// A request's `input` (or llama.cpp's `content`): a string, strings, token ids, or lists of token ids.

@@ -204,4 +204,27 @@ async fn a_text_over_the_window_is_refused_or_cut_as_asked() {
     assert!(answer.to_string().contains("input[1]"), "{answer}");
     let (status, _) = get(&format!("{root}/health")).await;
     assert_eq!(status, 200);
+    // Embedding requests count on /metrics under their model: the one that succeeded with its 512 tokens.
+    let (status, metrics) = get(&format!("{root}/metrics")).await;
+    assert_eq!(status, 200);
+    let value = |line: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(line))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no `{line}` in {metrics}"))
+    };
+    assert_eq!(
+        value(&format!(
+            "vllm:request_success_total{{model_name=\"{MODEL}\",finished_reason=\"stop\"}}"
+        )),
+        1.0
+    );
+    assert_eq!(
+        value(&format!(
+            "vllm:prompt_tokens_total{{model_name=\"{MODEL}\"}}"
+        )),
+        512.0
+    );
 }
