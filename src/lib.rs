@@ -17,3 +17,8 @@ pub mod server;
 pub mod session;
 pub mod tools;
 pub mod transcript;
+
+/// The system's allocator, counting the allocations of threads given a memory budget (chat template renders;
+/// see `engine::text::render_budget`).
+#[global_allocator]
+static ALLOCATOR: engine::BudgetAllocator = engine::BudgetAllocator;

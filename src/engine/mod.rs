@@ -86,6 +86,7 @@ pub use text::fim::{
     ExtraFile as FimExtraFile, FimBudget, FimInput, FimPrompt, FimTokens,
 };
 pub use text::reasoning::{Piece as ReasoningPiece, ReasoningSplitter};
+pub use text::render_budget::BudgetAllocator;
 pub use text::template::ChatTemplate;
 pub use text::tokenizer::Tokenizer;
 

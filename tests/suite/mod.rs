@@ -18,6 +18,7 @@ mod edit_format;
 mod fetch;
 mod generate;
 mod hf_folder;
+mod hostile_files;
 mod layers;
 mod loop_rules;
 mod mcp;

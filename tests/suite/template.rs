@@ -376,3 +376,100 @@ fn model_family_templates_render_like_jinja2() {
     }
     assert!(families.len() >= 10, "{families:?}");
 }
+
+/// Hostile templates (a template is code from whoever made the model file): each fails its render with a clear
+/// error, quickly and within a bounded memory, instead of hanging or growing without end.
+#[test]
+fn a_hostile_template_fails_its_render_within_limits() {
+    let msgs = vec![json!({"role": "user", "content": "hi"})];
+    let cases = [
+        // 10^10 iterations that write a little each: out of fuel or over the output, whichever comes first.
+        (
+            "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}",
+            "fuel or output",
+        ),
+        // Quadratic without output: out of fuel too.
+        (
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% set c = a * b %}{% endfor %}{% endfor %}",
+            "fuel",
+        ),
+        // A string doubled in a loop: memory, long before the machine's.
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+            "memory",
+        ),
+        // A list doubled in a loop.
+        (
+            "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}",
+            "memory",
+        ),
+        // Output far larger than the input.
+        (
+            "{% for a in range(100000) %}{{ 'y' * 1000 }}{% endfor %}",
+            "output",
+        ),
+        // Recursion without end.
+        (
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            "recursion",
+        ),
+    ];
+    for (source, why) in cases {
+        let template = ChatTemplate::new(source, "<s>", "</s>").unwrap();
+        let started = std::time::Instant::now();
+        let err = template.render(&msgs, None, true, None).unwrap_err();
+        let elapsed = started.elapsed();
+        assert!(matches!(err, EngineError::Template(_)), "{why}: {err:?}");
+        let message = err.to_string().to_lowercase();
+        let expected: &[&str] = match why {
+            "recursion" => &["recursion"],
+            "fuel" => &["fuel"],
+            "fuel or output" => &["fuel", "output went over"],
+            "memory" => &["memory limit"],
+            _ => &["output went over"],
+        };
+        assert!(
+            expected.iter().any(|e| message.contains(e)),
+            "{why}: {message}"
+        );
+        assert!(
+            elapsed < std::time::Duration::from_secs(15),
+            "{why} took {elapsed:?}"
+        );
+        if why == "memory" {
+            // Not run again: the next render is refused at once.
+            let again = template.render(&msgs, None, true, None).unwrap_err();
+            assert!(again.to_string().contains("not run again"), "{again}");
+        }
+    }
+    // A source larger than any real template is refused when compiled.
+    let huge = "x".repeat(2 << 20);
+    let err = ChatTemplate::new(&huge, "", "").unwrap_err();
+    assert!(err.to_string().contains("bytes"), "{err}");
+}
+
+/// The limits leave real templates alone: a long conversation with many tools renders through the real
+/// Qwen2.5 template (from its GGUF) as it always did.
+#[test]
+fn the_limits_leave_a_long_real_conversation_alone() {
+    let gguf = GgufFile::open(&common::qwen_path()).unwrap();
+    let template = ChatTemplate::from_gguf_metadata(&gguf).unwrap();
+    let tools: Vec<Value> = (0..64)
+        .map(|i| {
+            json!({"type": "function", "function": {"name": format!("tool_{i}"), "description": "d".repeat(200),
+                   "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "n": {"type": "integer"}}}}})
+        })
+        .collect();
+    let msgs: Vec<Value> = (0..2000)
+        .map(|i| match i % 2 {
+            0 => json!({"role": "user", "content": format!("question {i} {}", "word ".repeat(50))}),
+            _ => json!({"role": "assistant", "content": format!("answer {i} {}", "text ".repeat(50))}),
+        })
+        .collect();
+    let out = template.render(&msgs, Some(&tools), true, None).unwrap();
+    assert!(
+        out.contains("question 1998") && out.contains("tool_63"),
+        "{}",
+        out.len()
+    );
+}

@@ -389,16 +389,63 @@ pub(crate) fn rope_freq_factors(
     Ok(Some(factors))
 }
 
+/// The largest sizes a model file may claim (well above every real model).
+const MAX_LAYERS: usize = 1024;
+const MAX_HEADS: usize = 1024;
+const MAX_HEAD_DIM: usize = 1024;
+const MAX_HIDDEN: usize = 1 << 17;
+const MAX_CONTEXT: usize = 1 << 24;
+/// `context_length × rope dims` at most (two f32 tables of this many halves: 1 GiB).
+const MAX_ROPE_VALUES: usize = 1 << 28;
+
 impl DecoderConfig {
     /// The hyper-parameters of the GGUF's architecture, read by that family's file.
     pub fn read(gguf: &GgufFile) -> Result<Self> {
-        match Architecture::from_name(gguf.architecture()?)? {
+        let config = match Architecture::from_name(gguf.architecture()?)? {
             Architecture::Llama => llama::config(gguf),
             Architecture::Qwen2 => qwen2::config(gguf),
             Architecture::Qwen3 => qwen2::qwen3_config(gguf),
             Architecture::Gemma3 => gemma3::config(gguf),
             Architecture::Phi3 => phi3::config(gguf),
             Architecture::Qwen3Moe => qwen2::qwen3moe_config(gguf),
+        }?;
+        config.check_bounds(gguf)?;
+        Ok(config)
+    }
+
+    /// Refuses sizes no real model has before anything is allocated from them (a model file is input from
+    /// whoever made it): the rope tables alone are `context_length × rope dims` values.
+    fn check_bounds(&self, gguf: &GgufFile) -> Result<()> {
+        let limits = [
+            ("block_count", self.n_layer, 1, MAX_LAYERS),
+            ("attention.head_count", self.n_head, 1, MAX_HEADS),
+            ("head width", self.head_dim, 1, MAX_HEAD_DIM),
+            ("embedding_length", self.hidden, 1, MAX_HIDDEN),
+            ("context_length", self.context_length, 1, MAX_CONTEXT),
+        ];
+        for (what, value, low, high) in limits {
+            if !(low..=high).contains(&value) {
+                return Err(EngineError::InvalidGguf {
+                    path: gguf.path.clone(),
+                    message: format!("{what} {value} is outside {low}..={high}"),
+                });
+            }
         }
+        if self.context_length.saturating_mul(self.rope_dims) > MAX_ROPE_VALUES {
+            return Err(EngineError::InvalidGguf {
+                path: gguf.path.clone(),
+                message: format!(
+                    "context_length {} × rope dimensions {} is more positions than this engine keeps tables for",
+                    self.context_length, self.rope_dims
+                ),
+            });
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0 && self.rope_theta.is_finite()) {
+            return Err(EngineError::InvalidGguf {
+                path: gguf.path.clone(),
+                message: "layer_norm_rms_epsilon or rope.freq_base is not a finite number".into(),
+            });
+        }
+        Ok(())
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod content_guard;
 pub(crate) mod detok;
 pub mod fim;
 pub mod reasoning;
+pub mod render_budget;
 pub(crate) mod spm;
 pub mod template;
 pub mod tokenizer;

@@ -8,8 +8,17 @@
 //! spelling of `None`, `True` and `False` when a value is printed. The variables are `messages`, `tools`
 //! (`none` when there are no tools, as transformers passes `tools=None`), `add_generation_prompt`, `bos_token`,
 //! `eos_token`, and `enable_thinking` when a request sets the thinking level.
+//!
+//! A template is code from whoever made the model file, so every render runs within limits: fuel (instructions),
+//! a recursion depth, an output size and a memory budget scaled to the input, and a time
+//! ([`super::render_budget`]). A render over one fails with [`EngineError::Template`] saying which; a template
+//! that went over memory or time is not run again (its render thread is left behind), and the server keeps
+//! serving.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, Serde, Value, ValueKind};
@@ -17,7 +26,23 @@ use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State};
 
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
+use crate::engine::text::render_budget::{self, Exceeded};
 use crate::engine::text::tokenizer::Tokenizer;
+
+/// Instructions one render may run (real templates use a few thousand per message).
+const FUEL: u64 = 50_000_000;
+/// How deep macros and includes may nest.
+const RECURSION: usize = 64;
+/// The longest template source accepted.
+const MAX_SOURCE_BYTES: usize = 1 << 20;
+/// The output may be this much larger than the input it renders, plus [`OUTPUT_BASE`].
+const OUTPUT_PER_INPUT: usize = 4;
+const OUTPUT_BASE: usize = 1 << 20;
+/// The memory one render may hold: [`MEMORY_BASE`] plus this many times its input.
+const MEMORY_PER_INPUT: usize = 16;
+const MEMORY_BASE: usize = 128 << 20;
+/// The longest a render may take.
+const RENDER_TIME: Duration = Duration::from_secs(20);
 
 /// The name the template is stored under; it appears in error messages (`… (in chat_template:3)`).
 const TEMPLATE_NAME: &str = "chat_template";
@@ -31,11 +56,13 @@ pub const CHATML_TEMPLATE: &str =
 /// A compiled chat template. Compile once with [`ChatTemplate::new`] or [`ChatTemplate::from_gguf`], then
 /// [`render`](ChatTemplate::render) any number of times, from any thread.
 pub struct ChatTemplate {
-    env: Environment<'static>,
+    env: Arc<Environment<'static>>,
     source: String,
     bos_token: String,
     eos_token: String,
     supports_tools: bool,
+    /// Set when a render went over its memory or time: the template is not run again.
+    refused: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -52,6 +79,12 @@ impl std::fmt::Debug for ChatTemplate {
 impl ChatTemplate {
     /// Compiles `source`. A syntax error is an [`EngineError::Template`] naming the line.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
+        if source.len() > MAX_SOURCE_BYTES {
+            return Err(EngineError::Template(format!(
+                "the chat template is {} bytes; at most {MAX_SOURCE_BYTES} are accepted",
+                source.len()
+            )));
+        }
         let mut env = hf_environment()?;
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(template_error)?;
@@ -61,11 +94,12 @@ impl ChatTemplate {
             .undeclared_variables(false)
             .contains("tools");
         Ok(Self {
-            env,
+            env: Arc::new(env),
             source: source.to_owned(),
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
             supports_tools,
+            refused: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -105,26 +139,65 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         enable_thinking: Option<bool>,
     ) -> Result<String> {
+        if self.refused.load(Ordering::Relaxed) {
+            return Err(EngineError::Template(
+                "this chat template went over its memory or time limit before and is not run again \
+                 (give another with --chat-template)"
+                    .into(),
+            ));
+        }
         let tools = match tools {
-            Some(tools) if !tools.is_empty() => Value::from(Serde(tools)),
-            _ => Value::from(()),
+            Some(tools) if !tools.is_empty() => Some(tools.to_vec()),
+            _ => None,
         };
-        let base = minijinja::context! {
-            messages => Value::from(Serde(messages)),
-            tools => tools,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token.as_str(),
-            eos_token => self.eos_token.as_str(),
-        };
-        // `enable_thinking` stays undefined unless asked for, so a template's own default holds.
-        let ctx = match enable_thinking {
-            Some(on) => minijinja::context! { enable_thinking => on, ..base },
-            None => base,
-        };
-        self.env
-            .get_template(TEMPLATE_NAME)
-            .and_then(|t| t.render(ctx))
-            .map_err(template_error)
+        let input = serde_json::to_string(messages).map_or(0, |s| s.len())
+            + tools
+                .as_ref()
+                .map_or(0, |t| serde_json::to_string(t).map_or(0, |s| s.len()));
+        let output_cap = OUTPUT_BASE + OUTPUT_PER_INPUT * input;
+        let memory = MEMORY_BASE + MEMORY_PER_INPUT * input;
+        let env = self.env.clone();
+        let messages = messages.to_vec();
+        let (bos, eos) = (self.bos_token.clone(), self.eos_token.clone());
+        let rendered = render_budget::run_within(memory, RENDER_TIME, move || {
+            let tools = match &tools {
+                Some(tools) => Value::from(Serde(tools)),
+                None => Value::from(()),
+            };
+            let base = minijinja::context! {
+                messages => Value::from(Serde(&messages)),
+                tools => tools,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => bos.as_str(),
+                eos_token => eos.as_str(),
+            };
+            // `enable_thinking` stays undefined unless asked for, so a template's own default holds.
+            let ctx = match enable_thinking {
+                Some(on) => minijinja::context! { enable_thinking => on, ..base },
+                None => base,
+            };
+            render_bounded(&env, ctx, output_cap)
+        });
+        match rendered {
+            Ok(out) => out,
+            Err(why) => {
+                if why != Exceeded::Failed {
+                    self.refused.store(true, Ordering::Relaxed);
+                }
+                Err(EngineError::Template(match why {
+                    Exceeded::Memory => format!(
+                        "the chat template went over its memory limit ({} MiB for this input); it is not \
+                         run again",
+                        memory >> 20
+                    ),
+                    Exceeded::Time => format!(
+                        "the chat template ran past {} s; it is not run again",
+                        RENDER_TIME.as_secs()
+                    ),
+                    Exceeded::Failed => "the chat template's render thread failed".into(),
+                }))
+            }
+        }
     }
 
     /// Whether the template source itself reads the `tools` variable (so tool definitions reach the prompt).
@@ -162,6 +235,48 @@ fn special_token_text<'a>(gguf: &GgufFile, tokens: &[&'a str], id_key: &str) -> 
     })
 }
 
+/// Renders the chat template of `env` into a buffer of at most `cap` bytes.
+fn render_bounded(env: &Environment<'static>, ctx: Value, cap: usize) -> Result<String> {
+    let mut out = CappedBuffer {
+        bytes: Vec::new(),
+        cap,
+        over: false,
+    };
+    let rendered = env
+        .get_template(TEMPLATE_NAME)
+        .and_then(|t| t.render_captured_to(ctx, &mut out).map(|_| ()));
+    if out.over {
+        return Err(EngineError::Template(format!(
+            "the chat template's output went over {cap} bytes for this input"
+        )));
+    }
+    rendered.map_err(template_error)?;
+    String::from_utf8(out.bytes)
+        .map_err(|_| EngineError::Template("the chat template wrote invalid UTF-8".into()))
+}
+
+/// A byte buffer that refuses to grow past `cap`.
+struct CappedBuffer {
+    bytes: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl std::io::Write for &mut CappedBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other("output limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// An environment configured like transformers' `ImmutableSandboxedEnvironment` for chat templates.
 fn hf_environment() -> Result<Environment<'static>> {
     let syntax = SyntaxConfig::builder()
@@ -173,6 +288,8 @@ fn hf_environment() -> Result<Environment<'static>> {
         .map_err(template_error)?;
     let mut env = Environment::new();
     env.set_syntax(syntax);
+    env.set_fuel(Some(FUEL));
+    env.set_recursion_limit(RECURSION);
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.set_formatter(python_formatter);

@@ -172,6 +172,7 @@ const ENGINE_ARROWS: &[(&str, Option<&[&str]>)] = &[
         "parity",
         Some(&["model", "kv", "sampler", "device", "gguf", "error"]),
     ),
+    ("decoder_embed", Some(&["model", "kv", "encoder", "error"])),
     (
         "model",
         Some(&["cpu", "candle", "arch", "kv", "device", "gguf", "error"]),
