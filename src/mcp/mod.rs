@@ -13,6 +13,7 @@
 //! Failures are [`McpError`]s: a server that does not start, dies, hangs past the timeout or answers with a
 //! JSON-RPC error. The tool adapter (`tools::mcp`) turns each into an error result the model reads.
 
+mod bounded;
 pub mod transport;
 
 use std::collections::HashMap;

@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
+use super::bounded::{self, MAX_STDERR_LINE};
 use super::{answer_server_request, notification, Pending};
 
 /// Why a transport exchange failed.
@@ -127,13 +128,17 @@ impl Stdio {
         };
         let keep = tail.clone();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            let mut stderr = BufReader::new(stderr);
+            while let Ok(Some(line)) = bounded::next_line(&mut stderr, MAX_STDERR_LINE).await {
+                let mut text = String::from_utf8_lossy(&line.bytes).into_owned();
+                if line.cut {
+                    text.push('…');
+                }
                 let mut t = lock(&keep);
                 if t.len() == STDERR_LINES {
                     t.pop_front();
                 }
-                t.push_back(line);
+                t.push_back(text);
             }
         });
         // Answers to the server's own requests go through this channel to the writer.
@@ -142,15 +147,34 @@ impl Stdio {
         let reader_dead = dead.clone();
         let reader_tail = tail;
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let Ok(msg) = serde_json::from_str::<Value>(line.trim()) else {
-                    continue;
+            let mut stdout = BufReader::new(stdout);
+            // Bytes written that were not JSON-RPC messages (a server that floods its output is given up on).
+            let mut garbage = 0usize;
+            let mut flooded = false;
+            while let Ok(Some(line)) = bounded::next_line(&mut stdout, bounded::MAX_LINE).await {
+                let msg = match line.cut {
+                    true => None,
+                    false => serde_json::from_slice::<Value>(line.bytes.trim_ascii()).ok(),
                 };
-                route(msg, &reader_pending, &replies);
+                match msg {
+                    Some(msg) => route(msg, &reader_pending, &replies),
+                    None if line.bytes.trim_ascii().is_empty() => {}
+                    None => {
+                        garbage += line.wire_len;
+                        if garbage > bounded::MAX_GARBAGE {
+                            flooded = true;
+                            break;
+                        }
+                    }
+                }
             }
             let tail: Vec<String> = lock(&reader_tail).iter().cloned().collect();
-            let why = if tail.is_empty() {
+            let why = if flooded {
+                format!(
+                    "it wrote more than {} MiB that is not JSON-RPC on stdout; it is no longer read",
+                    bounded::MAX_GARBAGE >> 20
+                )
+            } else if tail.is_empty() {
                 "its process exited".to_string()
             } else {
                 format!("its process exited; its last output: {}", tail.join(" | "))
@@ -348,18 +372,32 @@ impl Http {
                 .get("content-type")
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.starts_with("text/event-stream"));
-            if !sse {
-                let v: Value = resp
-                    .json()
-                    .await
-                    .map_err(|e| Failure::Protocol(format!("the answer is not JSON: {e}")))?;
-                return Ok(v);
-            }
             let mut body = resp.bytes_stream();
+            if !sse {
+                let mut bytes = Vec::new();
+                while let Some(chunk) = body.next().await {
+                    let chunk = chunk.map_err(|e| Failure::Gone(e.to_string()))?;
+                    if bytes.len() + chunk.len() > bounded::MAX_LINE {
+                        return Err(Failure::Protocol(format!(
+                            "the answer is larger than {} MiB",
+                            bounded::MAX_LINE >> 20
+                        )));
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+                return serde_json::from_slice(&bytes)
+                    .map_err(|e| Failure::Protocol(format!("the answer is not JSON: {e}")));
+            }
             let mut buf = String::new();
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| Failure::Gone(e.to_string()))?;
                 buf.push_str(&String::from_utf8_lossy(&chunk));
+                if buf.len() > bounded::MAX_LINE {
+                    return Err(Failure::Protocol(format!(
+                        "the server's event stream went past {} MiB without ending an event",
+                        bounded::MAX_LINE >> 20
+                    )));
+                }
                 // Event streams may end lines with CRLF (uvicorn's do), possibly split across chunks.
                 if buf.contains('\r') {
                     buf = buf.replace("\r\n", "\n");

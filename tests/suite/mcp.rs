@@ -117,6 +117,50 @@ async fn stdio_handshake_listing_calls_and_failures() {
 }
 
 #[tokio::test]
+async fn a_server_that_floods_its_output_is_given_up_on() {
+    let Some(py) = python() else { return };
+    // Flooding the protocol channel: the call fails at once with the reason, our memory never holds more than a
+    // bounded line of it, and later calls fail too.
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/flood_server.py");
+    let transport =
+        Transport::Stdio(Stdio::spawn(&py, &[script.display().to_string()], &[], None).unwrap());
+    let client = McpClient::connect("flood", transport, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let flood = client
+        .call_tool("flood", json!({}), Duration::from_secs(60))
+        .await;
+    match &flood {
+        Err(McpError::Gone { message, .. }) => {
+            assert!(message.contains("not JSON-RPC"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let after = client
+        .call_tool("flood", json!({}), Duration::from_secs(60))
+        .await;
+    assert!(matches!(after, Err(McpError::Gone { .. })), "{after:?}");
+    client.close().await;
+    // Flooding stderr (the SDK's server puts stray stdout writes there): the call answers, and what is kept of
+    // stderr for error messages stays a few short lines.
+    let client = stdio_client(&py).await;
+    let ok = client
+        .call_tool("flood", json!({}), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(ok.text, "flooded");
+    let sum = client
+        .call_tool("add", json!({"a": 2, "b": 3}), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(sum.text, "5");
+    client.close().await;
+}
+
+#[tokio::test]
 async fn a_missing_command_is_a_start_error() {
     let r = Stdio::spawn("/no/such/mcp-server", &[], &[], None);
     assert!(r.is_err());

@@ -16,6 +16,7 @@ mod cuda;
 mod doors;
 mod edit_format;
 mod fetch;
+mod fuzz;
 mod generate;
 mod hf_folder;
 mod hostile_files;
