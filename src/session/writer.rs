@@ -13,6 +13,11 @@
 //! **Bounded threads.** [`POOL_THREADS`] threads serve every open file (a file always goes to the same thread, so
 //! its lines keep their order); a thousand open sessions cost a thousand file handles, not a thousand threads.
 //! A file is closed when its last [`Writer`] is dropped and its queued lines are written.
+//!
+//! **A full disk.** A write that fails (no space, a quota) is cut back to the file's last whole line and only
+//! that append is refused, with the reason: the entries before it stay whole, and appends succeed again once
+//! there is room. A failed sync (or a failed cut) leaves the file's state unknown, so that file refuses every
+//! later append.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -34,8 +39,10 @@ pub const POOL_THREADS: usize = 2;
 struct OpenFile {
     path: PathBuf,
     file: File,
-    /// Set once a write or sync failed: later appends are refused with it.
+    /// Set once a sync or a cut failed: later appends are refused with it.
     broken: Mutex<Option<String>>,
+    /// The length of the file's whole lines written so far (a failed write is cut back to it).
+    good_len: Mutex<u64>,
     /// Which pool thread writes this file.
     lane: usize,
 }
@@ -136,6 +143,7 @@ impl Writer {
             path: path.to_path_buf(),
             file,
             broken: Mutex::new(None),
+            good_len: Mutex::new(len.min(valid_len)),
             lane,
         });
         open.insert(key, Arc::downgrade(&file));
@@ -224,7 +232,7 @@ fn run(rx: mpsc::Receiver<Job>) {
         }
         // Write everything, note which files need a sync now, then acknowledge after the syncs.
         let mut sync_now: Vec<Arc<OpenFile>> = Vec::new();
-        let mut acks: Vec<(Arc<OpenFile>, Ack)> = Vec::new();
+        let mut acks: Vec<(Arc<OpenFile>, Ack, Result<(), String>)> = Vec::new();
         for job in batch {
             match job {
                 Job::Append {
@@ -233,11 +241,10 @@ fn run(rx: mpsc::Receiver<Job>) {
                     policy,
                     ack,
                 } => {
-                    if lock(&file.broken).is_none() {
-                        if let Err(e) = (&file.file).write_all(&line) {
-                            *lock(&file.broken) = Some(format!("write failed: {e}"));
-                        }
-                    }
+                    let written = match lock(&file.broken).clone() {
+                        Some(b) => Err(b),
+                        None => write_line(&file, &line),
+                    };
                     match policy {
                         FsyncPolicy::Always => push_unique(&mut sync_now, &file),
                         FsyncPolicy::Periodic { interval_ms } => {
@@ -251,11 +258,11 @@ fn run(rx: mpsc::Receiver<Job>) {
                         }
                         FsyncPolicy::Never => {}
                     }
-                    acks.push((file, ack));
+                    acks.push((file, ack, written));
                 }
                 Job::Sync { file, ack } => {
                     push_unique(&mut sync_now, &file);
-                    acks.push((file, ack));
+                    acks.push((file, ack, Ok(())));
                 }
             }
         }
@@ -275,13 +282,33 @@ fn run(rx: mpsc::Receiver<Job>) {
                 }
             }
         }
-        for (file, ack) in acks {
-            let broken = lock(&file.broken).clone();
-            if let Some(b) = &broken {
-                tracing::error!(path = %file.path.display(), error = %b, "session writer failed");
+        for (file, ack, written) in acks {
+            let result = written.and_then(|()| lock(&file.broken).clone().map_or(Ok(()), Err));
+            if let Err(e) = &result {
+                tracing::error!(path = %file.path.display(), error = %e, "session writer failed");
             }
-            let _ = ack.send(broken.map_or(Ok(()), Err));
+            let _ = ack.send(result);
         }
+    }
+}
+
+/// Writes one whole line; a failed write is cut back to the last whole line (so the file stays whole and a
+/// later append can succeed), and a failed cut breaks the file.
+fn write_line(file: &OpenFile, line: &[u8]) -> Result<(), String> {
+    let mut good = lock(&file.good_len);
+    match (&file.file).write_all(line) {
+        Ok(()) => {
+            *good += line.len() as u64;
+            Ok(())
+        }
+        Err(e) => match file.file.set_len(*good) {
+            Ok(()) => Err(format!("write failed: {e} (the entry was not stored)")),
+            Err(cut) => {
+                let b = format!("write failed: {e}; cutting the partial line failed too: {cut}");
+                *lock(&file.broken) = Some(b.clone());
+                Err(b)
+            }
+        },
     }
 }
 

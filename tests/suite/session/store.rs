@@ -615,3 +615,90 @@ async fn append_latency_by_fsync_policy() {
         assert_eq!(w[1].parent_id.as_deref(), Some(w[0].id.as_str()));
     }
 }
+
+/// A small tmpfs mounted for one test (root only; `None` where mounting is not allowed), unmounted on drop.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(bytes: usize) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])
+            .arg("tmpfs")
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipped: cannot mount a tmpfs here (not root)");
+            return None;
+        }
+        Some(SmallDisk { dir })
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_the_append_and_keeps_every_acknowledged_entry() {
+    let Some(disk) = SmallDisk::mount(256 << 10) else {
+        return;
+    };
+    // A filler to free later, then a session that fills the rest.
+    let filler = disk.path().join("filler");
+    std::fs::write(&filler, vec![b'f'; 64 << 10]).unwrap();
+    let sessions = disk.path().join("sessions");
+    let store = JsonlStore::create(
+        &sessions,
+        std::path::Path::new("/w"),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    let path = store.path().to_path_buf();
+    let mut acknowledged = Vec::new();
+    let mut refused = None;
+    for i in 0..1000 {
+        let text = format!("entry {i} {}", "x".repeat(3000));
+        match store.append(user(&text)).await {
+            Ok(e) => acknowledged.push(e.id),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let err = refused.expect("the disk never filled").to_string();
+    assert!(
+        err.contains("No space left") && err.contains("not stored"),
+        "{err}"
+    );
+    assert!(acknowledged.len() > 10, "{}", acknowledged.len());
+    // Still full: a large entry is refused again, cleanly. The file on disk is whole (no partial line).
+    let again = store.append(user(&"y".repeat(8000))).await.unwrap_err();
+    assert!(again.to_string().contains("No space left"), "{again}");
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.last(), Some(&b'\n'), "a partial line was left");
+    // Room again: the same store appends, and a reader sees every acknowledged entry in order.
+    std::fs::remove_file(&filler).unwrap();
+    let after = store.append(user("after the disk had room")).await.unwrap();
+    acknowledged.push(after.id);
+    drop(store);
+    let reopened = JsonlStore::open(&path, StoreOptions::default()).unwrap();
+    let ids: Vec<String> = reopened
+        .entries()
+        .into_iter()
+        .filter(|e| matches!(e.kind, EntryKind::Message { .. }))
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(ids, acknowledged);
+}
