@@ -10,6 +10,8 @@
 
 use std::sync::Mutex;
 
+mod shapes;
+
 use candle_core::quantized::QTensor;
 use candle_core::Device;
 
@@ -264,42 +266,7 @@ impl CpuModel {
         for i in 0..config.n_layer {
             layers.push(build.layer(ld.layer(&config, i)?, config.is_swa(i))?);
         }
-        let (q_out, kv_out) = (
-            config.n_head * config.head_dim,
-            config.n_kv_head * config.head_dim,
-        );
-        let ff = layers.first().map_or(0, |l| l.ffn.width());
-        for (i, l) in layers.iter().enumerate() {
-            let mut shapes = vec![
-                (&l.q, q_out, hidden),
-                (&l.k, kv_out, hidden),
-                (&l.v, kv_out, hidden),
-                (&l.o, hidden, q_out),
-            ];
-            match &l.ffn {
-                Ffn::Dense { gate, up, down } => {
-                    shapes.extend([(gate, ff, hidden), (up, ff, hidden), (down, hidden, ff)])
-                }
-                Ffn::Moe(m) => {
-                    for e in 0..m.moe.experts {
-                        shapes.extend([
-                            (&m.gate[e], ff, hidden),
-                            (&m.up[e], ff, hidden),
-                            (&m.down[e], hidden, ff),
-                        ]);
-                    }
-                }
-            }
-            if let Some((m, r, c)) = shapes.iter().find(|(m, r, c)| m.rows != *r || m.cols != *c) {
-                return Err(EngineError::InvalidGguf {
-                    path: gguf.path.clone(),
-                    message: format!(
-                        "layer {i}: a weight is [{}, {}], expected [{r}, {c}]",
-                        m.rows, m.cols
-                    ),
-                });
-            }
-        }
+        shapes::check(gguf, &config, &layers, &output, &norm, vocab_size, hidden)?;
         let (cos, sin) = config.rope_tables();
         let swa_tables = config.rope_tables_swa();
         let weight_bytes = build.weight_bytes;
