@@ -130,17 +130,34 @@ impl GgufFile {
         reader
             .seek(SeekFrom::Start(0))
             .map_err(|e| EngineError::io(format!("cannot seek {}", path.display()), e))?;
+        // candle's reader divides by the file's `general.alignment` and trusts a few other values; a panic in it
+        // on a hostile header is this file's error, not the process's.
         let content =
-            Content::read(&mut reader).map_err(|e| invalid(path, format!("header: {e}")))?;
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader)))
+                .map_err(|_| invalid(path, "header: malformed (the reader gave up on it)"))?
+                .map_err(|e| invalid(path, format!("header: {e}")))?;
         // A truncated download parses its header fine; check that every tensor's bytes are present. (A file
         // without tensors, such as llama.cpp's vocabulary-only files, need not pad up to the data offset.)
         let mut needed = match content.tensor_infos.is_empty() {
             true => 0,
             false => content.tensor_data_offset,
         };
-        for info in content.tensor_infos.values() {
-            needed =
-                needed.max(content.tensor_data_offset + info.offset + tensor_bytes(info) as u64);
+        for (name, info) in &content.tensor_infos {
+            // Checked: a file's dimensions and offsets may be anything, and a product that wraps would pass.
+            let end = tensor_bytes(info)
+                .and_then(|b| content.tensor_data_offset.checked_add(info.offset)?.checked_add(b as u64))
+                .ok_or_else(|| {
+                    invalid(
+                        path,
+                        format!(
+                            "tensor `{name}`: dimensions {:?} of {:?} or its offset {} are not a size",
+                            info.shape.dims(),
+                            info.ggml_dtype,
+                            info.offset
+                        ),
+                    )
+                })?;
+            needed = needed.max(end);
         }
         if needed > file_len {
             return Err(invalid(
@@ -162,7 +179,8 @@ impl GgufFile {
             .tensor_infos
             .get(name)
             .ok_or_else(|| invalid(&self.path, format!("tensor `{name}` is missing")))?;
-        let bytes = tensor_bytes(info);
+        // Checked when the file was opened.
+        let bytes = tensor_bytes(info).unwrap_or(0);
         let start = (self.content.tensor_data_offset + info.offset) as usize;
         Ok((
             info.ggml_dtype,
@@ -286,9 +304,19 @@ impl GgufFile {
     }
 }
 
-/// Bytes a tensor's data takes in the file (whole blocks of its type).
-fn tensor_bytes(info: &candle_core::quantized::gguf_file::TensorInfo) -> usize {
-    info.shape.elem_count() / info.ggml_dtype.block_size() * info.ggml_dtype.type_size()
+/// Bytes a tensor's data takes in the file (whole blocks of its type); `None` when its element count overflows
+/// or is not a whole number of blocks.
+fn tensor_bytes(info: &candle_core::quantized::gguf_file::TensorInfo) -> Option<usize> {
+    let elems = info
+        .shape
+        .dims()
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))?;
+    let block = info.ggml_dtype.block_size();
+    if !elems.is_multiple_of(block) {
+        return None;
+    }
+    (elems / block).checked_mul(info.ggml_dtype.type_size())
 }
 
 fn missing(key: &str) -> EngineError {

@@ -218,7 +218,10 @@ impl CpuModel {
         };
         // The embedding table is read in place (rows are dequantized when looked up).
         let (embed_dtype, embed_shape, _) = gguf.tensor_range("token_embd.weight")?;
-        let &[vocab_size, hidden] = embed_shape.as_slice() else {
+        let (&[vocab_size, hidden], true) = (
+            embed_shape.as_slice(),
+            embed_shape.first().is_some_and(|&v| v > 0),
+        ) else {
             return Err(EngineError::InvalidGguf {
                 path: gguf.path.clone(),
                 message: format!(
