@@ -2,7 +2,7 @@
 //! threads and file handles flat; a live session is neither resumed twice (409) nor opened by a second process
 //! (its file is locked); a `kill -9` mid-session loses no acknowledged entry; and a streaming client that has
 //! to queue gets its response headers at once; 200 streams of which a third read slowly all complete, the fast
-//! ones first, in bounded memory.
+//! ones first, in bounded memory; a served model file renamed over keeps the server serving.
 
 use std::time::Duration;
 
@@ -337,4 +337,40 @@ async fn two_hundred_streams_of_which_a_third_read_slowly() {
     );
     let (status, _) = super::get(&format!("{}/health", server.root)).await;
     assert_eq!(status, 200);
+}
+
+/// A served model's file replaced the way the model cache replaces files (a new file renamed over the old one)
+/// leaves the running server's mapping whole: it keeps answering, the same tokens as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_file_renamed_over_keeps_the_running_server_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("model.gguf");
+    std::fs::copy(crate::suite::common::smollm2_path(), &served).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"));
+    command
+        .args(["serve", "--port", "0", "--offline", "--model-path"])
+        .arg(&served);
+    let server = ServeProcess::spawn(command);
+    let body = json!({"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 12,
+                      "temperature": 0});
+    let url = format!("{}/v1/chat/completions", server.root);
+    let (status, first) = post(&url, &body).await;
+    assert_eq!(status, 200, "{first}");
+    // Another file written beside it and renamed over it (here: garbage of the same size, so nothing could be
+    // read from the new file by mistake).
+    let staged = dir.path().join("model.gguf.partial");
+    let len = std::fs::metadata(&served).unwrap().len() as usize;
+    std::fs::write(&staged, vec![0x5a; len]).unwrap();
+    std::fs::rename(&staged, &served).unwrap();
+    let (status, second) = post(&url, &body).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(
+        first["choices"][0]["message"]["content"], second["choices"][0]["message"]["content"],
+        "the running model changed"
+    );
+    // The doors that describe the model still answer.
+    let (status, tags) = super::get(&format!("{}/api/tags", server.root)).await;
+    assert_eq!(status, 200, "{tags}");
+    let (status, models) = super::get(&format!("{}/v1/models", server.root)).await;
+    assert_eq!(status, 200, "{models}");
 }
