@@ -1,6 +1,6 @@
 //! The fuzz targets: a remote server's SSE, session JSONL, tool-call text of every format, JSON schemas through
-//! the grammar compiler, settings TOML, and a whole model file (a tiny GGUF: header, tokenizer, chat template,
-//! weights and a forward pass).
+//! the grammar compiler, settings TOML, a Hugging Face folder's `tokenizer.json` (converted, loaded, run), and a
+//! whole model file (a tiny GGUF: header, tokenizer, chat template, weights and a forward pass).
 
 use std::path::Path;
 
@@ -297,4 +297,47 @@ fn write_the_tiny_gguf_seed() {
     model.forward(&[1, 2, 3], &mut seq).unwrap();
     let tokenizer = Tokenizer::from_gguf(&gguf).unwrap();
     assert!(!tokenizer.encode("hello", true).unwrap().is_empty());
+}
+
+#[test]
+fn hugging_face_tokenizer_files() {
+    let dict: &[&[u8]] = &[
+        b"\"type\": \"BPE\"",
+        b"\"byte_fallback\": true",
+        b"\"merges\": [",
+        b"\"added_tokens\": [",
+        b"\"special\": true",
+        b"\"<0xFF>\"",
+        b"\\u2581",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    // The folder's other file, as a chat model's folder has it (BOS/EOS by text, a template).
+    std::fs::write(
+        dir.path().join("tokenizer_config.json"),
+        r#"{"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true,
+            "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}"#,
+    )
+    .unwrap();
+    fuzz_with("hf_tokenizer", dict, true, |input, _| {
+        let folder = dir.path();
+        std::fs::write(folder.join("tokenizer.json"), input).unwrap();
+        let Ok(metadata) = agentd::engine::files::hf_folder::tokenizer_metadata(folder) else {
+            return false;
+        };
+        // What a folder converts to must be a vocabulary the engine's tokenizer loads or refuses clearly.
+        let path = folder.join("vocab.gguf");
+        if agentd::engine::files::gguf_write::write(&path, &metadata, &[], |_, _| Ok(())).is_err() {
+            return false;
+        }
+        let Ok(gguf) = GgufFile::open(&path) else {
+            return false;
+        };
+        let Ok(tokenizer) = Tokenizer::from_gguf(&gguf) else {
+            return false;
+        };
+        let Ok(ids) = tokenizer.encode("hello world <|im_start|> ünï 🙂", true) else {
+            return false;
+        };
+        tokenizer.decode(&ids, false).is_ok()
+    });
 }
