@@ -1,7 +1,8 @@
 //! Embeddings from a chat model (`agentd serve --pooling mean|last|cls`, llama.cpp's flag) over real HTTP with the
 //! real SmolLM2 GGUF: every vector within cosine 0.999 of llama.cpp's `llama-server --embeddings --pooling P` on
 //! the same file (tests/data/real/pooled_embeddings.json, made by scripts/pooled_embedding_reference.py: code,
-//! Unicode, one token, 1,051 tokens fed over several passes), with the same token counts, alone and batched;
+//! Unicode, one token, 1,051 tokens fed over several passes), with the same token counts, alone and batched, on
+//! the CPU engine and on candle's forward pass;
 //! OpenAI's, Ollama's and llama.cpp's doors; a window cut with Ollama's `truncate` and refused without it; and the
 //! model still chatting between embedding requests.
 
@@ -154,6 +155,22 @@ async fn each_pooling_equals_llama_cpp_on_the_same_gguf() {
             "{chat}"
         );
     }
+}
+
+/// candle's forward pass (`--weights native`: the path CUDA and Metal take) pools the same hidden states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candles_forward_pass_pools_the_same_vectors() {
+    let server = serve("last", &["--weights", "native"]);
+    // The short texts: candle's pass on the CPU is the slow reference path.
+    let cases: Vec<_> = cases("last").into_iter().filter(|c| c.2 < 512).collect();
+    let texts: Vec<&str> = cases.iter().map(|c| c.1.as_str()).collect();
+    let (status, answer) = post(
+        &format!("{}/v1/embeddings", server.root),
+        &json!({"model": MODEL, "input": texts}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    check_openai("last (candle)", &answer, &cases);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
