@@ -9,6 +9,7 @@ use std::path::Path;
 use agentd::engine::{ChatTemplate, GgufFile, Model, Tokenizer, WeightFormat};
 
 use super::common;
+use super::fuzz::Rng;
 
 /// Opens `path` as the engine does; `Err` carries the error's text.
 fn load(path: &Path, weights: bool) -> Result<(), String> {
@@ -75,18 +76,6 @@ impl Patched {
     }
 }
 
-/// A xorshift generator: the same mutations on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// The real file's bytes.
 fn original() -> Vec<u8> {
     std::fs::read(common::smollm2_path()).unwrap()
@@ -117,7 +106,7 @@ fn flipped_header_bytes_never_panic() {
     let mut patched = Patched::new(&bytes);
     // The header (metadata, vocabulary and tensor infos) is in the first two megabytes.
     let header = 2 << 20;
-    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    let mut rng = Rng::new(0x5eed_1234_abcd_ef01);
     let (mut loaded, mut refused) = (0, 0);
     for round in 0..400u32 {
         let flips = 1 + (rng.next() % 4) as usize;

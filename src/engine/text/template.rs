@@ -150,10 +150,7 @@ impl ChatTemplate {
             Some(tools) if !tools.is_empty() => Some(tools.to_vec()),
             _ => None,
         };
-        let input = serde_json::to_string(messages).map_or(0, |s| s.len())
-            + tools
-                .as_ref()
-                .map_or(0, |t| serde_json::to_string(t).map_or(0, |s| s.len()));
+        let input = json_len(messages) + tools.as_deref().map_or(0, json_len);
         let output_cap = OUTPUT_BASE + OUTPUT_PER_INPUT * input;
         let memory = MEMORY_BASE + MEMORY_PER_INPUT * input;
         let env = self.env.clone();
@@ -233,6 +230,23 @@ fn special_token_text<'a>(gguf: &GgufFile, tokens: &[&'a str], id_key: &str) -> 
             tokens.len()
         ))
     })
+}
+
+/// The length of `values` as JSON, counted without building the text.
+fn json_len(values: &[serde_json::Value]) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, values);
+    count.0
 }
 
 /// Renders the chat template of `env` into a buffer of at most `cap` bytes.

@@ -48,7 +48,7 @@ fn reference() -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-fn floats(v: &Value) -> Vec<f32> {
+pub(super) fn floats(v: &Value) -> Vec<f32> {
     v.as_array()
         .unwrap_or_else(|| panic!("not a vector: {v}"))
         .iter()
@@ -56,7 +56,7 @@ fn floats(v: &Value) -> Vec<f32> {
         .collect()
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
+pub(super) fn cosine(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len());
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
     let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();

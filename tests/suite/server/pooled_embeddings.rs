@@ -8,6 +8,7 @@
 
 use serde_json::{json, Value};
 
+use super::embeddings::{cosine, floats};
 use super::{get, post, ServeProcess};
 use crate::suite::common;
 
@@ -17,22 +18,6 @@ fn reference() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/real/pooled_embeddings.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not a vector: {v}"))
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 fn serve(pooling: &str, extra: &[&str]) -> ServeProcess {
