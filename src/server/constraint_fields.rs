@@ -14,7 +14,7 @@ use crate::schema::compile::close_objects;
 use crate::schema::gbnf;
 
 /// The fields, as a request body carries them (flattened into the request type).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct ConstraintFields {
     #[serde(default)]
     pub structured_outputs: Option<Value>,

@@ -76,7 +76,7 @@ pub fn parse_input(value: &Value, param: &str) -> Result<Vec<EmbedInput>, ApiErr
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct OpenAiRequest {
     #[serde(default)]
     model: String,
@@ -97,6 +97,8 @@ struct OpenAiRequest {
 }
 
 /// `POST /v1/embeddings`.
+#[utoipa::path(post, path = "/v1/embeddings", tag = "openai", request_body = OpenAiRequest,
+    responses((status = 200, description = "One vector per input", body = List), crate::server::openapi::OpenAiErrors))]
 pub async fn openai(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -156,7 +158,7 @@ pub async fn openai(
 
 /// OpenAI's answer. Typed: f32 values serialise in their own shortest form (through a `Value` they would be widened to
 /// f64 and written with twice the digits).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct List {
     object: &'static str,
     data: Vec<Item>,
@@ -165,7 +167,7 @@ pub struct List {
 }
 
 /// One vector of [`List`].
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Item {
     object: &'static str,
     index: usize,
@@ -173,7 +175,7 @@ pub struct Item {
 }
 
 /// A vector as floats or as base64.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Vector {
     Float(Vec<f32>),
@@ -181,7 +183,7 @@ pub enum Vector {
 }
 
 /// OpenAI's `usage`.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Counted {
     prompt_tokens: u64,
     total_tokens: u64,
@@ -193,7 +195,7 @@ pub fn encode_base64(v: &[f32]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct LlamaCppRequest {
     #[serde(default)]
     model: String,
@@ -207,9 +209,28 @@ struct LlamaCppRequest {
     truncate: bool,
 }
 
-/// llama.cpp's `POST /embedding` and `/embeddings`.
+/// llama.cpp's `POST /embedding`.
+#[utoipa::path(post, path = "/embedding", tag = "llama.cpp", request_body = LlamaCppRequest,
+    responses((status = 200, description = "One vector per input", body = Vec<LlamaCppItem>), crate::server::openapi::OpenAiErrors))]
 pub async fn llama_cpp(
     State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Vec<LlamaCppItem>>, ApiError> {
+    llama_cpp_answer(state, body).await
+}
+
+/// llama.cpp's `POST /embeddings` (the same as `/embedding`).
+#[utoipa::path(post, path = "/embeddings", tag = "llama.cpp", request_body = LlamaCppRequest,
+    responses((status = 200, description = "One vector per input", body = Vec<LlamaCppItem>), crate::server::openapi::OpenAiErrors))]
+pub async fn llama_cpp_plural(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Vec<LlamaCppItem>>, ApiError> {
+    llama_cpp_answer(state, body).await
+}
+
+async fn llama_cpp_answer(
+    state: AppState,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Vec<LlamaCppItem>>, ApiError> {
     let req: LlamaCppRequest = parse_json(body, state.options.max_body_bytes)?;
@@ -257,10 +278,11 @@ pub async fn llama_cpp(
 }
 
 /// One vector of llama.cpp's answer.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct LlamaCppItem {
     index: usize,
     /// llama.cpp nests a pooled vector in a list (unpooled, it lists one vector per token).
+    #[schema(value_type = Vec<Vec<f32>>)]
     embedding: [Vec<f32>; 1],
 }
 

@@ -29,19 +29,48 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
-/// The JSON body.
-#[derive(Debug, Serialize)]
+/// The JSON body (OpenAI's error shape; every door but Anthropic's and Ollama's).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = OpenAiError)]
 pub struct ErrorBody<'a> {
     pub error: ErrorObject<'a>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = OpenAiErrorObject)]
 pub struct ErrorObject<'a> {
     pub message: &'a str,
+    /// `invalid_request_error`, `authentication_error`, `permission_error`, `server_error`.
     #[serde(rename = "type")]
     pub kind: &'a str,
+    /// The request field at fault, when one is.
     pub param: Option<&'a str>,
+    /// `model_not_found`, `invalid_api_key`, `context_length_exceeded`, `server_overloaded`, …
     pub code: Option<&'a str>,
+}
+
+/// An error in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AnthropicError {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    #[schema(pattern = "^error$")]
+    pub kind: &'static str,
+    pub error: AnthropicErrorObject,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AnthropicErrorObject {
+    /// `invalid_request_error`, `authentication_error`, `not_found_error`, `overloaded_error`, …
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// An error in Ollama's shape: `{"error": "…"}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct OllamaError {
+    pub error: String,
 }
 
 impl ApiError {
@@ -208,7 +237,22 @@ impl ApiError {
         } else {
             self.message.clone()
         };
-        serde_json::json!({"type": "error", "error": {"type": self.anthropic_type(), "message": message}})
+        serde_json::to_value(AnthropicError {
+            kind: "error",
+            error: AnthropicErrorObject {
+                kind: self.anthropic_type(),
+                message,
+            },
+        })
+        .unwrap_or_else(|_| serde_json::json!({"type": "error"}))
+    }
+
+    /// The body of this error in Ollama's shape: `{"error": "…"}`.
+    pub fn ollama_body(message: &str) -> serde_json::Value {
+        serde_json::to_value(OllamaError {
+            error: message.to_string(),
+        })
+        .unwrap_or_default()
     }
 
     /// A provider failure, classified by its kind.

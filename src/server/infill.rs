@@ -36,7 +36,7 @@ use crate::provider::{
 /// At most this many `input_extra` files.
 const MAX_EXTRA_FILES: usize = 256;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct InfillRequest {
     #[serde(default)]
     model: String,
@@ -45,6 +45,7 @@ struct InfillRequest {
     #[serde(default)]
     input_suffix: String,
     #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
     input_extra: Vec<InfillFile>,
     #[serde(default)]
     prompt: String,
@@ -85,6 +86,10 @@ struct Head {
 }
 
 /// `POST /infill`.
+#[utoipa::path(post, path = "/infill", tag = "llama.cpp", request_body = InfillRequest,
+    responses((status = 200, description = "The middle; with `stream: true` server-sent pieces",
+               content((Object = "application/json"), (crate::server::openapi::SseEvent = "text/event-stream"))),
+              crate::server::openapi::BusyError, crate::server::openapi::OpenAiErrors))]
 pub async fn infill(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

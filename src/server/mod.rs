@@ -7,7 +7,7 @@
 //! every chat-like door: admission, first-piece wait, whole or streamed through the door's renderer), `sessions/` (agent
 //! sessions over HTTP), `admission` (the bounded queue in front of the model), `metrics` (Prometheus text under
 //! vLLM's names), `auth` (bearer key), `error` (`ApiError` in OpenAI's shape), `sse` (event-stream helpers), `web` (the page
-//! at `/`).
+//! at `/`), `openapi` (`GET /openapi.json`, generated from the routes and types).
 
 pub mod admission;
 pub mod answer;
@@ -22,6 +22,7 @@ pub mod limits;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
+pub mod openapi;
 pub mod request_fields;
 pub mod sessions;
 pub mod source;
@@ -40,10 +41,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::provider::response_cache::CacheStats;
 use crate::provider::Provider;
@@ -224,33 +227,40 @@ impl AppState {
     }
 }
 
-/// The whole HTTP API.
-pub fn router(state: AppState) -> Router {
+/// Every route, each added to the router and to the OpenAPI document by the same `routes!` call.
+pub fn api_routes() -> OpenApiRouter<AppState> {
     use openai::{chat, completions, models, responses, tokenize};
-    Router::new()
-        .route("/", get(web::page))
-        .route("/index.html", get(web::page))
-        .route("/v1/chat/completions", post(chat::chat_completions))
-        .route("/v1/completions", post(completions::completions))
-        .route("/v1/responses", post(responses::responses))
-        .route("/v1/messages", post(anthropic::messages))
-        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
-        .route("/v1/models", get(models::list))
-        .route("/v1/models/{id}", get(models::get))
-        .route("/models", get(models::list))
-        .route("/models/load", post(models::load))
-        .route("/models/unload", post(models::unload))
-        .route("/v1/embeddings", post(embeddings::openai))
-        .route("/embedding", post(embeddings::llama_cpp))
-        .route("/embeddings", post(embeddings::llama_cpp))
-        .route("/infill", post(infill::infill))
-        .route("/tokenize", post(tokenize::tokenize))
-        .route("/detokenize", post(tokenize::detokenize))
-        .route("/health", get(health))
-        .route("/version", get(version))
-        .route("/metrics", get(metrics::metrics))
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(web::page))
+        .routes(routes!(web::index_html))
+        .routes(routes!(chat::chat_completions))
+        .routes(routes!(completions::completions))
+        .routes(routes!(responses::responses))
+        .routes(routes!(anthropic::messages))
+        .routes(routes!(anthropic::count_tokens))
+        .routes(routes!(models::list))
+        .routes(routes!(models::get))
+        .routes(routes!(models::list_llama_cpp))
+        .routes(routes!(models::load))
+        .routes(routes!(models::unload))
+        .routes(routes!(embeddings::openai))
+        .routes(routes!(embeddings::llama_cpp))
+        .routes(routes!(embeddings::llama_cpp_plural))
+        .routes(routes!(infill::infill))
+        .routes(routes!(tokenize::tokenize))
+        .routes(routes!(tokenize::detokenize))
+        .routes(routes!(health))
+        .routes(routes!(version))
+        .routes(routes!(metrics::metrics))
+        .routes(routes!(openapi::openapi_json))
         .merge(sessions::routes())
         .merge(ollama::routes())
+}
+
+/// The whole HTTP API.
+pub fn router(state: AppState) -> Router {
+    let (routes, _) = api_routes().split_for_parts();
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
@@ -273,6 +283,8 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// `GET /health`: 200 while serving, 503 once shutting down.
+#[utoipa::path(get, path = "/health", tag = "server",
+    responses((status = 200, description = "Serving"), (status = 503, description = "Shutting down")))]
 async fn health(State(state): State<AppState>) -> StatusCode {
     if state.draining.is_cancelled() {
         StatusCode::SERVICE_UNAVAILABLE
@@ -282,6 +294,9 @@ async fn health(State(state): State<AppState>) -> StatusCode {
 }
 
 /// `GET /version`; `auth` says whether the API needs a key (the web page asks for one before calling).
+#[utoipa::path(get, path = "/version", tag = "server",
+    responses((status = 200, description = "agentd's version and whether the API needs a key", body = Object,
+               example = json!({"version": "0.1.0", "auth": false}))))]
 async fn version(State(state): State<AppState>) -> Json<serde_json::Value> {
     Json(serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::provider::{Timings, Usage};
 
 /// llama.cpp's `timings` object.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct LlamaTimings {
     /// Prompt tokens whose KV state came from the cache (not computed).
     pub cache_n: u64,

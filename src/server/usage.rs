@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UsageInfo {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -16,13 +16,13 @@ pub struct UsageInfo {
     pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompletionTokensDetails {
     pub accepted_prediction_tokens: u64,
     pub rejected_prediction_tokens: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PromptTokensDetails {
     pub cached_tokens: u64,
 }
@@ -54,7 +54,7 @@ impl UsageInfo {
 }
 
 /// One token's log-probability (`logprobs.content[]`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct TokenLogprobOut {
     pub token: String,
     pub logprob: f32,
@@ -62,7 +62,7 @@ pub struct TokenLogprobOut {
     pub top_logprobs: Vec<TopLogprobOut>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct TopLogprobOut {
     pub token: String,
     pub logprob: f32,

@@ -42,8 +42,21 @@ static PAGE: LazyLock<Page> = LazyLock::new(|| {
     Page { html, csp }
 });
 
-/// `GET /` (and `/index.html`): the page.
+/// `GET /`: the page.
+#[utoipa::path(get, path = "/", tag = "server",
+    responses((status = 200, description = "The chat page", content_type = "text/html", body = String)))]
 pub async fn page() -> Response {
+    answer_page()
+}
+
+/// `GET /index.html`: the page.
+#[utoipa::path(get, path = "/index.html", tag = "server",
+    responses((status = 200, description = "The chat page", content_type = "text/html", body = String)))]
+pub async fn index_html() -> Response {
+    answer_page()
+}
+
+fn answer_page() -> Response {
     let page = &*PAGE;
     (
         [

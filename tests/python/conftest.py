@@ -36,9 +36,10 @@ def binary() -> str:
 class Server:
     """One `agentd serve` process on a free port; its stderr is kept for failure messages."""
 
-    def __init__(self, *extra: str):
+    def __init__(self, *extra: str, api_key: str | None = API_KEY):
+        key = ["--api-key", api_key] if api_key else []
         self.proc = subprocess.Popen(
-            [binary(), "serve", "--port", "0", "--api-key", API_KEY, *extra],
+            [binary(), "serve", "--port", "0", *key, *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

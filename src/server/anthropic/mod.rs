@@ -17,7 +17,6 @@ use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use super::error::ApiError;
 use super::{answer, parse_json, AppState};
@@ -63,6 +62,13 @@ async fn convert(
 }
 
 /// `POST /v1/messages`.
+#[utoipa::path(post, path = "/v1/messages", tag = "anthropic",
+    request_body = MessagesRequest,
+    responses(
+        (status = 200, description = "A `message`; with `stream: true` server-sent `message_start` … `message_stop` \
+                                      events",
+         content((Object = "application/json"), (crate::server::openapi::SseEvent = "text/event-stream"))),
+        crate::server::openapi::AnthropicErrors))]
 pub async fn messages(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -95,6 +101,11 @@ pub async fn messages(
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's exact size in the model's tokens (`input_tokens`).
+#[utoipa::path(post, path = "/v1/messages/count_tokens", tag = "anthropic",
+    request_body = MessagesRequest,
+    responses(
+        (status = 200, description = "The prompt's size in the model's tokens", body = InputTokens),
+        crate::server::openapi::AnthropicErrors))]
 pub async fn count_tokens(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -105,7 +116,16 @@ pub async fn count_tokens(
         .count_tokens(&request)
         .await
         .map_err(|e| ApiError::from_provider_error(&e))?;
-    Ok(axum::Json(json!({"input_tokens": count.tokens})).into_response())
+    Ok(axum::Json(InputTokens {
+        input_tokens: count.tokens,
+    })
+    .into_response())
+}
+
+/// The answer of `count_tokens`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct InputTokens {
+    pub input_tokens: u64,
 }
 
 /// Middleware: on the Anthropic paths, an error the rest of the stack answered in OpenAI's shape (a missing key,

@@ -20,7 +20,7 @@ use crate::server::limits::RequestLimits;
 use crate::server::request_fields::{check_constraint, sampling, SamplingFields};
 
 /// The body of `POST /v1/messages` (and of `/v1/messages/count_tokens`, where `max_tokens` is not needed).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct MessagesRequest {
     pub model: String,
@@ -43,7 +43,7 @@ pub struct MessagesRequest {
 }
 
 /// One message: a role and a string or content blocks.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct AnthropicMessage {
     pub role: String,

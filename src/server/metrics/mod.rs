@@ -151,6 +151,9 @@ fn escape_label(v: &str) -> String {
 }
 
 /// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", tag = "server",
+    responses((status = 200, description = "Prometheus text (vLLM's metric names)", content_type = "text/plain",
+               body = String)))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // With a batching engine behind it, "running" is its batch and "waiting" counts both queues: the server's
     // (requests not yet admitted) and the engine's (admitted, waiting for a batch slot or KV blocks).

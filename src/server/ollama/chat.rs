@@ -231,6 +231,8 @@ async fn answer(
 }
 
 /// `POST /api/chat`.
+#[utoipa::path(post, path = "/api/chat", tag = "ollama", request_body = super::request::ChatRequest,
+    responses((status = 200, description = "The reply; streamed (the default) as JSON lines", content((Object = "application/json"), (Object = "application/x-ndjson"))), crate::server::openapi::OllamaErrors))]
 pub async fn chat(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -272,6 +274,8 @@ pub async fn chat(
 }
 
 /// `POST /api/generate`.
+#[utoipa::path(post, path = "/api/generate", tag = "ollama", request_body = super::request::GenerateRequest,
+    responses((status = 200, description = "The completion; streamed (the default) as JSON lines", content((Object = "application/json"), (Object = "application/x-ndjson"))), crate::server::openapi::OllamaErrors))]
 pub async fn generate(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

@@ -21,7 +21,7 @@ use crate::server::embeddings::{l2_normalize, parse_input, run};
 use crate::server::error::ApiError;
 use crate::server::{parse_json, AppState};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct EmbedBody {
     #[serde(default)]
     model: Option<String>,
@@ -49,6 +49,8 @@ fn is_empty(input: &Value) -> bool {
 }
 
 /// `POST /api/embed`.
+#[utoipa::path(post, path = "/api/embed", tag = "ollama", request_body = EmbedBody,
+    responses((status = 200, description = "One vector per input", body = EmbedAnswer), crate::server::openapi::OllamaErrors))]
 pub async fn embed(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -115,7 +117,7 @@ pub async fn embed(
 
 /// `/api/embed`'s answer. Typed: f32 values serialise in their own shortest form (through `json!` they would be
 /// widened to f64 and written with twice the digits).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct EmbedAnswer {
     model: String,
     embeddings: Vec<Vec<f32>>,
@@ -128,12 +130,12 @@ pub struct EmbedAnswer {
 }
 
 /// `/api/embeddings`' answer.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct LegacyAnswer {
     embedding: Vec<f32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct LegacyBody {
     #[serde(default)]
     model: Option<String>,
@@ -147,6 +149,8 @@ struct LegacyBody {
 }
 
 /// `POST /api/embeddings` (Ollama's older route).
+#[utoipa::path(post, path = "/api/embeddings", tag = "ollama", request_body = LegacyBody,
+    responses((status = 200, description = "The vector of `prompt`", body = LegacyAnswer), crate::server::openapi::OllamaErrors))]
 pub async fn embeddings(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

@@ -26,23 +26,23 @@ use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/chat", post(chat::chat))
-        .route("/api/generate", post(chat::generate))
-        .route("/api/tags", get(models::tags))
-        .route("/api/ps", get(models::ps))
-        .route("/api/show", post(models::show))
-        .route("/api/pull", post(models::pull))
-        .route("/api/version", get(models::version))
-        .route("/api/embed", post(embed::embed))
-        .route("/api/embeddings", post(embed::embeddings))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(chat::chat))
+        .routes(routes!(chat::generate))
+        .routes(routes!(models::tags))
+        .routes(routes!(models::ps))
+        .routes(routes!(models::show))
+        .routes(routes!(models::pull))
+        .routes(routes!(models::version))
+        .routes(routes!(embed::embed))
+        .routes(routes!(embed::embeddings))
 }
 
 /// An [`ApiError`] in Ollama's shape.
@@ -57,7 +57,7 @@ impl From<ApiError> for OllamaError {
 impl IntoResponse for OllamaError {
     fn into_response(self) -> Response {
         let mut resp = self.0.clone().into_response();
-        let body = serde_json::json!({"error": self.0.message}).to_string();
+        let body = ApiError::ollama_body(&self.0.message).to_string();
         resp.headers_mut().remove(CONTENT_LENGTH);
         *resp.body_mut() = Body::from(body);
         resp
@@ -94,7 +94,7 @@ pub async fn error_shape(req: Request, next: Next) -> Response {
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Response::from_parts(
         parts,
-        Body::from(serde_json::json!({"error": message}).to_string()),
+        Body::from(ApiError::ollama_body(&message).to_string()),
     )
 }
 

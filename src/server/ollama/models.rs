@@ -19,6 +19,8 @@ use crate::server::{parse_json, AppState};
 pub const OLLAMA_API_VERSION: &str = "0.12.6";
 
 /// `GET /api/version`.
+#[utoipa::path(get, path = "/api/version", tag = "ollama", 
+    responses((status = 200, description = "The Ollama API version this door follows", body = Object), crate::server::openapi::OllamaErrors))]
 pub async fn version() -> Json<Value> {
     Json(json!({"version": OLLAMA_API_VERSION, "agentd": env!("CARGO_PKG_VERSION")}))
 }
@@ -122,12 +124,16 @@ fn listed(s: &ModelStatus) -> Value {
 }
 
 /// `GET /api/tags`: every model this server can serve.
+#[utoipa::path(get, path = "/api/tags", tag = "ollama", 
+    responses((status = 200, description = "Every servable model", body = Object), crate::server::openapi::OllamaErrors))]
 pub async fn tags(State(state): State<AppState>) -> Json<Value> {
     let models: Vec<Value> = state.provider.model_states().iter().map(listed).collect();
     Json(json!({"models": models}))
 }
 
 /// `GET /api/ps`: the models in memory.
+#[utoipa::path(get, path = "/api/ps", tag = "ollama", 
+    responses((status = 200, description = "The loaded models and when they expire", body = Object), crate::server::openapi::OllamaErrors))]
 pub async fn ps(State(state): State<AppState>) -> Json<Value> {
     let models: Vec<Value> = state
         .provider
@@ -156,7 +162,7 @@ pub async fn ps(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"models": models}))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct Named {
     #[serde(default)]
     model: Option<String>,
@@ -178,6 +184,8 @@ impl Named {
 }
 
 /// `POST /api/show {"model"}`.
+#[utoipa::path(post, path = "/api/show", tag = "ollama", request_body = Named,
+    responses((status = 200, description = "The model's details, `model_info` and capabilities", body = Object), crate::server::openapi::OllamaErrors))]
 pub async fn show(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -237,6 +245,8 @@ pub async fn show(
 }
 
 /// `POST /api/pull {"model", "stream"?}`: fetches a model this server knows into its cache and serves it.
+#[utoipa::path(post, path = "/api/pull", tag = "ollama", request_body = Named,
+    responses((status = 200, description = "Progress; streamed (the default) as JSON lines", content((Object = "application/json"), (Object = "application/x-ndjson"))), crate::server::openapi::OllamaErrors))]
 pub async fn pull(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

@@ -19,7 +19,7 @@ use crate::server::request_fields::{
 };
 
 /// `POST /api/chat`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ChatRequest {
     pub model: String,
     #[serde(default)]
@@ -49,7 +49,7 @@ pub struct ChatRequest {
 }
 
 /// One message of `/api/chat`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
@@ -67,7 +67,7 @@ pub struct ChatMessage {
 }
 
 /// `POST /api/generate`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct GenerateRequest {
     pub model: String,
     #[serde(default)]

@@ -28,6 +28,13 @@ use crate::server::timings::LlamaTimings;
 use crate::server::{parse_json, sse, AppState};
 
 /// `POST /v1/chat/completions`.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "openai",
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "The answer; with `stream: true` server-sent `chat.completion.chunk` events \
+                                      ending in `[DONE]`",
+         content((ChatCompletionResponse = "application/json"), (crate::server::openapi::SseEvent = "text/event-stream"))),
+        crate::server::openapi::OpenAiErrors))]
 pub async fn chat_completions(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

@@ -56,6 +56,13 @@ enum Step {
 }
 
 /// `POST /v1/completions`.
+#[utoipa::path(post, path = "/v1/completions", tag = "openai",
+    request_body = super::types::CompletionsRequest,
+    responses(
+        (status = 200, description = "The completion; with `stream: true` server-sent `text_completion` events \
+                                      ending in `[DONE]`",
+         content((super::types::CompletionResponse = "application/json"), (crate::server::openapi::SseEvent = "text/event-stream"))),
+        crate::server::openapi::OpenAiErrors))]
 pub async fn completions(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

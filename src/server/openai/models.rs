@@ -13,7 +13,7 @@ use super::types::now_unix;
 use crate::server::error::ApiError;
 use crate::server::{parse_json, AppState};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ModelCard {
     pub id: String,
     pub object: &'static str,
@@ -29,7 +29,7 @@ pub struct ModelCard {
     pub status: CardStatus,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CardStatus {
     /// `loaded`, `loading`, `unloaded` or `failed`.
     pub value: &'static str,
@@ -38,7 +38,7 @@ pub struct CardStatus {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ModelList {
     pub object: &'static str,
     pub data: Vec<ModelCard>,
@@ -75,14 +75,30 @@ fn cards(state: &AppState) -> Vec<ModelCard> {
 }
 
 /// `GET /v1/models`.
+#[utoipa::path(get, path = "/v1/models", tag = "openai",
+    responses((status = 200, description = "The served models", body = ModelList), crate::server::openapi::OpenAiErrors))]
 pub async fn list(State(state): State<AppState>) -> Json<ModelList> {
+    list_models(&state)
+}
+
+/// `GET /models`: the same list, where llama.cpp's router serves it.
+#[utoipa::path(get, path = "/models", tag = "llama.cpp",
+    responses((status = 200, description = "The served models", body = ModelList), crate::server::openapi::OpenAiErrors))]
+pub async fn list_llama_cpp(State(state): State<AppState>) -> Json<ModelList> {
+    list_models(&state)
+}
+
+fn list_models(state: &AppState) -> Json<ModelList> {
     Json(ModelList {
         object: "list",
-        data: cards(&state),
+        data: cards(state),
     })
 }
 
 /// `GET /v1/models/{id}`: 404 for a model this server does not serve.
+#[utoipa::path(get, path = "/v1/models/{id}", tag = "openai",
+    params(("id" = String, Path, description = "A served model's name")),
+    responses((status = 200, description = "The model", body = ModelCard), crate::server::openapi::OpenAiErrors))]
 pub async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -95,27 +111,31 @@ pub async fn get(
         .ok_or_else(|| ApiError::unknown_model(&id, &state.model_ids()))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ModelName {
     model: String,
 }
 
 /// `POST /models/load {"model"}`: loads it now (waits until it is loaded); 404 for a model not served.
+#[utoipa::path(post, path = "/models/load", tag = "llama.cpp", request_body = ModelName,
+    responses((status = 200, description = "Loaded", body = ModelDone), crate::server::openapi::OpenAiErrors))]
 pub async fn load(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ModelDone>, ApiError> {
     let id = named_model(&state, body)?;
     let done = state.provider.load_model(&id).await;
     answer(id, done)
 }
 
 /// `POST /models/unload {"model"}`: unloads it (requests still running finish first).
+#[utoipa::path(post, path = "/models/unload", tag = "llama.cpp", request_body = ModelName,
+    responses((status = 200, description = "Unloaded", body = ModelDone), crate::server::openapi::OpenAiErrors))]
 pub async fn unload(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ModelDone>, ApiError> {
     let id = named_model(&state, body)?;
     let done = state.provider.unload_model(&id).await;
     answer(id, done)
@@ -130,7 +150,17 @@ fn named_model(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<
 fn answer(
     id: String,
     done: Result<(), crate::provider::ProviderError>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ModelDone>, ApiError> {
     done.map_err(|e| ApiError::from_provider(e.kind(), &e.to_string()))?;
-    Ok(Json(serde_json::json!({"success": true, "model": id})))
+    Ok(Json(ModelDone {
+        success: true,
+        model: id,
+    }))
+}
+
+/// The answer of `/models/load` and `/models/unload`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ModelDone {
+    pub success: bool,
+    pub model: String,
 }

@@ -20,7 +20,7 @@ use crate::provider::{TokenizeInput, TokenizeRequest};
 use crate::server::error::ApiError;
 use crate::server::{parse_json, parse_value, AppState};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct TokenizePrompt {
     #[serde(default)]
     model: String,
@@ -41,7 +41,17 @@ struct TokenizeChatExtras {
     return_token_strs: Option<bool>,
 }
 
-#[derive(Debug, Serialize)]
+/// The body of `/tokenize`: a prompt, or chat messages (then rendered as `/v1/chat/completions` renders them).
+/// The handler reads the body as either, by whether it has `messages`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // the body's shape for the OpenAPI document
+enum TokenizeBody {
+    Prompt(TokenizePrompt),
+    Chat(Box<ChatCompletionRequest>),
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TokenizeResponse {
     pub count: usize,
     pub max_model_len: usize,
@@ -50,19 +60,21 @@ pub struct TokenizeResponse {
     pub token_strs: Option<Vec<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct DetokenizeRequest {
     #[serde(default)]
     model: String,
     tokens: Vec<u32>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DetokenizeResponse {
     pub prompt: String,
 }
 
 /// `POST /tokenize`.
+#[utoipa::path(post, path = "/tokenize", tag = "openai", request_body = TokenizeBody,
+    responses((status = 200, description = "The prompt's tokens", body = TokenizeResponse), crate::server::openapi::OpenAiErrors))]
 pub async fn tokenize(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -118,6 +130,8 @@ pub async fn tokenize(
 }
 
 /// `POST /detokenize`.
+#[utoipa::path(post, path = "/detokenize", tag = "openai", request_body = DetokenizeRequest,
+    responses((status = 200, description = "The tokens' text", body = DetokenizeResponse), crate::server::openapi::OpenAiErrors))]
 pub async fn detokenize(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

@@ -12,7 +12,7 @@ pub use crate::server::usage::{
 };
 
 /// `stop`: one string or a list of them.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum StopField {
     One(String),
@@ -28,21 +28,21 @@ impl StopField {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
 }
 
 /// Message content: a string, or a list of content parts (only text parts are understood).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
@@ -51,7 +51,7 @@ pub struct ContentPart {
 }
 
 /// A function call inside an assistant message.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct MessageToolCall {
     #[serde(default)]
     pub id: String,
@@ -60,7 +60,7 @@ pub struct MessageToolCall {
     pub function: MessageFunction,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct MessageFunction {
     pub name: String,
     /// The arguments as JSON text (as OpenAI sends them); an object is accepted too.
@@ -69,7 +69,7 @@ pub struct MessageFunction {
 }
 
 /// One message of `messages`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum ChatMessage {
     System {
@@ -94,7 +94,7 @@ pub enum ChatMessage {
 }
 
 /// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct ChatCompletionRequest {
     #[serde(default)]
     pub model: String,
@@ -168,7 +168,7 @@ pub struct ChatCompletionRequest {
 }
 
 /// `prompt` of `/v1/completions`: text, token ids, or a batch of either.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum PromptField {
     Text(String),
@@ -178,7 +178,7 @@ pub enum PromptField {
 }
 
 /// `POST /v1/completions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct CompletionsRequest {
     #[serde(default)]
     pub model: String,
@@ -236,7 +236,7 @@ pub struct CompletionsRequest {
 /// `usage` of every response.
 /// A tool call in a response message or a streamed delta. In a delta only the first fragment of a call
 /// carries `id`, `type` and `function.name`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ToolCallOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<usize>,
@@ -247,7 +247,7 @@ pub struct ToolCallOut {
     pub function: FunctionOut,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct FunctionOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -255,13 +255,13 @@ pub struct FunctionOut {
     pub arguments: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ChoiceLogprobs {
     pub content: Vec<TokenLogprobOut>,
 }
 
 /// The assistant's message in a non-streamed response.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ResponseMessage {
     pub role: &'static str,
     pub content: Option<String>,
@@ -271,7 +271,7 @@ pub struct ResponseMessage {
     pub tool_calls: Vec<ToolCallOut>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ChatChoice {
     pub index: u32,
     pub message: ResponseMessage,
@@ -280,7 +280,7 @@ pub struct ChatChoice {
 }
 
 /// `chat.completion`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ChatCompletionResponse {
     pub id: String,
     pub object: &'static str,
@@ -294,7 +294,7 @@ pub struct ChatCompletionResponse {
 }
 
 /// The `delta` of a streamed chunk.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct ChunkDelta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
@@ -306,7 +306,7 @@ pub struct ChunkDelta {
     pub tool_calls: Option<Vec<ToolCallOut>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ChunkChoice {
     pub index: u32,
     pub delta: ChunkDelta,
@@ -315,7 +315,7 @@ pub struct ChunkChoice {
 }
 
 /// `chat.completion.chunk`. `usage` is present (null until the last chunk) when the client asked for it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ChatCompletionChunk {
     pub id: String,
     pub object: &'static str,
@@ -330,7 +330,7 @@ pub struct ChatCompletionChunk {
 }
 
 /// `logprobs` of a `/v1/completions` choice (the legacy shape).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<Option<f32>>,
@@ -338,7 +338,7 @@ pub struct CompletionLogprobs {
     pub text_offset: Vec<usize>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CompletionChoice {
     pub index: u32,
     pub text: String,
@@ -347,7 +347,7 @@ pub struct CompletionChoice {
 }
 
 /// `text_completion` (the whole response and each streamed chunk).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CompletionResponse {
     pub id: String,
     pub object: &'static str,

@@ -33,12 +33,13 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::{GatedProvider, Session, SessionInfo};
 use crate::agent::AgentEvent;
@@ -52,23 +53,23 @@ use crate::tools::policy::{FileScope, Policy};
 use crate::tools::registry::{ToolRegistry, BUILTIN_TOOL_NAMES};
 use crate::tools::tool::PolicyTag;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/sessions", post(create).get(list))
-        .route("/v1/sessions/saved", get(saved))
-        .route("/v1/sessions/{id}", get(show).delete(remove))
-        .route("/v1/sessions/{id}/prompt", post(prompt))
-        .route("/v1/sessions/{id}/steer", post(steer))
-        .route("/v1/sessions/{id}/follow_up", post(follow_up))
-        .route("/v1/sessions/{id}/abort", post(abort))
-        .route("/v1/sessions/{id}/messages", get(messages))
-        .route("/v1/sessions/{id}/entries", get(entries))
-        .route("/v1/sessions/{id}/branch", post(branch))
-        .route("/v1/sessions/{id}/rewind", post(rewind))
-        .route("/v1/sessions/{id}/approve", post(approve))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(saved))
+        .routes(routes!(show, remove))
+        .routes(routes!(prompt))
+        .routes(routes!(steer))
+        .routes(routes!(follow_up))
+        .routes(routes!(abort))
+        .routes(routes!(messages))
+        .routes(routes!(entries))
+        .routes(routes!(branch))
+        .routes(routes!(rewind))
+        .routes(routes!(approve))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateSession {
     #[serde(default)]
@@ -82,6 +83,7 @@ struct CreateSession {
     #[serde(default)]
     policy: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     workspace: Option<PathBuf>,
     #[serde(default)]
     max_turns: Option<usize>,
@@ -99,10 +101,12 @@ struct CreateSession {
     approvals: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Approve {
     id: String,
+    /// `allow`, `always` (this tool for the rest of the session) or `deny`.
+    #[schema(value_type = String)]
     decision: Decision,
     #[serde(default)]
     reason: Option<String>,
@@ -135,13 +139,13 @@ fn approval_policy(value: Option<&Value>) -> Result<ApprovalPolicy, ApiError> {
     Ok(policy)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Text {
     content: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Branch {
     entry_id: Option<String>,
@@ -153,7 +157,7 @@ struct Branch {
     summarize: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Rewind {
     n: usize,
@@ -180,6 +184,8 @@ fn describe(s: &Session) -> Value {
     })
 }
 
+#[utoipa::path(post, path = "/v1/sessions", tag = "sessions", request_body = CreateSession,
+    responses((status = 201, description = "The new session", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn create(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -329,14 +335,19 @@ async fn create(
     Ok((StatusCode::CREATED, Json(describe(&session))).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", 
+    responses((status = 200, description = "The live sessions", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn list(State(state): State<AppState>) -> Json<Value> {
     let data: Vec<Value> = state.sessions.list().iter().map(|s| describe(s)).collect();
     Json(json!({"object": "list", "data": data}))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct SavedQuery {
+    /// The workspace whose saved sessions to list (default: the server's).
     #[serde(default)]
+    #[param(value_type = Option<String>)]
     workspace: Option<PathBuf>,
 }
 
@@ -370,6 +381,8 @@ fn resolve_workspace(state: &AppState, workspace: Option<PathBuf>) -> Result<Pat
     })
 }
 
+#[utoipa::path(get, path = "/v1/sessions/saved", tag = "sessions", params(SavedQuery),
+    responses((status = 200, description = "The saved sessions of the workspace, newest first", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn saved(
     State(state): State<AppState>,
     query: Result<axum::extract::Query<SavedQuery>, axum::extract::rejection::QueryRejection>,
@@ -394,6 +407,8 @@ async fn saved(
     Ok(Json(json!({"object": "list", "data": data})))
 }
 
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "The session id")),
+    responses((status = 200, description = "The session and its status", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -402,6 +417,8 @@ async fn show(
     Ok(Json(describe(&s)))
 }
 
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "The session id")),
+    responses((status = 200, description = "Aborted and forgotten (its file stays)", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn remove(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -430,6 +447,8 @@ impl Drop for AbortOnDrop {
     }
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/prompt", tag = "sessions", params(("id" = String, Path, description = "The session id")), request_body = Text,
+    responses((status = 200, description = "Server-sent agent events until `agent_end`, then `[DONE]`", content_type = "text/event-stream", body = crate::server::openapi::SseEvent), crate::server::openapi::BusyError, crate::server::openapi::OpenAiErrors))]
 async fn prompt(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -518,6 +537,8 @@ async fn prompt(
     Ok(sse::response(events))
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/approve", tag = "sessions", params(("id" = String, Path, description = "The session id")), request_body = Approve,
+    responses((status = 200, description = "The decision was delivered", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn approve(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -554,6 +575,8 @@ async fn queue_message(
         .into_response())
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/steer", tag = "sessions", params(("id" = String, Path, description = "The session id")), request_body = Text,
+    responses((status = 202, description = "Queued: delivered after the current tool batch", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn steer(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -562,6 +585,8 @@ async fn steer(
     queue_message(state, id, body, true).await
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/follow_up", tag = "sessions", params(("id" = String, Path, description = "The session id")), request_body = Text,
+    responses((status = 202, description = "Queued: delivered when the agent would stop", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn follow_up(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -570,6 +595,8 @@ async fn follow_up(
     queue_message(state, id, body, false).await
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/abort", tag = "sessions", params(("id" = String, Path, description = "The session id")),
+    responses((status = 202, description = "The running prompt is cancelled", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn abort(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -584,6 +611,8 @@ async fn abort(
         .into_response())
 }
 
+#[utoipa::path(get, path = "/v1/sessions/{id}/messages", tag = "sessions", params(("id" = String, Path, description = "The session id")),
+    responses((status = 200, description = "The transcript", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn messages(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -595,6 +624,8 @@ async fn messages(
     ))
 }
 
+#[utoipa::path(get, path = "/v1/sessions/{id}/entries", tag = "sessions", params(("id" = String, Path, description = "The session id")),
+    responses((status = 200, description = "The session tree's entries and the current leaf", body = Object), crate::server::openapi::OpenAiErrors))]
 async fn entries(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -604,6 +635,8 @@ async fn entries(
     Ok(Json(json!({"id": id, "leaf": leaf, "entries": entries})))
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/branch", tag = "sessions", params(("id" = String, Path, description = "The session id")), request_body = Branch,
+    responses((status = 200, description = "The transcript of the new branch", body = Object), crate::server::openapi::BusyError, crate::server::openapi::OpenAiErrors))]
 async fn branch(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -633,6 +666,8 @@ async fn branch(
     ))
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/rewind", tag = "sessions", params(("id" = String, Path, description = "The session id")), request_body = Rewind,
+    responses((status = 200, description = "The transcript after the rewind", body = Object), crate::server::openapi::BusyError, crate::server::openapi::OpenAiErrors))]
 async fn rewind(
     State(state): State<AppState>,
     Path(id): Path<String>,

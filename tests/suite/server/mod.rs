@@ -14,6 +14,7 @@ mod logit_bias;
 mod max_model_len;
 mod models;
 mod openai;
+mod openapi;
 mod pooled_embeddings;
 mod prefill;
 mod raw_text;

@@ -17,6 +17,12 @@ use output::{Head, ResponseStream};
 use request::{responses_request, ResponsesRequest};
 
 /// `POST /v1/responses`.
+#[utoipa::path(post, path = "/v1/responses", tag = "openai",
+    request_body = ResponsesRequest,
+    responses(
+        (status = 200, description = "A `response` object; with `stream: true` server-sent `response.*` events",
+         content((Object = "application/json"), (crate::server::openapi::SseEvent = "text/event-stream"))),
+        crate::server::openapi::OpenAiErrors))]
 pub async fn responses(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

@@ -25,7 +25,7 @@ use crate::server::request_fields::past_call;
 use crate::server::request_fields::{check_constraint, sampling, thinking_level, SamplingFields};
 
 /// The body of `POST /v1/responses` (fields this server does not use are accepted and ignored).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ResponsesRequest {
     pub model: String,
@@ -49,14 +49,14 @@ pub struct ResponsesRequest {
 }
 
 /// `text`: the output format.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct TextOptions {
     pub format: Option<Value>,
 }
 
 /// `reasoning`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct ReasoningOptions {
     pub effort: Option<String>,
