@@ -297,6 +297,27 @@ fn route(
     }
 }
 
+/// Appends `chunk` to `buf` with each CRLF as LF (a CR at its end stays: its LF may open the next chunk).
+fn append_lf(buf: &mut Vec<u8>, chunk: &[u8]) {
+    let mut i = 0;
+    while i < chunk.len() {
+        if !(chunk[i] == b'\r' && chunk.get(i + 1) == Some(&b'\n')) {
+            buf.push(chunk[i]);
+        }
+        i += 1;
+    }
+}
+
+/// Where the first blank line (`\n\n`) of `buf` starts, looking from just before `scanned` (what an earlier
+/// look already searched; its last byte may have been a CR since dropped, so two back).
+fn find_blank_line(buf: &[u8], scanned: usize) -> Option<usize> {
+    let from = scanned.saturating_sub(2);
+    buf.get(from..)?
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .map(|p| p + from)
+}
+
 /// A streamable-HTTP server.
 pub struct Http {
     client: reqwest::Client,
@@ -388,22 +409,26 @@ impl Http {
                 return serde_json::from_slice(&bytes)
                     .map_err(|e| Failure::Protocol(format!("the answer is not JSON: {e}")));
             }
-            let mut buf = String::new();
+            // Bytes until an event is whole: a character split across chunks is decoded once both halves came.
+            // Event streams may end lines with CRLF (uvicorn's do), possibly split across chunks.
+            let mut buf: Vec<u8> = Vec::new();
+            let mut scanned = 0;
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| Failure::Gone(e.to_string()))?;
-                buf.push_str(&String::from_utf8_lossy(&chunk));
+                if buf.last() == Some(&b'\r') && chunk.first() == Some(&b'\n') {
+                    buf.pop();
+                }
+                append_lf(&mut buf, &chunk);
                 if buf.len() > bounded::MAX_LINE {
                     return Err(Failure::Protocol(format!(
                         "the server's event stream went past {} MiB without ending an event",
                         bounded::MAX_LINE >> 20
                     )));
                 }
-                // Event streams may end lines with CRLF (uvicorn's do), possibly split across chunks.
-                if buf.contains('\r') {
-                    buf = buf.replace("\r\n", "\n");
-                }
-                while let Some(end) = buf.find("\n\n") {
-                    let event: String = buf.drain(..end + 2).collect();
+                while let Some(end) = find_blank_line(&buf, scanned) {
+                    scanned = 0;
+                    let event: Vec<u8> = buf.drain(..end + 2).collect();
+                    let event = String::from_utf8_lossy(&event);
                     let data: String = event
                         .lines()
                         .filter_map(|l| l.strip_prefix("data:"))
@@ -418,6 +443,7 @@ impl Http {
                         return Ok(v);
                     }
                 }
+                scanned = buf.len();
             }
             Err(Failure::Gone(
                 "the event stream ended without an answer".into(),
