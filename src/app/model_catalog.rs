@@ -31,8 +31,8 @@ fn puller(config: &Config) -> Result<Puller, ProviderError> {
     base.fetch.progress = false;
     let cap = config.engine.max_model_len;
     Ok(Arc::new(move |name: &str| {
-        let m = manifest::find(name).map_err(ProviderError::Engine)?;
-        fetch::fetch_manifest(&m, &base.fetch).map_err(ProviderError::Engine)?;
+        let m = manifest::find(name).map_err(ProviderError::from_engine)?;
+        fetch::fetch_manifest(&m, &base.fetch).map_err(ProviderError::from_engine)?;
         spec(&base, &m.name, None, cap, false)
     }))
 }

@@ -344,7 +344,8 @@ impl ProviderError {
     }
 
     /// The engine's errors: a too-long prompt is a context overflow, a bad request (sampling, tools, schemas,
-    /// `tool_choice`, `response_format`) an invalid request, anything else an engine error.
+    /// `tool_choice`, `response_format`) an invalid request, a name no manifest knows an unknown model, anything
+    /// else an engine error.
     pub fn from_engine(e: EngineError) -> Self {
         match e {
             EngineError::PromptTooLong { .. } | EngineError::KvCacheTooSmall { .. } => {
@@ -358,6 +359,10 @@ impl ProviderError {
                     message: e.to_string(),
                 }
             }
+            EngineError::UnknownModel { name, known } => ProviderError::UnknownModel {
+                model: name,
+                message: format!("known models: {}", known.join(", ")),
+            },
             other => ProviderError::Engine(other),
         }
     }

@@ -390,11 +390,11 @@ pub(crate) fn rope_freq_factors(
 }
 
 /// The largest sizes a model file may claim (well above every real model).
-const MAX_LAYERS: usize = 1024;
-const MAX_HEADS: usize = 1024;
-const MAX_HEAD_DIM: usize = 1024;
-const MAX_HIDDEN: usize = 1 << 17;
-const MAX_CONTEXT: usize = 1 << 24;
+pub(crate) const MAX_LAYERS: usize = 1024;
+pub(crate) const MAX_HEADS: usize = 1024;
+pub(crate) const MAX_HEAD_DIM: usize = 1024;
+pub(crate) const MAX_HIDDEN: usize = 1 << 17;
+pub(crate) const MAX_CONTEXT: usize = 1 << 24;
 /// `context_length × rope dims` at most (two f32 tables of this many halves: 1 GiB).
 const MAX_ROPE_VALUES: usize = 1 << 28;
 

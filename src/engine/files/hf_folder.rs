@@ -154,6 +154,7 @@ pub fn convert(folder: &Path, home: &Path) -> Result<PathBuf> {
     if out.is_file() {
         return Ok(out);
     }
+    check_config(folder, &config)?;
     let arch = Arch::of(folder, &config)?;
     let mut metadata = arch.metadata(folder, &config, &stem)?;
     metadata.extend(tokenizer_metadata(folder)?);
@@ -276,6 +277,63 @@ fn rope_factor_tensors(folder: &Path, c: &Json) -> Result<Vec<Planned>> {
         ],
         _ => Vec::new(),
     })
+}
+
+/// Refuses sizes no real model has before anything is computed or allocated from them (a folder's
+/// `config.json` is input from whoever made it): the same bounds as a GGUF file's.
+fn check_config(folder: &Path, c: &Json) -> Result<()> {
+    use crate::engine::arch::{MAX_CONTEXT, MAX_HEADS, MAX_HEAD_DIM, MAX_HIDDEN, MAX_LAYERS};
+    let limits = [
+        ("num_hidden_layers", &c["num_hidden_layers"], MAX_LAYERS),
+        ("num_attention_heads", &c["num_attention_heads"], MAX_HEADS),
+        ("num_key_value_heads", &c["num_key_value_heads"], MAX_HEADS),
+        ("head_dim", &c["head_dim"], MAX_HEAD_DIM),
+        ("hidden_size", &c["hidden_size"], MAX_HIDDEN),
+        ("intermediate_size", &c["intermediate_size"], 8 * MAX_HIDDEN),
+        (
+            "max_position_embeddings",
+            &c["max_position_embeddings"],
+            MAX_CONTEXT,
+        ),
+        ("vocab_size", &c["vocab_size"], 1 << 22),
+        (
+            "rope_scaling.original_max_position_embeddings",
+            &c["rope_scaling"]["original_max_position_embeddings"],
+            MAX_CONTEXT,
+        ),
+    ];
+    for (key, value, high) in limits {
+        if value.is_null() {
+            continue;
+        }
+        match value.as_u64() {
+            Some(v) if (1..=high as u64).contains(&v) => {}
+            _ => {
+                return Err(bad(
+                    folder,
+                    format!("config.json: {key} {value} is outside 1..={high}"),
+                ))
+            }
+        }
+    }
+    let heads = get_usize(c, "num_attention_heads").unwrap_or(1);
+    if get_usize(c, "hidden_size").is_some_and(|h| h / heads.max(1) > MAX_HEAD_DIM)
+        && c["head_dim"].is_null()
+    {
+        return Err(bad(
+            folder,
+            format!("config.json: a head width over {MAX_HEAD_DIM}"),
+        ));
+    }
+    if let Some(f) = c["partial_rotary_factor"].as_f64() {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(bad(
+                folder,
+                format!("config.json: partial_rotary_factor {f} is outside (0, 1]"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn get_usize(c: &Json, key: &str) -> Option<usize> {

@@ -7,6 +7,7 @@
 //! Each target runs `AGENTD_FUZZ_ITERS` inputs (default 1500: a few seconds in CI); `AGENTD_FUZZ_ITERS=200000
 //! cargo test --release --test all fuzz` is the long run. `AGENTD_FUZZ_SEED` changes the sequence.
 
+mod hf_config;
 mod mcp_replies;
 mod targets;
 

@@ -283,3 +283,47 @@ async fn the_servers_timings_fit_inside_the_clients_clock() {
         );
     }
 }
+
+/// `/api/pull` of a name no manifest knows is a 404 in Ollama's shape (it was a 500, found by the schema fuzzer),
+/// whole or streamed; a cached model pulls offline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pulling_an_unknown_model_is_a_404_in_ollamas_shape() {
+    let server = ServeProcess::start(&[]);
+    let (status, body) = post(
+        &format!("{}/api/pull", server.root),
+        &json!({"model": "no-such-model", "stream": false}),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(
+        message.contains("no-such-model") && message.contains("smollm2-135m-instruct"),
+        "{message}"
+    );
+    assert_eq!(body.as_object().unwrap().len(), 1, "{body}");
+
+    let resp = super::client()
+        .post(format!("{}/api/pull", server.root))
+        .json(&json!({"model": "no-such-model"}))
+        .send()
+        .await
+        .unwrap();
+    let lines: Vec<Value> = resp
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.last().unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .contains("no-such-model"));
+
+    let (status, body) = post(
+        &format!("{}/api/pull", server.root),
+        &json!({"model": "smollm2-135m-instruct", "stream": false}),
+    )
+    .await;
+    assert_eq!((status, body), (200, json!({"status": "success"})));
+}
