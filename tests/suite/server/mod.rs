@@ -22,6 +22,7 @@ mod reasoning;
 mod reliability;
 mod remote;
 mod sessions;
+mod stalled_readers;
 mod wire;
 
 use std::sync::Arc;
