@@ -5,8 +5,8 @@
   `n`/`best_of` above 2 become 2, an agent session's `max_turns` above 2 becomes 2.
 - `model` names the served model most of the time, so generated bodies get past the 404 of an unknown model to
   the door's own checks; one case in five keeps the generated name.
-- Ollama's streamed answers (`application/x-ndjson`) are read line by line: every line must be a JSON object;
-  the last one is what gets checked against the document.
+- Ollama's streamed answers (`application/x-ndjson`) are read line by line (split at "\n" only): every line must
+  be a JSON object; the last one is what gets checked against the document.
 - Every answer's status is counted into $AGENTD_FUZZ_STATS (JSON) for the test's summary.
 """
 
@@ -53,7 +53,9 @@ def map_body(context, body):
 @schemathesis.deserializer("application/x-ndjson")
 def ndjson(ctx, response):
     last = None
-    for line in response.content.decode("utf-8").splitlines():
+    # Lines end at "\n" only (as Ollama's clients split them): `str.splitlines` would also cut at U+0085 or
+    # U+2028 inside a JSON string.
+    for line in response.content.decode("utf-8").split("\n"):
         if not line.strip():
             continue
         last = json.loads(line)
