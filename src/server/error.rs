@@ -247,9 +247,9 @@ impl ApiError {
         .unwrap_or_else(|_| serde_json::json!({"type": "error"}))
     }
 
-    /// The body of this error in Ollama's shape: `{"error": "…"}`.
-    pub fn ollama_body(message: &str) -> serde_json::Value {
-        serde_json::to_value(OllamaError {
+    /// The body of an error in Ollama's shape: `{"error": "…"}`.
+    pub fn ollama_body(message: &str) -> String {
+        serde_json::to_string(&OllamaError {
             error: message.to_string(),
         })
         .unwrap_or_default()

@@ -58,94 +58,62 @@ pub async fn openapi_json() -> Response {
         .into_response()
 }
 
-/// The errors of the OpenAI-shaped doors (OpenAI, llama.cpp, sessions, the server's own routes).
-#[derive(utoipa::IntoResponses)]
-#[allow(dead_code)] // a declaration for the document; the answers are `ApiError`s
-pub enum OpenAiErrors {
-    /// Malformed JSON, a field of the wrong type or value (`param` names it), a prompt over the context.
-    #[response(status = 400)]
-    BadRequest(ErrorBody<'static>),
-    /// `--api-key` is set and the request has no key or the wrong one.
-    #[response(status = 401)]
-    Unauthorized(ErrorBody<'static>),
-    /// A foreign `Host` or `Origin`, or an agent session that may run commands on a server without a key.
-    #[response(status = 403)]
-    Forbidden(ErrorBody<'static>),
-    /// An unknown model (`code: model_not_found`) or session.
-    #[response(status = 404)]
-    NotFound(ErrorBody<'static>),
-    /// The body is larger than `--max-body-bytes`.
-    #[response(status = 413)]
-    TooLarge(ErrorBody<'static>),
-    /// A `Content-Type` that is not JSON.
-    #[response(status = 415)]
-    NotJson(ErrorBody<'static>),
-    /// Too many requests are queued, or the server is shutting down (`Retry-After` says when to retry).
-    #[response(status = 503)]
-    Unavailable(ErrorBody<'static>),
+/// One door's error answers, each in the door's body type `$body` (a declaration for the document: the answers
+/// themselves are `ApiError`s).
+macro_rules! door_errors {
+    ($(#[$doc:meta])* $name:ident, $body:ty) => {
+        $(#[$doc])*
+        #[derive(utoipa::IntoResponses)]
+        #[allow(dead_code)]
+        pub enum $name {
+            /// Malformed JSON, a field of the wrong type or value, a prompt over the context window.
+            #[response(status = 400)]
+            BadRequest($body),
+            /// `--api-key` is set and the request has no key or the wrong one.
+            #[response(status = 401)]
+            Unauthorized($body),
+            /// A foreign `Host` or `Origin`, or an agent session that may run commands on a server without a key.
+            #[response(status = 403)]
+            Forbidden($body),
+            /// An unknown model, session or route.
+            #[response(status = 404)]
+            NotFound($body),
+            /// The body is larger than `--max-body-bytes`.
+            #[response(status = 413)]
+            TooLarge($body),
+            /// A `Content-Type` that is not JSON.
+            #[response(status = 415)]
+            NotJson($body),
+            /// Too many requests are queued, or the server is shutting down (`Retry-After` says when to retry).
+            #[response(status = 503)]
+            Unavailable($body),
+        }
+    };
 }
 
-/// [`OpenAiErrors`] plus 409: the resource is busy (a session already running, a newer `/infill`).
+door_errors!(
+    /// The errors of the OpenAI-shaped doors (OpenAI, llama.cpp, sessions, the server's own routes).
+    OpenAiErrors,
+    ErrorBody<'static>
+);
+door_errors!(
+    /// The same failures in Anthropic's shape (`/v1/messages`).
+    AnthropicErrors,
+    AnthropicError
+);
+door_errors!(
+    /// The same failures in Ollama's shape (`/api/*`).
+    OllamaErrors,
+    OllamaError
+);
+
+/// 409 in OpenAI's shape: the resource is busy (a session already running, a newer `/infill`).
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)] // a declaration for the document
 pub enum BusyError {
-    #[response(status = 409)]
     /// The resource is busy: a session already running, or a newer `/infill` for the same document.
+    #[response(status = 409)]
     Conflict(ErrorBody<'static>),
-}
-
-/// The same failures in Anthropic's shape (`/v1/messages`).
-#[derive(utoipa::IntoResponses)]
-#[allow(dead_code)] // a declaration for the document
-pub enum AnthropicErrors {
-    /// Malformed JSON, a field of the wrong type or value, a prompt over the context window.
-    #[response(status = 400)]
-    BadRequest(AnthropicError),
-    /// `--api-key` is set and the request has no key or the wrong one.
-    #[response(status = 401)]
-    Unauthorized(AnthropicError),
-    /// A foreign `Host` or `Origin`, or a session that may run commands on a server without a key.
-    #[response(status = 403)]
-    Forbidden(AnthropicError),
-    /// An unknown model or route.
-    #[response(status = 404)]
-    NotFound(AnthropicError),
-    /// The body is larger than `--max-body-bytes`.
-    #[response(status = 413)]
-    TooLarge(AnthropicError),
-    /// A `Content-Type` that is not JSON.
-    #[response(status = 415)]
-    NotJson(AnthropicError),
-    /// Too many requests are queued, or the server is shutting down.
-    #[response(status = 503)]
-    Unavailable(AnthropicError),
-}
-
-/// The same failures in Ollama's shape (`/api/*`).
-#[derive(utoipa::IntoResponses)]
-#[allow(dead_code)] // a declaration for the document
-pub enum OllamaErrors {
-    /// Malformed JSON, a field of the wrong type or value, a prompt over the context window.
-    #[response(status = 400)]
-    BadRequest(OllamaError),
-    /// `--api-key` is set and the request has no key or the wrong one.
-    #[response(status = 401)]
-    Unauthorized(OllamaError),
-    /// A foreign `Host` or `Origin`, or a session that may run commands on a server without a key.
-    #[response(status = 403)]
-    Forbidden(OllamaError),
-    /// An unknown model or route.
-    #[response(status = 404)]
-    NotFound(OllamaError),
-    /// The body is larger than `--max-body-bytes`.
-    #[response(status = 413)]
-    TooLarge(OllamaError),
-    /// A `Content-Type` that is not JSON.
-    #[response(status = 415)]
-    NotJson(OllamaError),
-    /// Too many requests are queued, or the server is shutting down.
-    #[response(status = 503)]
-    Unavailable(OllamaError),
 }
 
 /// One server-sent event of a streamed answer (what a client's event parser yields): `data` is one JSON object

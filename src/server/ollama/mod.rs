@@ -57,7 +57,7 @@ impl From<ApiError> for OllamaError {
 impl IntoResponse for OllamaError {
     fn into_response(self) -> Response {
         let mut resp = self.0.clone().into_response();
-        let body = ApiError::ollama_body(&self.0.message).to_string();
+        let body = ApiError::ollama_body(&self.0.message);
         resp.headers_mut().remove(CONTENT_LENGTH);
         *resp.body_mut() = Body::from(body);
         resp
@@ -92,10 +92,7 @@ pub async fn error_shape(req: Request, next: Next) -> Response {
     parts
         .headers
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    Response::from_parts(
-        parts,
-        Body::from(ApiError::ollama_body(&message).to_string()),
-    )
+    Response::from_parts(parts, Body::from(ApiError::ollama_body(&message)))
 }
 
 /// The served model an Ollama name means: the name itself, or without its `:latest` tag; 404 in Ollama's words

@@ -262,6 +262,32 @@ pub async fn sse(resp: reqwest::Response) -> Vec<Value> {
     events
 }
 
+/// POSTs a streamed chat completion (`body` has `stream: true`) and reads it to its end, pausing `pause` after
+/// each event (a slow reader); whether it ended with `[DONE]`.
+pub async fn stream_chat(
+    http: &reqwest::Client,
+    root: &str,
+    body: &Value,
+    pause: std::time::Duration,
+) -> bool {
+    let resp = http
+        .post(format!("{root}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut reader = SseReader::new(resp);
+    let mut done = false;
+    while let Some(ev) = reader.next().await {
+        done |= ev == Value::String("[DONE]".into());
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    done
+}
+
 /// Incremental SSE reader over a response.
 pub struct SseReader {
     body: futures::stream::BoxStream<'static, reqwest::Result<axum::body::Bytes>>,

@@ -271,24 +271,13 @@ async fn closing_a_session_kills_its_background_jobs() {
     }
 }
 
-/// The server's resident memory in bytes (Linux).
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// 200 streaming chat clients on the real model, a third of them reading one event every 300 ms: every stream
 /// completes whole, the fast ones all finish while slow ones are still reading (no reader holds the engine
 /// back), and the server's memory stays bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_streams_of_which_a_third_read_slowly() {
     let server = ServeProcess::start(&[]);
-    let pid = server.child.id();
-    let before = rss_bytes(pid);
+    let before = server.rss_mb().unwrap();
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .build()
@@ -296,23 +285,13 @@ async fn two_hundred_streams_of_which_a_third_read_slowly() {
     let mut tasks = Vec::new();
     for i in 0..200usize {
         let http = http.clone();
-        let url = format!("{}/v1/chat/completions", server.root);
+        let root = server.root.clone();
         let slow = i % 3 == 0;
         tasks.push(tokio::spawn(async move {
             let body = json!({"messages": [{"role": "user", "content": format!("Count to five, number {i}.")}],
                               "max_tokens": 24, "temperature": 0, "stream": true});
-            let resp = http.post(&url).json(&body).send().await.unwrap();
-            assert_eq!(resp.status(), 200);
-            let mut reader = SseReader::new(resp);
-            let mut done = false;
-            while let Some(ev) = reader.next().await {
-                if ev == json!("[DONE]") {
-                    done = true;
-                }
-                if slow {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                }
-            }
+            let pause = Duration::from_millis(if slow { 300 } else { 0 });
+            let done = super::stream_chat(&http, &root, &body, pause).await;
             assert!(done, "stream {i} ended without [DONE]");
             (slow, std::time::Instant::now())
         }));
@@ -329,11 +308,11 @@ async fn two_hundred_streams_of_which_a_third_read_slowly() {
         last_fast < last_slow,
         "the fast readers finished only after the slow ones"
     );
-    let after = rss_bytes(pid);
-    eprintln!("server RSS before {before} bytes, after 200 streams {after} bytes");
+    let after = server.rss_mb().unwrap();
+    eprintln!("server RSS before {before:.0} MB, after 200 streams {after:.0} MB");
     assert!(
-        after < before + (1 << 30),
-        "the server grew from {before} to {after} bytes"
+        after < before + 1024.0,
+        "the server grew from {before:.0} to {after:.0} MB"
     );
     let (status, _) = super::get(&format!("{}/health", server.root)).await;
     assert_eq!(status, 200);

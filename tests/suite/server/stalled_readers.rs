@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{ServeProcess, SseReader};
+use super::ServeProcess;
 
 const STALLED: usize = 6;
 const TOKENS: usize = 400;
@@ -52,15 +52,6 @@ fn queues(local: u16, remote: u16) -> Option<(u64, u64)> {
     })
 }
 
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// The events of a whole HTTP/1.1 chunked SSE response read from `stream`: the data lines, `[DONE]` as a string.
 async fn read_all(stream: &mut tokio::net::TcpStream) -> (usize, Vec<Value>) {
     let mut bytes = Vec::new();
@@ -77,9 +68,8 @@ async fn read_all(stream: &mut tokio::net::TcpStream) -> (usize, Vec<Value>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_readers_of_answers_larger_than_socket_buffers_hold_nobody_back() {
     let server = ServeProcess::start(&[]);
-    let pid = server.child.id();
     let port: u16 = server.root.rsplit(':').next().unwrap().parse().unwrap();
-    let before = rss_bytes(pid);
+    let before = server.rss_mb().unwrap();
 
     let mut stalled = Vec::new();
     for i in 0..STALLED {
@@ -90,18 +80,11 @@ async fn stalled_readers_of_answers_larger_than_socket_buffers_hold_nobody_back(
     let mut fast = Vec::new();
     for i in 0..8usize {
         let http = http.clone();
-        let url = format!("{}/v1/chat/completions", server.root);
+        let root = server.root.clone();
         fast.push(tokio::spawn(async move {
             let body = json!({"messages": [{"role": "user", "content": format!("Say hello, number {i}.")}],
                               "max_tokens": 16, "temperature": 0, "stream": true});
-            let resp = http.post(&url).json(&body).send().await.unwrap();
-            assert_eq!(resp.status(), 200);
-            let mut reader = SseReader::new(resp);
-            let mut done = false;
-            while let Some(ev) = reader.next().await {
-                done |= ev == json!("[DONE]");
-            }
-            done
+            super::stream_chat(&http, &root, &body, Duration::ZERO).await
         }));
     }
     for f in fast {
@@ -131,7 +114,7 @@ async fn stalled_readers_of_answers_larger_than_socket_buffers_hold_nobody_back(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let during = rss_bytes(pid);
+    let during = server.rss_mb().unwrap();
     assert_eq!(
         filled, STALLED,
         "the stalled answers never filled their sockets"
@@ -166,10 +149,10 @@ async fn stalled_readers_of_answers_larger_than_socket_buffers_hold_nobody_back(
         );
         eprintln!("stalled stream {i}: {bytes} bytes, {tokens} tokens");
     }
-    eprintln!("server RSS before {before} bytes, with {STALLED} stalled answers {during} bytes");
+    eprintln!("server RSS before {before:.0} MB, with {STALLED} stalled answers {during:.0} MB");
     assert!(
-        during < before + (512 << 20),
-        "the server grew from {before} to {during} bytes"
+        during < before + 512.0,
+        "the server grew from {before:.0} to {during:.0} MB"
     );
     let (status, _) = super::get(&format!("{}/health", server.root)).await;
     assert_eq!(status, 200);
