@@ -4,6 +4,7 @@
 //! the engine settings mean the same in every door. A failure to get a backend is [`AppError::Backend`] with a
 //! message naming what to fix.
 
+use crate::provider::local::engine_error;
 use std::sync::Arc;
 
 use crate::config::{Config, ProviderKind};
@@ -269,7 +270,7 @@ pub fn build_provider(config: &Config) -> Result<BuiltProvider, ProviderError> {
             if config.engine.threads > 0 {
                 init_threads(Some(config.engine.threads));
             }
-            let engine = Engine::load(opts).map_err(ProviderError::Engine)?;
+            let engine = Engine::load(opts).map_err(engine_error)?;
             let local = LocalProvider::new(engine);
             (Arc::new(local.clone()), Some(local))
         }

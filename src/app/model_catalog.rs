@@ -4,6 +4,7 @@
 //! manifest's, or the GGUF header's for a file; capped by `max_model_len`), the memory it will take (the file
 //! and the KV cache), and a loader that starts its own engine.
 
+use crate::provider::local::engine_error;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -31,8 +32,8 @@ fn puller(config: &Config) -> Result<Puller, ProviderError> {
     base.fetch.progress = false;
     let cap = config.engine.max_model_len;
     Ok(Arc::new(move |name: &str| {
-        let m = manifest::find(name).map_err(ProviderError::from_engine)?;
-        fetch::fetch_manifest(&m, &base.fetch).map_err(ProviderError::from_engine)?;
+        let m = manifest::find(name).map_err(engine_error)?;
+        fetch::fetch_manifest(&m, &base.fetch).map_err(engine_error)?;
         spec(&base, &m.name, None, cap, false)
     }))
 }
@@ -92,7 +93,7 @@ fn spec(
     };
     let (own, mut aliases, window, file, mut details) = match &selector {
         ModelSelector::Name(n) => {
-            let m = manifest::find(n).map_err(ProviderError::Engine)?;
+            let m = manifest::find(n).map_err(engine_error)?;
             let file = fetch::cached_path(&base.fetch.home, &m);
             let header = gguf_header(&file);
             let details = ModelDetails {
@@ -183,7 +184,7 @@ fn spec(
 /// The loader of a chat or completion model: its own engine.
 fn chat_loader(opts: EngineOptions) -> Loader {
     Arc::new(move || {
-        let engine = Engine::load(opts.clone()).map_err(ProviderError::Engine)?;
+        let engine = Engine::load(opts.clone()).map_err(engine_error)?;
         if let Some(note) = &engine.info().device_note {
             tracing::warn!("{note}");
         }

@@ -167,7 +167,6 @@ pub fn generation_defaults(values: &[String]) -> anyhow::Result<agentd::provider
         serde_json::from_value(serde_json::Value::Object(merged))
             .context("--override-generation-config")?;
     sampling
-        .to_engine()
         .validate()
         .map_err(|e| anyhow::anyhow!("--override-generation-config: {e}"))?;
     Ok(sampling)

@@ -33,7 +33,6 @@ pub use router::{ModelRouter, ModelSpec, RouterOptions};
 pub use scripted::{ScriptStep, ScriptedProvider, ScriptedReply};
 pub use types::*;
 
-use crate::engine::EngineError;
 
 /// The events of one completion; see [`ProviderEvent`] for the order they come in.
 pub type ProviderStream = Pin<Box<dyn futures::Stream<Item = ProviderEvent> + Send>>;
@@ -255,10 +254,9 @@ pub enum ProviderError {
     /// The server sent something that is not the OpenAI streaming protocol (malformed SSE or JSON).
     #[error("malformed response from the server: {0}")]
     Protocol(String),
-    /// The local engine failed.
+    /// The local engine failed (its message).
     #[error("engine: {0}")]
-    // Not a `#[source]`: the message already holds the engine's (a chain would print it twice).
-    Engine(EngineError),
+    Engine(String),
     /// The request asks for something this provider cannot do (e.g. an unsupported tool schema).
     #[error("unsupported request: {0}")]
     Unsupported(String),
@@ -340,30 +338,6 @@ impl ProviderError {
             ProviderError::Internal(_) => ErrorKind::Internal,
             ProviderError::Busy(_) => ErrorKind::RateLimited,
             ProviderError::Load { .. } => ErrorKind::Engine,
-        }
-    }
-
-    /// The engine's errors: a too-long prompt is a context overflow, a bad request (sampling, tools, schemas,
-    /// `tool_choice`, `response_format`) an invalid request, a name no manifest knows an unknown model, anything
-    /// else an engine error.
-    pub fn from_engine(e: EngineError) -> Self {
-        match e {
-            EngineError::PromptTooLong { .. } | EngineError::KvCacheTooSmall { .. } => {
-                ProviderError::ContextOverflow {
-                    message: e.to_string(),
-                }
-            }
-            EngineError::InvalidSampling(_) | EngineError::EmptyPrompt | EngineError::Schema(_) => {
-                ProviderError::InvalidRequest {
-                    status: 400,
-                    message: e.to_string(),
-                }
-            }
-            EngineError::UnknownModel { name, known } => ProviderError::UnknownModel {
-                model: name,
-                message: format!("known models: {}", known.join(", ")),
-            },
-            other => ProviderError::Engine(other),
         }
     }
 }

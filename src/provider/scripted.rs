@@ -405,7 +405,7 @@ fn scripted_error(kind: ErrorKind, message: String) -> ProviderError {
             after: Duration::ZERO,
         },
         ErrorKind::Protocol => ProviderError::Protocol(message),
-        ErrorKind::Engine => ProviderError::Engine(crate::engine::EngineError::Internal(message)),
+        ErrorKind::Engine => ProviderError::Engine(message),
         ErrorKind::Unsupported => ProviderError::Unsupported(message),
         ErrorKind::Config => ProviderError::Config(message),
         ErrorKind::Cancelled => ProviderError::Cancelled,

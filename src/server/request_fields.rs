@@ -154,8 +154,8 @@ pub fn sampling(f: SamplingFields) -> Result<Sampling, ApiError> {
         seed,
         logit_bias,
     };
-    s.to_engine().validate().map_err(|e| {
-        let message = e.to_string();
+    s.validate().map_err(|e| {
+        let message = format!("invalid sampling parameter: {e}");
         match crate::server::error::sampling_param(&message) {
             Some(param) => ApiError::invalid_param(param, message),
             None => ApiError::bad_request(message),

@@ -6,6 +6,7 @@
 //! token list, a token id outside the vocabulary, and an input over the window without `truncate` are invalid
 //! requests naming the input.
 
+use super::engine_error;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -41,9 +42,9 @@ impl EncoderProvider {
         let folder = match model {
             ModelSelector::Path(p) => p.clone(),
             ModelSelector::Name(name) => {
-                let m = manifest::find(name).map_err(ProviderError::Engine)?;
+                let m = manifest::find(name).map_err(engine_error)?;
                 fetch::fetch_manifest(&m, fetch_options)
-                    .map_err(ProviderError::Engine)?
+                    .map_err(engine_error)?
                     .path
             }
         };
@@ -56,8 +57,8 @@ impl EncoderProvider {
         if let Some(note) = &selected.fallback_note {
             tracing::warn!("{note}");
         }
-        let encoder = Encoder::load(folder, &selected.device).map_err(ProviderError::Engine)?;
-        let handle = EncoderHandle::spawn(encoder).map_err(ProviderError::Engine)?;
+        let encoder = Encoder::load(folder, &selected.device).map_err(engine_error)?;
+        let handle = EncoderHandle::spawn(encoder).map_err(engine_error)?;
         Ok(Self {
             handle,
             id: id.into(),
@@ -133,7 +134,7 @@ pub(super) fn checked_inputs(
                          (shorten it, or ask for truncation)"
                     ),
                 },
-                other => ProviderError::Engine(other),
+                other => engine_error(other),
             }),
             EmbedInput::Tokens(ids) if ids.is_empty() => {
                 Err(invalid(format!("input[{i}] is an empty list of tokens")))
@@ -201,7 +202,7 @@ impl LocalProvider {
             .engine()
             .embed(ids)
             .await
-            .map_err(ProviderError::Engine)?;
+            .map_err(engine_error)?;
         Ok(Embeddings {
             model,
             vectors,
@@ -278,7 +279,7 @@ impl Provider for EncoderProvider {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let tokenizer = this.handle.tokenizer();
-            let tokens = tokenizer.ids(&text).map_err(ProviderError::Engine)?;
+            let tokens = tokenizer.ids(&text).map_err(engine_error)?;
             Ok(Tokenized {
                 token_strs: Some(tokenizer.token_strs(&tokens)),
                 tokens,
@@ -294,7 +295,7 @@ impl Provider for EncoderProvider {
         self.handle
             .tokenizer()
             .decode(tokens)
-            .map_err(ProviderError::Engine)
+            .map_err(engine_error)
     }
 
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, ProviderError> {
@@ -308,7 +309,7 @@ impl Provider for EncoderProvider {
             .handle
             .encode(ids)
             .await
-            .map_err(ProviderError::Engine)?;
+            .map_err(engine_error)?;
         Ok(Embeddings {
             model: named_or_default("", &self.models()),
             vectors,

@@ -13,10 +13,12 @@
 //! model only through [`Provider`].
 
 mod calls;
+mod convert;
 mod embed;
 mod infill;
 mod raw;
 
+pub use convert::{engine_error, sampling_params};
 pub use embed::EncoderProvider;
 
 use tokio_util::sync::CancellationToken;
@@ -167,7 +169,7 @@ impl Provider for LocalProvider {
                 drafts: s.spec_drafts.load(Relaxed),
                 draft_tokens: s.spec_draft_tokens.load(Relaxed),
                 accepted_tokens: s.spec_accepted_tokens.load(Relaxed),
-                accepted_per_pos: std::array::from_fn(|i| s.spec_accepted_per_pos[i].load(Relaxed)),
+                accepted_per_pos: s.spec_accepted_per_pos.iter().map(|n| n.load(Relaxed)).collect(),
             },
         })
     }
@@ -274,7 +276,7 @@ impl LocalProvider {
         let mut reasoning = ReasoningSplitter::new(think.clone());
         let gen = GenerateRequest {
             prompt,
-            sampling: request.sampling.to_engine(),
+            sampling: sampling_params(&request.sampling),
             max_tokens: request.max_tokens.map(|n| n as usize),
             stop: request.stop.clone(),
             logprobs: request.logprobs,
@@ -330,7 +332,7 @@ impl LocalProvider {
                         feed_pieces(pieces, &mut assembler, &mut calls, &mut out).and_then(|()| {
                             let deltas = assembler
                                 .finish(s.finish)
-                                .map_err(ProviderError::from_engine)?;
+                                .map_err(engine_error)?;
                             apply(deltas, &mut calls, &mut out);
                             Ok(())
                         });
@@ -353,7 +355,7 @@ impl LocalProvider {
                 }
                 GenerateEvent::Error(e) => {
                     let usage = Usage::new(input, output, 0);
-                    return out.fail(&ProviderError::from_engine(e), usage);
+                    return out.fail(&engine_error(e), usage);
                 }
             }
         }
@@ -371,7 +373,7 @@ fn feed(
     if text.is_empty() {
         return Ok(());
     }
-    let deltas = assembler.push(text).map_err(ProviderError::from_engine)?;
+    let deltas = assembler.push(text).map_err(engine_error)?;
     apply(deltas, calls, out);
     Ok(())
 }
@@ -444,14 +446,14 @@ pub fn render_prompt(
         format,
         request.thinking.map(|t| t != Thinking::Off),
     )
-    .map_err(ProviderError::from_engine)?;
+    .map_err(engine_error)?;
     // An assistant prefill: the reply's start, after the generation prompt, as plain text (a control token's
     // text in it stays text, as in any message).
     if let Some(text) = prefill {
         ids.extend(
             tokenizer
                 .encode(text, false)
-                .map_err(ProviderError::from_engine)?,
+                .map_err(engine_error)?,
         );
     }
     Ok(ids)

@@ -3,6 +3,7 @@
 //! Also [`EngineEvents`], the generation-event reader both completion kinds share (cancellation with a grace
 //! period for the engine's exact usage).
 
+use super::{engine_error, sampling_params};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
@@ -58,7 +59,7 @@ impl LocalProvider {
     /// `add_special_tokens` is set.
     fn text_tokens(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ProviderError> {
         let tok = self.engine.tokenizer();
-        let ids = tok.encode(text, true).map_err(ProviderError::from_engine)?;
+        let ids = tok.encode(text, true).map_err(engine_error)?;
         Ok(match add_special_tokens {
             true => tok.with_bos(ids),
             false => ids,
@@ -156,7 +157,7 @@ impl LocalProvider {
         stop.extend(plan.stop);
         let gen = GenerateRequest {
             prompt: plan.tokens,
-            sampling: request.sampling.to_engine(),
+            sampling: sampling_params(&request.sampling),
             max_tokens: request.max_tokens.map(|n| n as usize),
             stop,
             stop_tokens: plan.stop_tokens,
@@ -218,7 +219,7 @@ impl LocalProvider {
                 }
                 GenerateEvent::Error(e) => {
                     let usage = Usage::new(input, output, 0);
-                    return out.fail(&ProviderError::from_engine(e), usage);
+                    return out.fail(&engine_error(e), usage);
                 }
             }
         }

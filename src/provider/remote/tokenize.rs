@@ -3,6 +3,7 @@
 //! model (`remote.tokenizer`), else [`estimate_tokens`] marked `exact: false`. Also the server's own
 //! `/tokenize` and `/detokenize` for the API routes of the same names.
 
+use super::super::local::engine_error;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -29,11 +30,11 @@ impl LocalTokenizer {
     /// The template is the GGUF's, as the engine renders it.
     fn load(spec: &str) -> Result<Self, ProviderError> {
         let resolved = fetch::resolve(&ModelSelector::parse(spec), &FetchOptions::default())
-            .map_err(ProviderError::Engine)?;
-        let gguf = GgufFile::open(&resolved.path).map_err(ProviderError::Engine)?;
-        let tokenizer = Tokenizer::from_gguf(&gguf).map_err(ProviderError::Engine)?;
+            .map_err(engine_error)?;
+        let gguf = GgufFile::open(&resolved.path).map_err(engine_error)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf).map_err(engine_error)?;
         // The same template the engine uses for this file.
-        let template = ChatTemplate::from_gguf_metadata(&gguf).map_err(ProviderError::Engine)?;
+        let template = ChatTemplate::from_gguf_metadata(&gguf).map_err(engine_error)?;
         let format = resolved
             .manifest
             .as_ref()

@@ -17,7 +17,6 @@ pub use infill::{Infill, InfillFile};
 use super::{ResponseFormat, ToolChoice, ToolSpec};
 
 mod embed;
-use crate::engine::SamplingParams;
 pub use embed::{EmbedInput, EmbedRequest, Embeddings, MAX_EMBED_INPUTS};
 
 /// One message of the conversation the model sees (the system prompt travels separately, in
@@ -343,30 +342,57 @@ impl Sampling {
         }
     }
 
-    /// The engine's parameters: set fields override the defaults. A request that leaves the truncation unset
-    /// gets llama.cpp server's (`top_k` 40, `top_p` 0.95, `min_p` 0.05) rather than the whole distribution: at the
-    /// default temperature a small model sampling its long tail derails tool calls (Qwen2.5-Coder-0.5B wrote its
-    /// tool list back as text, or `"limit": 5000000`).
-    pub fn to_engine(&self) -> SamplingParams {
-        let d = SamplingParams::default();
-        SamplingParams {
-            temperature: self.temperature.unwrap_or(d.temperature),
-            top_k: self.top_k.map_or(DEFAULT_TOP_K, |k| k as usize),
-            top_p: self.top_p.unwrap_or(DEFAULT_TOP_P),
-            min_p: self.min_p.unwrap_or(DEFAULT_MIN_P),
-            repetition_penalty: self.repetition_penalty.unwrap_or(d.repetition_penalty),
-            repeat_last_n: d.repeat_last_n,
-            presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
-            frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
-            seed: self.seed.or(d.seed),
-            logit_bias: self
-                .logit_bias
-                .as_ref()
-                .map(|m| m.iter().map(|(&id, &b)| (id, b)).collect())
-                .unwrap_or_default(),
+    /// Checks every set value against the ranges the OpenAI and vLLM APIs allow (an unset one takes a valid
+    /// default), so every provider refuses the same requests with the same message.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(t) = self.temperature {
+            if !t.is_finite() || t < 0.0 {
+                return Err(format!("temperature must be a finite number >= 0, got {t}"));
+            }
         }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(format!("top_p must be in (0, 1], got {p}"));
+            }
+        }
+        if let Some(p) = self.min_p {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("min_p must be in [0, 1], got {p}"));
+            }
+        }
+        if let Some(r) = self.repetition_penalty {
+            if !REPETITION_PENALTY_RANGE.contains(&r) {
+                return Err(format!(
+                    "repetition_penalty must be in [{}, {}] (1 disables it), got {r}",
+                    REPETITION_PENALTY_RANGE.start(),
+                    REPETITION_PENALTY_RANGE.end()
+                ));
+            }
+        }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if let Some(v) = v.filter(|v| !(-2.0..=2.0).contains(v)) {
+                return Err(format!("{name} must be in [-2, 2], got {v}"));
+            }
+        }
+        let biases = self.logit_bias.iter().flatten();
+        if let Some((id, b)) = biases.into_iter().find(|(_, b)| !LOGIT_BIAS_RANGE.contains(b)) {
+            return Err(format!(
+                "logit_bias values must be in [{}, {}], got {b} for token {id}",
+                LOGIT_BIAS_RANGE.start(),
+                LOGIT_BIAS_RANGE.end()
+            ));
+        }
+        Ok(())
     }
 }
+
+/// `repetition_penalty`'s allowed values (a divisor of positive logits: it must stay positive).
+pub const REPETITION_PENALTY_RANGE: std::ops::RangeInclusive<f32> = 0.01..=100.0;
+/// `logit_bias`'s allowed values (OpenAI's).
+pub const LOGIT_BIAS_RANGE: std::ops::RangeInclusive<f32> = -100.0..=100.0;
 
 /// One request to a model.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -651,7 +677,7 @@ pub struct PrefixCacheCounts {
 }
 
 /// What a batching engine is doing now (vLLM's scheduler gauges).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EngineLoad {
     /// Sequences in the running batch.
     pub running: u64,
@@ -667,7 +693,7 @@ pub struct EngineLoad {
 }
 
 /// Speculative decoding's counters (vLLM's `vllm:spec_decode_*`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecDecodeCounts {
     /// Verify steps that carried drafts, counted per sequence.
     pub drafts: u64,
@@ -676,7 +702,7 @@ pub struct SpecDecodeCounts {
     /// Draft tokens accepted.
     pub accepted_tokens: u64,
     /// Draft tokens accepted at each position of a draft (0 = the first).
-    pub accepted_per_pos: [u64; crate::engine::MAX_SPECULATIVE_TOKENS],
+    pub accepted_per_pos: Vec<u64>,
 }
 
 /// A prompt's size in tokens. `exact: false` marks an estimate (no tokenizer for the model was available).

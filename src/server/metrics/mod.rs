@@ -158,7 +158,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // With a batching engine behind it, "running" is its batch and "waiting" counts both queues: the server's
     // (requests not yet admitted) and the engine's (admitted, waiting for a batch slot or KV blocks).
     let load = state.provider.engine_load();
-    let (running, waiting) = match load {
+    let (running, waiting) = match &load {
         Some(l) => (
             l.running as usize,
             state.admission.waiting() + l.waiting as usize,
