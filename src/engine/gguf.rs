@@ -11,11 +11,15 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::GgmlDType;
 
 use crate::engine::error::{EngineError, Result};
+pub use crate::engine::text::gguf_meta::MetaValue;
+use crate::engine::text::gguf_meta::{GgufMetadata, Metadata};
 
 /// An opened GGUF file: its parsed header (metadata + tensor index) and the path to read tensors from.
 pub struct GgufFile {
     pub path: PathBuf,
     pub content: Content,
+    /// The metadata in the text layer's types (the tokenizer and template read it through [`Metadata`]).
+    meta: GgufMetadata,
     /// The file mapped read-only, once asked for ([`GgufFile::mapped`]).
     map: Mutex<Option<Arc<memmap2::Mmap>>>,
 }
@@ -165,9 +169,16 @@ impl GgufFile {
                 format!("truncated: tensors need {needed} bytes but the file has {file_len}"),
             ));
         }
+        let meta = GgufMetadata::from_values(
+            content
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), meta_value(v))),
+        );
         Ok(Self {
             path: path.to_path_buf(),
             content,
+            meta,
             map: Mutex::new(None),
         })
     }
@@ -219,76 +230,45 @@ impl GgufFile {
         Ok(SharedBytes::new(Owner::Map(map), range))
     }
 
-    pub fn get(&self, key: &str) -> Result<&Value> {
-        self.content
-            .metadata
-            .get(key)
-            .ok_or_else(|| EngineError::MissingMetadata { key: key.into() })
+    pub fn get(&self, key: &str) -> Result<&MetaValue> {
+        self.meta.value(key).ok_or_else(|| missing(key))
     }
 
     pub fn has(&self, key: &str) -> bool {
-        self.content.metadata.contains_key(key)
+        self.meta.has(key)
     }
 
     pub fn get_str(&self, key: &str) -> Result<&str> {
-        self.get(key)?
-            .to_string()
-            .map(|s| s.as_str())
-            .map_err(|_| missing(key))
+        self.meta.get_str(key)
     }
 
     pub fn get_u32(&self, key: &str) -> Result<u32> {
-        let v = self.get(key)?;
-        // Integer metadata is stored with various widths in the wild; accept any non-negative integer.
-        let n = match v {
-            Value::U8(x) => *x as u64,
-            Value::U16(x) => *x as u64,
-            Value::U32(x) => *x as u64,
-            Value::U64(x) => *x,
-            Value::I8(x) if *x >= 0 => *x as u64,
-            Value::I16(x) if *x >= 0 => *x as u64,
-            Value::I32(x) if *x >= 0 => *x as u64,
-            Value::I64(x) if *x >= 0 => *x as u64,
-            _ => return Err(missing(key)),
-        };
-        u32::try_from(n).map_err(|_| missing(key))
+        self.meta.get_u32(key)
     }
 
     pub fn get_f32(&self, key: &str) -> Result<f32> {
-        match self.get(key)? {
-            Value::F32(x) => Ok(*x),
-            Value::F64(x) => Ok(*x as f32),
-            _ => Err(missing(key)),
-        }
+        self.get(key)?.as_f32().ok_or_else(|| missing(key))
     }
 
     pub fn get_bool(&self, key: &str) -> Result<bool> {
-        self.get(key)?.to_bool().map_err(|_| missing(key))
+        self.meta.get_bool(key)
     }
 
-    pub fn get_array(&self, key: &str) -> Result<&Vec<Value>> {
-        self.get(key)?.to_vec().map_err(|_| missing(key))
+    pub fn get_array(&self, key: &str) -> Result<&[MetaValue]> {
+        self.meta.get_values(key)
     }
 
     pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>> {
-        self.get_array(key)?
-            .iter()
-            .map(|v| v.to_string().map(|s| s.as_str()).map_err(|_| missing(key)))
-            .collect()
+        self.meta.get_str_array(key)
     }
 
     pub fn get_i32_array(&self, key: &str) -> Result<Vec<i32>> {
-        self.get_array(key)?
-            .iter()
-            .map(|v| match v {
-                Value::I32(x) => Ok(*x),
-                Value::U32(x) => Ok(*x as i32),
-                Value::I8(x) => Ok(*x as i32),
-                Value::U8(x) => Ok(*x as i32),
-                Value::I64(x) => Ok(*x as i32),
-                _ => Err(missing(key)),
-            })
-            .collect()
+        self.meta.get_i32_array(key)
+    }
+
+    /// The metadata alone, as the text layer reads it.
+    pub fn metadata(&self) -> &GgufMetadata {
+        &self.meta
     }
 
     /// `general.architecture`, e.g. `llama` or `qwen2`.
@@ -317,6 +297,31 @@ fn tensor_bytes(info: &candle_core::quantized::gguf_file::TensorInfo) -> Option<
         return None;
     }
     (elems / block).checked_mul(info.ggml_dtype.type_size())
+}
+
+impl Metadata for GgufFile {
+    fn value(&self, key: &str) -> Option<&MetaValue> {
+        self.meta.value(key)
+    }
+}
+
+/// candle's value as the text layer's.
+fn meta_value(v: &Value) -> MetaValue {
+    match v {
+        Value::U8(x) => MetaValue::U8(*x),
+        Value::I8(x) => MetaValue::I8(*x),
+        Value::U16(x) => MetaValue::U16(*x),
+        Value::I16(x) => MetaValue::I16(*x),
+        Value::U32(x) => MetaValue::U32(*x),
+        Value::I32(x) => MetaValue::I32(*x),
+        Value::U64(x) => MetaValue::U64(*x),
+        Value::I64(x) => MetaValue::I64(*x),
+        Value::F32(x) => MetaValue::F32(*x),
+        Value::F64(x) => MetaValue::F64(*x),
+        Value::Bool(x) => MetaValue::Bool(*x),
+        Value::String(x) => MetaValue::String(x.clone()),
+        Value::Array(items) => MetaValue::Array(items.iter().map(meta_value).collect()),
+    }
 }
 
 fn missing(key: &str) -> EngineError {

@@ -11,9 +11,10 @@
 //! arch/        what an architecture is: DecoderConfig, per-family hyper-parameters, the one weight loader
 //! encoder/     text encoders (BERT folders) → one vector per text, on their own thread → device, error
 //! files/       where a model file comes from: manifest, fetch, sources, staging, HF folders, synth → arch, text
-//! text/        tokens ↔ text, no weights: tokenizer, template, chat prompt, reasoning, detok
+//! text/        tokens ↔ text, no weights: tokenizer, template, chat prompt, reasoning, detok, GGUF metadata
 //! request.rs   requests, events, FinishReason, validation; parity.rs  logits against a reference model
-//! leaves:      error, device, gguf, sampler, speculative (drafting rules), call_format (tool-call formats)
+//! gguf.rs      a GGUF's tensors, mapped; its metadata in text's types                → text
+//! leaves:      error, device, sampler, speculative (drafting rules), call_format (tool-call formats)
 //! ```
 //!
 //! **The engine's API is the list of names re-exported below**, plus two public concerns, `files` (resolving,
@@ -85,6 +86,7 @@ pub use text::fim::{
     indent_cut as fim_indent_cut, layout as fim_layout, suffix_stops as fim_suffix_stops,
     ExtraFile as FimExtraFile, FimBudget, FimInput, FimPrompt, FimTokens,
 };
+pub use text::gguf_meta::{GgufMetadata, MetaValue, Metadata};
 pub use text::reasoning::{Piece as ReasoningPiece, ReasoningSplitter};
 pub use text::render_budget::BudgetAllocator;
 pub use text::template::ChatTemplate;

@@ -33,7 +33,6 @@ pub use router::{ModelRouter, ModelSpec, RouterOptions};
 pub use scripted::{ScriptStep, ScriptedProvider, ScriptedReply};
 pub use types::*;
 
-
 /// The events of one completion; see [`ProviderEvent`] for the order they come in.
 pub type ProviderStream = Pin<Box<dyn futures::Stream<Item = ProviderEvent> + Send>>;
 

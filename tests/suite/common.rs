@@ -74,3 +74,14 @@ pub fn qwen_engine() -> &'static agentd::engine::Engine {
     static ENGINE: std::sync::OnceLock<agentd::engine::Engine> = std::sync::OnceLock::new();
     ENGINE.get_or_init(|| cpu_engine(qwen_path()))
 }
+
+/// A GGUF's metadata, every key and value sorted, as text (NaN equals NaN there).
+pub fn metadata_listing(m: &agentd::engine::GgufMetadata) -> Vec<String> {
+    use agentd::engine::Metadata;
+    let mut out: Vec<String> = m
+        .keys()
+        .map(|k| format!("{k} = {:?}", m.value(k)))
+        .collect();
+    out.sort();
+    out
+}

@@ -404,3 +404,37 @@ fn sentencepiece_tokenizer_json_converts_like_sentencepiece() {
         ) >= 40
     );
 }
+
+/// The text layer's own GGUF reader (no tensor library) reads the same metadata as the engine's, key for key,
+/// on real files, and the tokenizer built from it encodes alike.
+#[test]
+fn the_standalone_metadata_reader_agrees_with_the_engines_on_real_files() {
+    use agentd::engine::GgufMetadata;
+    for path in [
+        common::smollm2_path(),
+        common::qwen_path(),
+        common::gemma_path(),
+    ] {
+        let engine = GgufFile::open(&path).unwrap();
+        let standalone = GgufMetadata::open(&path).unwrap();
+        let listing = common::metadata_listing;
+        let expected = listing(engine.metadata());
+        assert!(
+            expected.len() > 15,
+            "{}: {} keys",
+            path.display(),
+            expected.len()
+        );
+        assert_eq!(expected, listing(&standalone), "{}", path.display());
+        let text = "def add(a, b):\n    return a + b  # <|im_start|> wörld 12345";
+        let a = Tokenizer::from_gguf(&engine)
+            .unwrap()
+            .encode(text, true)
+            .unwrap();
+        let b = Tokenizer::from_gguf(&standalone)
+            .unwrap()
+            .encode(text, true)
+            .unwrap();
+        assert_eq!(a, b, "{}", path.display());
+    }
+}

@@ -10,7 +10,7 @@
 //! `rope.scaling.factor`. q·k is scaled by `1/sqrt(key_length)` (by `1/sqrt(hidden/heads)` for the 62-layer 27B).
 //! `final_logit_softcapping` caps the logits when present.
 
-use candle_core::quantized::gguf_file::Value;
+use crate::engine::gguf::MetaValue as Value;
 
 use super::{opt_f32, Activation, Architecture, DecoderConfig, RopeStyle, SlidingWindow};
 use crate::engine::error::{EngineError, Result};

@@ -10,7 +10,7 @@
 //! at the exact token and needs `--cache-reuse` to shift the cached chunks).
 
 use crate::engine::error::Result;
-use crate::engine::gguf::GgufFile;
+use crate::engine::text::gguf_meta::Metadata;
 
 /// A cut prefix starts at a multiple of this many lines.
 pub const CUT_STEP_LINES: usize = 32;
@@ -70,7 +70,7 @@ const SEP: &[&str] = &["<|file_sep|>", "<fim-sep>", "<file_sep>"];
 impl FimTokens {
     /// The FIM tokens of `tokens` (the vocabulary by id): the GGUF's ids where it names them, else the first
     /// known text present. `None` unless prefix, suffix and middle are all there.
-    pub(crate) fn detect(gguf: &GgufFile, tokens: &[String]) -> Result<Option<Self>> {
+    pub(crate) fn detect(gguf: &impl Metadata, tokens: &[String]) -> Result<Option<Self>> {
         let n = tokens.len();
         let by_key = |keys: &[&str]| -> Result<Option<u32>> {
             for key in keys {

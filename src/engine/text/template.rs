@@ -25,7 +25,7 @@ use minijinja::value::{Kwargs, Serde, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State};
 
 use crate::engine::error::{EngineError, Result};
-use crate::engine::gguf::GgufFile;
+use crate::engine::text::gguf_meta::Metadata;
 use crate::engine::text::render_budget::{self, Exceeded};
 use crate::engine::text::tokenizer::Tokenizer;
 
@@ -105,12 +105,12 @@ impl ChatTemplate {
 
     /// The GGUF's `tokenizer.chat_template` (ChatML when it has none), with the BOS/EOS token texts looked up in
     /// `tokenizer.ggml.tokens`. Reads the metadata directly, so it does not depend on the tokenizer's state.
-    pub fn from_gguf(gguf: &GgufFile, _tok: &Tokenizer) -> Result<Self> {
+    pub fn from_gguf(gguf: &impl Metadata, _tok: &Tokenizer) -> Result<Self> {
         Self::from_gguf_metadata(gguf)
     }
 
     /// [`from_gguf`](Self::from_gguf) without a tokenizer: everything it needs is in the GGUF's metadata.
-    pub fn from_gguf_metadata(gguf: &GgufFile) -> Result<Self> {
+    pub fn from_gguf_metadata(gguf: &impl Metadata) -> Result<Self> {
         let source = if gguf.has("tokenizer.chat_template") {
             gguf.get_str("tokenizer.chat_template")?
         } else {
@@ -121,7 +121,7 @@ impl ChatTemplate {
     }
 
     /// `source` (a template given by the user or a manifest) with the GGUF's BOS/EOS token texts.
-    pub fn from_gguf_with(gguf: &GgufFile, source: &str) -> Result<Self> {
+    pub fn from_gguf_with(gguf: &impl Metadata, source: &str) -> Result<Self> {
         let tokens = gguf.get_str_array("tokenizer.ggml.tokens")?;
         let bos = special_token_text(gguf, &tokens, "tokenizer.ggml.bos_token_id")?;
         let eos = special_token_text(gguf, &tokens, "tokenizer.ggml.eos_token_id")?;
@@ -219,7 +219,11 @@ impl ChatTemplate {
 }
 
 /// The text of the token whose id is stored under `id_key`; empty when the GGUF has no such id.
-fn special_token_text<'a>(gguf: &GgufFile, tokens: &[&'a str], id_key: &str) -> Result<&'a str> {
+fn special_token_text<'a>(
+    gguf: &impl Metadata,
+    tokens: &[&'a str],
+    id_key: &str,
+) -> Result<&'a str> {
     if !gguf.has(id_key) {
         return Ok("");
     }

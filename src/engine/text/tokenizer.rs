@@ -22,8 +22,8 @@ use tokenizers::{
 };
 
 use crate::engine::error::{EngineError, Result};
-use crate::engine::gguf::GgufFile;
 use crate::engine::text::fim::FimTokens;
+use crate::engine::text::gguf_meta::Metadata;
 use crate::engine::text::spm::SpmVocab;
 
 /// The `tokenizer.ggml.pre` values [`pretokenizer_for`] implements (llama.cpp's names and aliases).
@@ -198,7 +198,7 @@ enum Fragment<'a> {
 
 impl Tokenizer {
     /// Builds the tokenizer from `tokenizer.ggml.{model,pre,tokens,token_type,merges}` and the special-token ids.
-    pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
+    pub fn from_gguf(gguf: &impl Metadata) -> Result<Self> {
         let model = gguf.get_str("tokenizer.ggml.model")?;
         let sentencepiece = match model {
             "gpt2" => false,
@@ -694,16 +694,14 @@ fn add_added_tokens(hf: &mut tokenizers::Tokenizer, tokens: &[String], types: &[
 }
 
 /// `tokenizer.ggml.scores`, one per token (SentencePiece merges by them).
-fn sentencepiece_scores(gguf: &GgufFile, n: usize) -> Result<Vec<f32>> {
-    let raw = gguf.get_array("tokenizer.ggml.scores")?;
+fn sentencepiece_scores(gguf: &impl Metadata, n: usize) -> Result<Vec<f32>> {
+    let raw = gguf.get_values("tokenizer.ggml.scores")?;
     let scores: Vec<f32> = raw
         .iter()
-        .map(|v| match v {
-            candle_core::quantized::gguf_file::Value::F32(x) => Ok(*x),
-            candle_core::quantized::gguf_file::Value::F64(x) => Ok(*x as f32),
-            other => Err(EngineError::Tokenizer(format!(
-                "tokenizer.ggml.scores holds {other:?}, not numbers"
-            ))),
+        .map(|v| {
+            v.as_f32().ok_or_else(|| {
+                EngineError::Tokenizer(format!("tokenizer.ggml.scores holds {v:?}, not numbers"))
+            })
         })
         .collect::<Result<_>>()?;
     if scores.len() < n {
@@ -775,7 +773,7 @@ fn byte_level_decode(text: &str, alphabet: &[Option<u8>]) -> Option<Vec<u8>> {
 }
 
 /// An optional token-id key: absent is `None`; out of the vocabulary is ignored with a warning, as llama.cpp does.
-fn optional_id(gguf: &GgufFile, key: &str, n_tokens: usize) -> Result<Option<u32>> {
+fn optional_id(gguf: &impl Metadata, key: &str, n_tokens: usize) -> Result<Option<u32>> {
     if !gguf.has(key) {
         return Ok(None);
     }

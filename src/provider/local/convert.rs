@@ -82,18 +82,43 @@ mod tests {
         let mut checked = 0;
         for v in values {
             let settings = [
-                Sampling { temperature: Some(v), ..Sampling::default() },
-                Sampling { top_p: Some(v), ..Sampling::default() },
-                Sampling { min_p: Some(v), ..Sampling::default() },
-                Sampling { repetition_penalty: Some(v), ..Sampling::default() },
-                Sampling { presence_penalty: Some(v), ..Sampling::default() },
-                Sampling { frequency_penalty: Some(v), ..Sampling::default() },
-                Sampling { logit_bias: Some(BTreeMap::from([(7, v)])), ..Sampling::default() },
+                Sampling {
+                    temperature: Some(v),
+                    ..Sampling::default()
+                },
+                Sampling {
+                    top_p: Some(v),
+                    ..Sampling::default()
+                },
+                Sampling {
+                    min_p: Some(v),
+                    ..Sampling::default()
+                },
+                Sampling {
+                    repetition_penalty: Some(v),
+                    ..Sampling::default()
+                },
+                Sampling {
+                    presence_penalty: Some(v),
+                    ..Sampling::default()
+                },
+                Sampling {
+                    frequency_penalty: Some(v),
+                    ..Sampling::default()
+                },
+                Sampling {
+                    logit_bias: Some(BTreeMap::from([(7, v)])),
+                    ..Sampling::default()
+                },
             ];
             for s in settings {
                 let provider = s.validate();
                 let engine = sampling_params(&s).validate();
-                assert_eq!(provider.is_ok(), engine.is_ok(), "{s:?}: {provider:?} vs {engine:?}");
+                assert_eq!(
+                    provider.is_ok(),
+                    engine.is_ok(),
+                    "{s:?}: {provider:?} vs {engine:?}"
+                );
                 if let (Err(p), Err(e)) = (&provider, &engine) {
                     assert!(e.to_string().ends_with(p.as_str()), "{p} vs {e}");
                 }
@@ -107,10 +132,22 @@ mod tests {
     #[test]
     fn engine_errors_keep_their_kind() {
         let e = engine_error(EngineError::EmptyPrompt);
-        assert!(matches!(e, ProviderError::InvalidRequest { status: 400, .. }), "{e:?}");
-        let e = engine_error(EngineError::UnknownModel { name: "x".into(), known: vec!["a".into()] });
-        assert!(matches!(&e, ProviderError::UnknownModel { model, .. } if model == "x"), "{e:?}");
+        assert!(
+            matches!(e, ProviderError::InvalidRequest { status: 400, .. }),
+            "{e:?}"
+        );
+        let e = engine_error(EngineError::UnknownModel {
+            name: "x".into(),
+            known: vec!["a".into()],
+        });
+        assert!(
+            matches!(&e, ProviderError::UnknownModel { model, .. } if model == "x"),
+            "{e:?}"
+        );
         let e = engine_error(EngineError::Internal("broke".into()));
-        assert!(matches!(&e, ProviderError::Engine(m) if m.contains("broke")), "{e:?}");
+        assert!(
+            matches!(&e, ProviderError::Engine(m) if m.contains("broke")),
+            "{e:?}"
+        );
     }
 }

@@ -198,11 +198,7 @@ impl LocalProvider {
         .await
         .map_err(|e| ProviderError::Internal(format!("the tokenizing task failed: {e}")))??;
         let prompt_tokens = ids.iter().map(|s| s.len() as u64).sum();
-        let vectors = self
-            .engine()
-            .embed(ids)
-            .await
-            .map_err(engine_error)?;
+        let vectors = self.engine().embed(ids).await.map_err(engine_error)?;
         Ok(Embeddings {
             model,
             vectors,
@@ -292,10 +288,7 @@ impl Provider for EncoderProvider {
 
     async fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, ProviderError> {
         self.check_model(model)?;
-        self.handle
-            .tokenizer()
-            .decode(tokens)
-            .map_err(engine_error)
+        self.handle.tokenizer().decode(tokens).map_err(engine_error)
     }
 
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, ProviderError> {
@@ -305,11 +298,7 @@ impl Provider for EncoderProvider {
             .await
             .map_err(|e| ProviderError::Internal(format!("the tokenizing task failed: {e}")))??;
         let prompt_tokens = ids.iter().map(|s| s.len() as u64).sum();
-        let vectors = self
-            .handle
-            .encode(ids)
-            .await
-            .map_err(engine_error)?;
+        let vectors = self.handle.encode(ids).await.map_err(engine_error)?;
         Ok(Embeddings {
             model: named_or_default("", &self.models()),
             vectors,

@@ -169,7 +169,11 @@ impl Provider for LocalProvider {
                 drafts: s.spec_drafts.load(Relaxed),
                 draft_tokens: s.spec_draft_tokens.load(Relaxed),
                 accepted_tokens: s.spec_accepted_tokens.load(Relaxed),
-                accepted_per_pos: s.spec_accepted_per_pos.iter().map(|n| n.load(Relaxed)).collect(),
+                accepted_per_pos: s
+                    .spec_accepted_per_pos
+                    .iter()
+                    .map(|n| n.load(Relaxed))
+                    .collect(),
             },
         })
     }
@@ -330,9 +334,7 @@ impl LocalProvider {
                     pieces.extend(reasoning.finish());
                     let tail =
                         feed_pieces(pieces, &mut assembler, &mut calls, &mut out).and_then(|()| {
-                            let deltas = assembler
-                                .finish(s.finish)
-                                .map_err(engine_error)?;
+                            let deltas = assembler.finish(s.finish).map_err(engine_error)?;
                             apply(deltas, &mut calls, &mut out);
                             Ok(())
                         });
@@ -450,11 +452,7 @@ pub fn render_prompt(
     // An assistant prefill: the reply's start, after the generation prompt, as plain text (a control token's
     // text in it stays text, as in any message).
     if let Some(text) = prefill {
-        ids.extend(
-            tokenizer
-                .encode(text, false)
-                .map_err(engine_error)?,
-        );
+        ids.extend(tokenizer.encode(text, false).map_err(engine_error)?);
     }
     Ok(ids)
 }

@@ -16,7 +16,7 @@ use super::super::{
 };
 use super::{wire, Shared};
 use crate::engine::files::fetch::{self, FetchOptions, ModelSelector};
-use crate::engine::{ChatTemplate, GgufFile, Tokenizer, ToolCallFormat};
+use crate::engine::{ChatTemplate, GgufMetadata, Tokenizer, ToolCallFormat};
 
 /// A model's tokenizer and chat template, without its weights.
 pub(super) struct LocalTokenizer {
@@ -31,7 +31,8 @@ impl LocalTokenizer {
     fn load(spec: &str) -> Result<Self, ProviderError> {
         let resolved = fetch::resolve(&ModelSelector::parse(spec), &FetchOptions::default())
             .map_err(engine_error)?;
-        let gguf = GgufFile::open(&resolved.path).map_err(engine_error)?;
+        // The metadata alone: no tensor index, nothing of the weights.
+        let gguf = GgufMetadata::open(&resolved.path).map_err(engine_error)?;
         let tokenizer = Tokenizer::from_gguf(&gguf).map_err(engine_error)?;
         // The same template the engine uses for this file.
         let template = ChatTemplate::from_gguf_metadata(&gguf).map_err(engine_error)?;

@@ -378,7 +378,10 @@ impl Sampling {
             }
         }
         let biases = self.logit_bias.iter().flatten();
-        if let Some((id, b)) = biases.into_iter().find(|(_, b)| !LOGIT_BIAS_RANGE.contains(b)) {
+        if let Some((id, b)) = biases
+            .into_iter()
+            .find(|(_, b)| !LOGIT_BIAS_RANGE.contains(b))
+        {
             return Err(format!(
                 "logit_bias values must be in [{}, {}], got {b} for token {id}",
                 LOGIT_BIAS_RANGE.start(),

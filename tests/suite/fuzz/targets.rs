@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use agentd::engine::{
-    ChatTemplate, ConstraintSpec, FinishReason, GgufFile, Model, OutputAssembler, Tokenizer,
-    ToolCallFormat, WeightFormat,
+    ChatTemplate, ConstraintSpec, FinishReason, GgufFile, GgufMetadata, Model, OutputAssembler,
+    Tokenizer, ToolCallFormat, WeightFormat,
 };
 
 use super::{chunks, fuzz, fuzz_with};
@@ -170,9 +170,15 @@ fn model_files() {
     let path = dir.path().join("m.gguf");
     fuzz("gguf", dict, |input, _| {
         std::fs::write(&path, input).unwrap();
+        let standalone = GgufMetadata::open(&path);
         let Ok(gguf) = GgufFile::open(&path) else {
             return false;
         };
+        // The text layer's own reader agrees with candle's on every file candle reads.
+        assert_eq!(
+            crate::suite::common::metadata_listing(gguf.metadata()),
+            crate::suite::common::metadata_listing(&standalone.expect("candle read this file")),
+        );
         let Ok(tokenizer) = Tokenizer::from_gguf(&gguf) else {
             return false;
         };
