@@ -17,13 +17,13 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use agentd::engine::call_format::ToolCallFormat;
 use agentd::engine::constraint::{Constraint, ConstraintSpec, GrammarFactory, ToolChoice};
 use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::sampler::{Sampler, SamplingParams};
-use agentd::engine::text::tokenizer::Tokenizer;
 use agentd::schema::ToolSpec;
+use agentd::text::call_format::ToolCallFormat;
+use agentd::text::tokenizer::Tokenizer;
 
 const MODEL: &str = "smollm2-135m-instruct";
 

@@ -15,10 +15,11 @@ pub mod provider;
 pub mod schema;
 pub mod server;
 pub mod session;
+pub mod text;
 pub mod tools;
 pub mod transcript;
 
 /// The system's allocator, counting the allocations of threads given a memory budget (chat template renders;
-/// see `engine::text::render_budget`).
+/// see `text::render_budget`).
 #[global_allocator]
-static ALLOCATOR: engine::BudgetAllocator = engine::BudgetAllocator;
+static ALLOCATOR: text::render_budget::BudgetAllocator = text::render_budget::BudgetAllocator;

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::stats::{peak_rss_mb, Spread};
 use super::BenchError;
-use crate::engine::{Engine, GenerateRequest, SamplingParams};
+use crate::engine::{Engine, EngineError, GenerateRequest, SamplingParams};
 
 /// What to measure. The caller checks the flags (`reps >= 1`, `gen_tokens >= 2`, `prompt_tokens >= 1`, and
 /// that both fit in the context window); the engine should have prefix reuse off, or every repetition after the
@@ -56,7 +56,10 @@ fn synthetic_prompt(engine: &Engine, n: usize) -> Result<Vec<u32>, BenchError> {
     let mut prompt = Vec::new();
     while prompt.len() < n {
         text.push_str(FILLER);
-        prompt = engine.tokenizer().encode(&text, false)?;
+        prompt = engine
+            .tokenizer()
+            .encode(&text, false)
+            .map_err(EngineError::from)?;
     }
     prompt.truncate(n);
     Ok(prompt)

@@ -31,15 +31,9 @@ pub enum EngineError {
         arch: String,
         supported: Vec<String>,
     },
-    /// `tokenizer.ggml.pre` names a pre-tokenizer we do not implement; we never guess one.
-    #[error("unsupported tokenizer pre-tokenizer `{pre}` (supported: {})", supported.join(", "))]
-    UnsupportedPretokenizer { pre: String, supported: Vec<String> },
     /// The tokenizer could not be built or could not encode/decode.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
-    /// The chat template failed to compile or render.
-    #[error("chat template: {0}")]
-    Template(String),
     /// A synthetic checkpoint cannot be made as asked (unknown architecture or size, inconsistent shape).
     #[error("synthetic model: {0}")]
     Synth(String),
@@ -83,9 +77,9 @@ pub enum EngineError {
     /// request.
     #[error(transparent)]
     Schema(#[from] SchemaError),
-    /// A tool-call format name no implementation knows.
-    #[error("unknown tool-call format `{name}` (known: {})", known.join(", "))]
-    UnknownToolCallFormat { name: String, known: Vec<String> },
+    /// The model's text side (metadata, tokenizer, template, tool-call format) failed.
+    #[error(transparent)]
+    Text(#[from] crate::text::TextError),
     /// A tensor operation failed inside candle (shape mismatch, device error). An internal error.
     #[error("tensor: {0}")]
     Candle(#[from] candle_core::Error),

@@ -11,8 +11,8 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::GgmlDType;
 
 use crate::engine::error::{EngineError, Result};
-pub use crate::engine::text::gguf_meta::MetaValue;
-use crate::engine::text::gguf_meta::{GgufMetadata, Metadata};
+pub use crate::text::gguf_meta::MetaValue;
+use crate::text::gguf_meta::{GgufMetadata, Metadata};
 
 /// An opened GGUF file: its parsed header (metadata + tensor index) and the path to read tensors from.
 pub struct GgufFile {
@@ -239,11 +239,11 @@ impl GgufFile {
     }
 
     pub fn get_str(&self, key: &str) -> Result<&str> {
-        self.meta.get_str(key)
+        self.meta.get_str(key).map_err(|_| missing(key))
     }
 
     pub fn get_u32(&self, key: &str) -> Result<u32> {
-        self.meta.get_u32(key)
+        self.meta.get_u32(key).map_err(|_| missing(key))
     }
 
     pub fn get_f32(&self, key: &str) -> Result<f32> {
@@ -251,19 +251,19 @@ impl GgufFile {
     }
 
     pub fn get_bool(&self, key: &str) -> Result<bool> {
-        self.meta.get_bool(key)
+        self.meta.get_bool(key).map_err(|_| missing(key))
     }
 
     pub fn get_array(&self, key: &str) -> Result<&[MetaValue]> {
-        self.meta.get_values(key)
+        self.meta.get_values(key).map_err(|_| missing(key))
     }
 
     pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>> {
-        self.meta.get_str_array(key)
+        self.meta.get_str_array(key).map_err(|_| missing(key))
     }
 
     pub fn get_i32_array(&self, key: &str) -> Result<Vec<i32>> {
-        self.meta.get_i32_array(key)
+        self.meta.get_i32_array(key).map_err(|_| missing(key))
     }
 
     /// The metadata alone, as the text layer reads it.

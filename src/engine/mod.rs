@@ -1,20 +1,19 @@
-//! The local inference engine. Folders by concern, arrows pointing down (checked by `tests/suite/layers.rs`):
+//! The local inference engine. Folders by concern, arrows pointing down (checked by `tests/suite/layers.rs`); the
+//! text side of a model (tokenizer, template, tool-call formats, GGUF metadata) is the crate's `text` layer below:
 //!
 //! ```text
 //! runtime/     the engine thread: actor, scheduler, sequence           → everything below; nothing imports it
-//! tool_calls/  generated text → content + calls                        → constraint, call_format, request
-//! constraint/  one llguidance grammar per request                      → text, call_format, sampler
+//! tool_calls/  generated text → content + calls                        → constraint, request
+//! constraint/  one llguidance grammar per request                      → sampler
 //! model.rs     the model facade: CPU engine or candle                  → cpu, candle, arch, kv
 //! cpu/         our forward pass and kernels     candle/  candle's forward pass and our CUDA ops
 //!              (cpu and candle never import each other)                → arch, kv
 //! kv/          KV memory, no math: paged stores, block manager, BLOCK_TOKENS
 //! arch/        what an architecture is: DecoderConfig, per-family hyper-parameters, the one weight loader
 //! encoder/     text encoders (BERT folders) → one vector per text, on their own thread → device, error
-//! files/       where a model file comes from: manifest, fetch, sources, staging, HF folders, synth → arch, text
-//! text/        tokens ↔ text, no weights: tokenizer, template, chat prompt, reasoning, detok, GGUF metadata
+//! files/       where a model file comes from: manifest, fetch, sources, staging, HF folders, synth → arch
 //! request.rs   requests, events, FinishReason, validation; parity.rs  logits against a reference model
-//! gguf.rs      a GGUF's tensors, mapped; its metadata in text's types                → text
-//! leaves:      error, device, sampler, speculative (drafting rules), call_format (tool-call formats)
+//! leaves:      error, device, gguf (tensors mapped; metadata in text's types), sampler, speculative
 //! ```
 //!
 //! **The engine's API is the list of names re-exported below**, plus two public concerns, `files` (resolving,
@@ -25,8 +24,6 @@
 
 #[doc(hidden)]
 pub mod arch;
-#[doc(hidden)]
-pub mod call_format;
 #[doc(hidden)]
 pub mod candle;
 #[doc(hidden)]
@@ -57,8 +54,6 @@ pub mod sampler;
 #[doc(hidden)]
 pub mod speculative;
 #[doc(hidden)]
-pub mod text;
-#[doc(hidden)]
 pub mod tool_calls;
 
 // The engine thread and what one asks of it.
@@ -75,22 +70,18 @@ pub use sampler::SamplingParams;
 pub use speculative::{SpecMethod, SpeculativeConfig, MAX_SPECULATIVE_TOKENS};
 
 // The output's shape: the grammar a request asks for and how its calls come back.
-pub use call_format::ToolCallFormat;
+pub use crate::text::ToolCallFormat;
 pub use constraint::{ConstraintSpec, ConstraintStats, GrammarFactory};
 // `EngineToolCall`: a finished call as the engine parsed it (the provider layer has its own `ToolCall`).
 pub use tool_calls::{OutputAssembler, OutputDelta, ToolCall as EngineToolCall};
 
-// Text without weights.
-pub use text::chat_prompt::chat_prompt_tokens;
-pub use text::fim::{
+// Text without weights (the text layer's, named here for the engine's callers).
+pub use crate::text::fim::{
     indent_cut as fim_indent_cut, layout as fim_layout, suffix_stops as fim_suffix_stops,
     ExtraFile as FimExtraFile, FimBudget, FimInput, FimPrompt, FimTokens,
 };
-pub use text::gguf_meta::{GgufMetadata, MetaValue, Metadata};
-pub use text::reasoning::{Piece as ReasoningPiece, ReasoningSplitter};
-pub use text::render_budget::BudgetAllocator;
-pub use text::template::ChatTemplate;
-pub use text::tokenizer::Tokenizer;
+pub use crate::text::reasoning::{Piece as ReasoningPiece, ReasoningSplitter};
+pub use crate::text::{chat_prompt_tokens, ChatTemplate, Tokenizer};
 
 // The model and the machine it runs on.
 pub use arch::weights::WeightFormat;

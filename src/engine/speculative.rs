@@ -231,7 +231,7 @@ pub struct Drafter {
 
 impl Drafter {
     /// A drafter for one sequence; `None` when drafting is off. `blank`: the model's white-space-only tokens
-    /// ([`Tokenizer::blank_tokens`](crate::engine::text::tokenizer::Tokenizer::blank_tokens)).
+    /// ([`Tokenizer::blank_tokens`](crate::text::tokenizer::Tokenizer::blank_tokens)).
     pub fn new(config: &SpeculativeConfig, blank: Arc<[bool]>) -> Option<Self> {
         config.enabled().then(|| Self {
             config: config.clone(),

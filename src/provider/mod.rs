@@ -11,6 +11,7 @@ mod assemble;
 mod events;
 pub mod json_tail;
 pub mod local;
+pub mod prompt;
 pub mod remote;
 pub mod response_cache;
 pub mod router;
@@ -253,7 +254,7 @@ pub enum ProviderError {
     /// The server sent something that is not the OpenAI streaming protocol (malformed SSE or JSON).
     #[error("malformed response from the server: {0}")]
     Protocol(String),
-    /// The local engine failed (its message).
+    /// The local engine, or a model's text side (tokenizer, chat template), failed (its message).
     #[error("engine: {0}")]
     Engine(String),
     /// The request asks for something this provider cannot do (e.g. an unsupported tool schema).
@@ -275,6 +276,12 @@ pub enum ProviderError {
     /// The model could not be loaded. The request cannot run; other models are unaffected.
     #[error("model `{model}` failed to load: {message}")]
     Load { model: String, message: String },
+}
+
+impl From<crate::text::TextError> for ProviderError {
+    fn from(e: crate::text::TextError) -> Self {
+        ProviderError::Engine(e.to_string())
+    }
 }
 
 /// Which timeout fired.

@@ -2,10 +2,10 @@
 //! calls of offered tools, JSON that is not a call) fed tokenized strings of both real tokenizers, the output
 //! assembler on the same strings, every format of the table, and the shortest close of a cut call.
 
-use agentd::engine::call_format::ToolCallFormat;
 use agentd::engine::constraint::{ConstraintSpec, ToolChoice};
 use agentd::engine::request::FinishReason;
 use agentd::engine::tool_calls::output::{OutputAssembler, OutputDelta};
+use agentd::text::call_format::ToolCallFormat;
 use serde_json::Value;
 
 use super::constraint::{accepts, qwen, smol, spec, three_tools, Model};

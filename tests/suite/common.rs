@@ -76,8 +76,8 @@ pub fn qwen_engine() -> &'static agentd::engine::Engine {
 }
 
 /// A GGUF's metadata, every key and value sorted, as text (NaN equals NaN there).
-pub fn metadata_listing(m: &agentd::engine::GgufMetadata) -> Vec<String> {
-    use agentd::engine::Metadata;
+pub fn metadata_listing(m: &agentd::text::GgufMetadata) -> Vec<String> {
+    use agentd::text::Metadata;
     let mut out: Vec<String> = m
         .keys()
         .map(|k| format!("{k} = {:?}", m.value(k)))

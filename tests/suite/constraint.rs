@@ -4,15 +4,15 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::call_format::ToolCallFormat;
 use agentd::engine::constraint::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::request::FinishReason;
-use agentd::engine::text::tokenizer::Tokenizer;
 use agentd::engine::tool_calls::output::{OutputAssembler, OutputDelta};
 use agentd::engine::EngineError;
 use agentd::schema::SchemaError;
 use agentd::schema::ToolSpec;
+use agentd::text::call_format::ToolCallFormat;
+use agentd::text::tokenizer::Tokenizer;
 use serde_json::{json, Value};
 
 use super::common;
@@ -200,7 +200,7 @@ fn required_named_and_parallel() {
 /// required when the prompt opened it), and constrains the calls after it as before.
 #[test]
 fn think_block_before_the_constrained_part() {
-    use agentd::engine::text::reasoning::{ThinkMarkers, ThinkStart};
+    use agentd::text::reasoning::{ThinkMarkers, ThinkStart};
     let f = ToolCallFormat::HERMES;
     let markers = ThinkMarkers::detect("<think></think>").unwrap();
     let thinking = |choice: ToolChoice, start: ThinkStart| ConstraintSpec {

@@ -4,16 +4,16 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::call_format::ToolCallFormat;
 use agentd::engine::constraint::ToolChoice;
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::text::chat_prompt::{chat_prompt_tokens, render_chat};
-use agentd::engine::text::template::ChatTemplate;
-use agentd::engine::text::tokenizer::Tokenizer;
 use agentd::provider::{
     AssistantMessage, CompletionRequest, ContentBlock, LocalProvider, Message, Provider, ToolCall,
 };
 use agentd::schema::ToolSpec;
+use agentd::text::call_format::ToolCallFormat;
+use agentd::text::chat_prompt::{chat_prompt_tokens, render_chat};
+use agentd::text::template::ChatTemplate;
+use agentd::text::tokenizer::Tokenizer;
 use serde_json::{json, Value};
 
 use super::common;

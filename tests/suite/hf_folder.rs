@@ -10,8 +10,8 @@ use agentd::engine::arch::weights::WeightFormat;
 use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::model::Model;
-use agentd::engine::text::template::ChatTemplate;
-use agentd::engine::text::tokenizer::Tokenizer;
+use agentd::text::template::ChatTemplate;
+use agentd::text::tokenizer::Tokenizer;
 use candle_core::{DType, Device, Tensor};
 use serde_json::json;
 

@@ -11,7 +11,7 @@ use agentd::engine::candle::fused::Kernels;
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::model::Model;
 use agentd::engine::request::GenerateEvent;
-use agentd::engine::text::tokenizer::Tokenizer;
+use agentd::text::tokenizer::Tokenizer;
 use serde_json::Value;
 
 use super::common;

@@ -3,9 +3,9 @@
 //! environment's extras (`tojson`, `raise_exception`, Python methods, whitespace control).
 
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::text::template::{ChatTemplate, CHATML_TEMPLATE};
-use agentd::engine::text::tokenizer::Tokenizer;
-use agentd::engine::EngineError;
+use agentd::text::template::{ChatTemplate, CHATML_TEMPLATE};
+use agentd::text::tokenizer::Tokenizer;
+use agentd::text::TextError;
 use serde_json::{json, Value};
 
 use super::common;
@@ -143,7 +143,7 @@ fn syntax_error_is_a_template_error_with_the_line() {
     )
     .unwrap_err();
     match err {
-        EngineError::Template(message) => {
+        TextError::Template(message) => {
             assert!(message.contains("syntax error"), "{message}");
             assert!(message.contains("chat_template:3"), "{message}");
         }
@@ -179,7 +179,7 @@ fn raise_exception_fails_the_render_with_its_message() {
         )
         .unwrap_err();
     match err {
-        EngineError::Template(message) => {
+        TextError::Template(message) => {
             assert!(
                 message.contains("Conversations must start with a user turn"),
                 "{message}"
@@ -239,7 +239,7 @@ fn tojson_rejects_unknown_arguments() {
     let template = ChatTemplate::new("{{ messages | tojson(colour='red') }}", "", "").unwrap();
     assert!(matches!(
         template.render(&[], None, false, None),
-        Err(EngineError::Template(_))
+        Err(TextError::Template(_))
     ));
 }
 
@@ -419,7 +419,7 @@ fn a_hostile_template_fails_its_render_within_limits() {
         let started = std::time::Instant::now();
         let err = template.render(&msgs, None, true, None).unwrap_err();
         let elapsed = started.elapsed();
-        assert!(matches!(err, EngineError::Template(_)), "{why}: {err:?}");
+        assert!(matches!(err, TextError::Template(_)), "{why}: {err:?}");
         let message = err.to_string().to_lowercase();
         let expected: &[&str] = match why {
             "recursion" => &["recursion"],

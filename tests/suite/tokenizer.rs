@@ -5,8 +5,8 @@
 use std::sync::OnceLock;
 
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::text::tokenizer::{pretokenizer_for, Tokenizer, SUPPORTED_PRETOKENIZERS};
-use agentd::engine::EngineError;
+use agentd::text::tokenizer::{pretokenizer_for, Tokenizer, SUPPORTED_PRETOKENIZERS};
+use agentd::text::TextError;
 use serde_json::Value;
 
 use super::common;
@@ -204,7 +204,7 @@ fn decode_can_skip_control_tokens() {
     );
     assert!(matches!(
         smol.decode(&[49152], false),
-        Err(EngineError::Tokenizer(_))
+        Err(TextError::Tokenizer(_))
     ));
 }
 
@@ -227,7 +227,7 @@ fn token_bytes_split_a_multibyte_character_across_tokens() {
 #[test]
 fn unknown_pretokenizer_is_an_explicit_error() {
     match pretokenizer_for("falcon") {
-        Err(EngineError::UnsupportedPretokenizer { pre, supported }) => {
+        Err(TextError::UnsupportedPretokenizer { pre, supported }) => {
             assert_eq!(pre, "falcon");
             assert_eq!(supported, SUPPORTED_PRETOKENIZERS);
         }
@@ -409,7 +409,7 @@ fn sentencepiece_tokenizer_json_converts_like_sentencepiece() {
 /// on real files, and the tokenizer built from it encodes alike.
 #[test]
 fn the_standalone_metadata_reader_agrees_with_the_engines_on_real_files() {
-    use agentd::engine::GgufMetadata;
+    use agentd::text::GgufMetadata;
     for path in [
         common::smollm2_path(),
         common::qwen_path(),

@@ -7,12 +7,12 @@ use std::sync::OnceLock;
 use agentd::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
 use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest};
 use agentd::engine::sampler::SamplingParams;
-use agentd::engine::text::chat_prompt::render_chat;
 use agentd::engine::tool_calls::output::OutputDelta;
 use agentd::engine::{Completion, Engine, EngineError, EngineOptions};
 use agentd::schema::compile::{validator, violations};
 use agentd::schema::SchemaError;
 use agentd::schema::ToolSpec;
+use agentd::text::chat_prompt::render_chat;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -464,7 +464,7 @@ fn cli_tools_and_json_schema() {
 
 #[test]
 fn llama3_json_format_end_to_end() {
-    use agentd::engine::call_format::ToolCallFormat;
+    use agentd::text::call_format::ToolCallFormat;
     let engine = common::engine();
     let spec = ConstraintSpec {
         format: Some(ToolCallFormat::LLAMA3_JSON),

@@ -39,11 +39,11 @@ use llguidance::api::TopLevelGrammar;
 use serde_json::Value;
 
 use super::spec::{ConstraintSpec, ResponseFormat, ToolChoice};
-use crate::engine::call_format::ToolCallFormat;
 use crate::engine::constraint::arguments::ArgumentRules;
-use crate::engine::text::reasoning::{ThinkBlock, ThinkStart};
 use crate::schema::compile::{bound_numbers, close_objects, with_compact_options};
 use crate::schema::extensions;
+use crate::text::call_format::ToolCallFormat;
+use crate::text::reasoning::{ThinkBlock, ThinkStart};
 
 /// What the constraint compiles.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,7 @@
 //!
 //! Submodules: `grammar` (one grammar per request), `arguments` (argument rules the grammar adds), `close` (the
 //! shortest way out of an unfinished call, used when `max_tokens` is about to cut one). The tool-call formats
-//! are `engine::call_format`'s table; splitting generated text into content and calls is `engine::tool_calls`.
+//! are `text::call_format`'s table; splitting generated text into content and calls is `engine::tool_calls`.
 
 pub(crate) mod arguments;
 pub(crate) mod close;
@@ -22,14 +22,14 @@ use llguidance::{Matcher, ParserFactory};
 use serde::{Deserialize, Serialize};
 use toktrie_hf_tokenizers::ByteTokenizer;
 
-use crate::engine::call_format::ToolCallFormat;
 use crate::engine::constraint::grammar::GrammarSource;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::sampler::Sampler;
-use crate::engine::text::tokenizer::Tokenizer;
 use crate::schema::compile as schema;
 use crate::schema::SchemaError;
 pub use crate::schema::{ResponseFormat, ToolChoice};
+use crate::text::call_format::ToolCallFormat;
+use crate::text::tokenizer::Tokenizer;
 pub use spec::ConstraintSpec;
 
 /// llguidance's `ParserFactory` for one model: built once (tokenizer trie, all end-of-generation ids), then used

@@ -3,10 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::call_format::ToolCallFormat;
 use crate::engine::error::Result;
 pub use crate::schema::{ResponseFormat, ToolChoice};
 use crate::schema::{SchemaError, ToolSpec};
+use crate::text::call_format::ToolCallFormat;
 
 /// Everything a request says about the shape of its output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,7 +21,7 @@ pub struct ConstraintSpec {
     /// A think block the output may (or must) begin with before the constrained part: reasoning models think
     /// first, then call (`None`: no block).
     #[serde(default)]
-    pub reasoning: Option<crate::engine::text::reasoning::ThinkBlock>,
+    pub reasoning: Option<crate::text::reasoning::ThinkBlock>,
 }
 
 impl Default for ConstraintSpec {

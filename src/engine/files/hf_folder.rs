@@ -682,7 +682,7 @@ pub fn tokenizer_metadata(folder: &Path) -> Result<Vec<(String, Value)>> {
         // Byte pieces and the unknown token get llama.cpp's token types.
         let unk = token_text(&tc["unk_token"]).or(model["unk_token"].as_str().map(str::to_owned));
         for (text, kind) in tokens.values_mut() {
-            if *kind == 1 && crate::engine::text::spm::parse_byte_token(text).is_some() {
+            if *kind == 1 && crate::text::spm::parse_byte_token(text).is_some() {
                 *kind = 6;
             } else if unk.as_deref() == Some(text.as_str()) {
                 *kind = 2;
@@ -786,12 +786,8 @@ fn pre_tokenizer_name(pre: &Json) -> Option<&'static str> {
         .find(|p| p["type"] == "Split")
         .and_then(|p| p["pattern"]["Regex"].as_str());
     match regex {
-        Some(r) if r == LLAMA3_HF || r == crate::engine::text::tokenizer::LLAMA3_REGEX => {
-            Some("llama-bpe")
-        }
-        Some(r) if r == QWEN2_HF || r == crate::engine::text::tokenizer::QWEN2_REGEX => {
-            Some("qwen2")
-        }
+        Some(r) if r == LLAMA3_HF || r == crate::text::tokenizer::LLAMA3_REGEX => Some("llama-bpe"),
+        Some(r) if r == QWEN2_HF || r == crate::text::tokenizer::QWEN2_REGEX => Some("qwen2"),
         Some(_) => None,
         None => parts
             .iter()

@@ -266,7 +266,7 @@ impl ModelManifest {
         if self.context_length == 0 {
             return Err("context_length must be positive".into());
         }
-        let known = crate::engine::call_format::ToolCallFormat::names();
+        let known = crate::text::call_format::ToolCallFormat::names();
         if self.task == ModelTask::Embed {
             if !self.tool_call_format.is_empty() {
                 return Err("an embedding model has no tool_call_format".into());

@@ -12,7 +12,6 @@ use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::arch::weights::WeightFormat;
-use crate::engine::call_format::ToolCallFormat;
 use crate::engine::constraint::{Constraint, GrammarFactory};
 use crate::engine::device::{self, DeviceSpec};
 use crate::engine::encoder::Pooling;
@@ -26,10 +25,11 @@ use crate::engine::request::{self, GenerateEvent, GenerateRequest, GenerateSumma
 use crate::engine::runtime::scheduler::{
     EmbedJob, Job, Scheduler, SchedulerConfig, SchedulerStats, Work,
 };
-use crate::engine::text::reasoning::{ThinkBlock, ThinkMarkers};
-use crate::engine::text::template::ChatTemplate;
-use crate::engine::text::tokenizer::Tokenizer;
 use crate::engine::tool_calls::output::{OutputAssembler, OutputDelta, ToolCall};
+use crate::text::call_format::ToolCallFormat;
+use crate::text::reasoning::{ThinkBlock, ThinkMarkers};
+use crate::text::template::ChatTemplate;
+use crate::text::tokenizer::Tokenizer;
 
 /// Everything needed to start an engine.
 #[derive(Clone)]
@@ -92,7 +92,7 @@ struct Shared {
     scheduler: SchedulerConfig,
     tokenizer: Tokenizer,
     template: ChatTemplate,
-    /// The think-block markers, when the template writes reasoning (see [`crate::engine::text::reasoning`]).
+    /// The think-block markers, when the template writes reasoning (see [`crate::text::reasoning`]).
     think: Option<ThinkMarkers>,
     info: ModelInfo,
     pooling: Option<Pooling>,
@@ -281,7 +281,7 @@ impl Engine {
 
     /// The prompt tokens of a chat (OpenAI-shaped `messages`, the tools shown unless `tool_choice` is `none`),
     /// rendered with the model's template and tokenized so that only the template's own markup becomes control
-    /// tokens (see [`crate::engine::text::chat_prompt::chat_prompt_tokens`]).
+    /// tokens (see [`crate::text::chat_prompt::chat_prompt_tokens`]).
     pub fn chat_prompt(
         &self,
         messages: &[serde_json::Value],
@@ -289,7 +289,7 @@ impl Engine {
         tool_choice: &crate::schema::ToolChoice,
         enable_thinking: Option<bool>,
     ) -> Result<Vec<u32>> {
-        crate::engine::text::chat_prompt::chat_prompt_tokens(
+        crate::text::chat_prompt::chat_prompt_tokens(
             &self.shared.template,
             &self.shared.tokenizer,
             messages,
@@ -298,6 +298,7 @@ impl Engine {
             self.tool_call_format(),
             enable_thinking,
         )
+        .map_err(Into::into)
     }
 
     /// Whether the model's template writes think blocks (a reasoning model).

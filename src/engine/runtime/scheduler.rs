@@ -32,7 +32,7 @@ use crate::engine::model::Model;
 use crate::engine::request::{FinishReason, GenerateEvent, GenerateRequest};
 use crate::engine::runtime::sequence::{Outcome, Sequence};
 use crate::engine::speculative::{SpeculativeConfig, StepCost, MAX_SPECULATIVE_TOKENS};
-use crate::engine::text::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 
 /// How the scheduler batches (vLLM's names).
 #[derive(Debug, Clone, Serialize)]

@@ -24,8 +24,8 @@ use crate::engine::request::{
 };
 use crate::engine::sampler::{logprobs, Sampler};
 use crate::engine::speculative::{Drafter, SpeculativeConfig};
-use crate::engine::text::detok::{StopMatcher, StopScan, Utf8Stream};
-use crate::engine::text::tokenizer::Tokenizer;
+use crate::text::detok::{StopMatcher, StopScan, Utf8Stream};
+use crate::text::tokenizer::Tokenizer;
 
 /// What a step left the sequence doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,8 +3,8 @@
 //! object ends without a full JSON parser (strings, escapes and nesting are tracked).
 
 use super::delta::{OutputDelta, ToolCall};
-use crate::engine::call_format::ToolCallFormat;
 use crate::engine::error::{EngineError, Result};
+use crate::text::call_format::ToolCallFormat;
 
 /// Finds where one JSON value ends in a stream of characters.
 #[derive(Debug, Default, Clone)]

@@ -13,11 +13,11 @@
 
 use super::call_parser::CallParser;
 pub use super::delta::{new_call_id, OutputDelta, ToolCall};
-use crate::engine::call_format::ToolCallFormat;
 use crate::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::request::FinishReason;
 use crate::engine::tool_calls::trigger::{self, Found, JsonAt};
+use crate::text::call_format::ToolCallFormat;
 
 /// Whether `text` is only what may separate or follow calls (the grammar's `GAP`): whitespace, `;`, `,` and
 /// code fences with a language word.

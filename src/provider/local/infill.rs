@@ -4,7 +4,6 @@
 //! `t_max_predict_ms`), where it starts repeating the suffix — so the middle never contains the suffix — or where
 //! a chat-tuned model opens a Markdown code fence the document does not have.
 
-use super::engine_error;
 use std::time::{Duration, Instant};
 
 use super::super::{Infill, ProviderError};
@@ -65,7 +64,7 @@ impl LocalProvider {
         };
         let enc = |text: &str| tok.encode(text, false);
         let bos = tok.bos_id().filter(|_| tok.add_bos());
-        let laid = fim_layout(&enc, bos, fim, input, budget).map_err(engine_error)?;
+        let laid = fim_layout(&enc, bos, fim, input, budget)?;
         Ok(InfillPlan {
             tokens: laid.tokens,
             stop_tokens: fim.ends(),

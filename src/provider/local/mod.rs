@@ -25,17 +25,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::assemble::Assembler;
 use super::events::{spawn_stream, EventSender};
-use super::remote::wire;
+use super::prompt::render_prompt;
 use super::{
     CompletionRequest, EmbedRequest, Embeddings, EngineLoad, ModelDescriptor, PrefixCacheCounts,
     Provider, ProviderError, ProviderStream, RawCompletionRequest, ResponseFormat,
-    SpecDecodeCounts, StopReason, Thinking, TokenCount, TokenLogprob, TokenizeRequest, Tokenized,
-    ToolChoice, TopLogprob, Usage,
+    SpecDecodeCounts, StopReason, TokenCount, TokenLogprob, TokenizeRequest, Tokenized, ToolChoice,
+    TopLogprob, Usage,
 };
 use crate::engine::{
-    chat_prompt_tokens, ChatTemplate, ConstraintSpec, Engine, FinishReason, GenerateEvent,
-    GenerateRequest, GenerateSummary, OutputAssembler, OutputDelta, ReasoningPiece,
-    ReasoningSplitter, TokenLogprob as EngineLogprob, Tokenizer, ToolCallFormat,
+    ConstraintSpec, Engine, FinishReason, GenerateEvent, GenerateRequest, GenerateSummary,
+    OutputAssembler, OutputDelta, ReasoningPiece, ReasoningSplitter, TokenLogprob as EngineLogprob,
 };
 use calls::CallMap;
 
@@ -420,41 +419,6 @@ pub fn constraint_spec(request: &CompletionRequest) -> Option<ConstraintSpec> {
         format: None,
         reasoning: None,
     })
-}
-
-/// Renders `request` the way the engine's model expects (tools shown through the template or injected into the
-/// system message in `format`; see the engine's `render_chat`; a thinking level sets the template's
-/// `enable_thinking`), with the generation prompt, and tokenizes it: the
-/// template's markup becomes control tokens, the request's own strings never do (see
-/// [`chat_prompt_tokens`]). BOS is prepended when the tokenizer wants one and the template did not write
-/// it. Generation, `count_tokens` and chat `/tokenize` all use this, so usage is exact.
-pub fn render_prompt(
-    template: &ChatTemplate,
-    tokenizer: &Tokenizer,
-    format: ToolCallFormat,
-    request: &CompletionRequest,
-) -> Result<Vec<u32>, ProviderError> {
-    let mut messages = wire::messages(request);
-    let prefill = request.prefill();
-    if prefill.is_some() {
-        messages.pop();
-    }
-    let mut ids = chat_prompt_tokens(
-        template,
-        tokenizer,
-        &messages,
-        &request.tools,
-        &request.tool_choice,
-        format,
-        request.thinking.map(|t| t != Thinking::Off),
-    )
-    .map_err(engine_error)?;
-    // An assistant prefill: the reply's start, after the generation prompt, as plain text (a control token's
-    // text in it stays text, as in any message).
-    if let Some(text) = prefill {
-        ids.extend(tokenizer.encode(text, false).map_err(engine_error)?);
-    }
-    Ok(ids)
 }
 
 /// The exact usage of a local generation: its prompt, output and reused tokens, and what speculative decoding

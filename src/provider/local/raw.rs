@@ -9,11 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::assemble::Assembler;
 use super::super::events::EventSender;
+use super::super::prompt::render_prompt;
 use super::super::{
     ProviderError, RawCompletionRequest, RawPrompt, StopReason, TokenizeInput, Tokenized, Usage,
 };
 use super::infill::{InfillPlan, InfillWatch};
-use super::{render_prompt, LocalProvider, CANCEL_GRACE};
+use super::{LocalProvider, CANCEL_GRACE};
 use crate::engine::{ConstraintSpec, FinishReason, GenerateEvent, GenerateRequest};
 use crate::schema::ResponseFormat;
 
@@ -59,7 +60,7 @@ impl LocalProvider {
     /// `add_special_tokens` is set.
     fn text_tokens(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ProviderError> {
         let tok = self.engine.tokenizer();
-        let ids = tok.encode(text, true).map_err(engine_error)?;
+        let ids = tok.encode(text, true)?;
         Ok(match add_special_tokens {
             true => tok.with_bos(ids),
             false => ids,

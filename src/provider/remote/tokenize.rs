@@ -9,14 +9,14 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::super::local::render_prompt;
+use super::super::prompt::render_prompt;
 use super::super::{
     estimate_tokens, model_or_default, named_or_default, CompletionRequest, ProviderError,
     TokenCount, TokenizeInput, TokenizeRequest, Tokenized,
 };
 use super::{wire, Shared};
 use crate::engine::files::fetch::{self, FetchOptions, ModelSelector};
-use crate::engine::{ChatTemplate, GgufMetadata, Tokenizer, ToolCallFormat};
+use crate::text::{ChatTemplate, GgufMetadata, Tokenizer, ToolCallFormat};
 
 /// A model's tokenizer and chat template, without its weights.
 pub(super) struct LocalTokenizer {
@@ -32,10 +32,10 @@ impl LocalTokenizer {
         let resolved = fetch::resolve(&ModelSelector::parse(spec), &FetchOptions::default())
             .map_err(engine_error)?;
         // The metadata alone: no tensor index, nothing of the weights.
-        let gguf = GgufMetadata::open(&resolved.path).map_err(engine_error)?;
-        let tokenizer = Tokenizer::from_gguf(&gguf).map_err(engine_error)?;
+        let gguf = GgufMetadata::open(&resolved.path)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
         // The same template the engine uses for this file.
-        let template = ChatTemplate::from_gguf_metadata(&gguf).map_err(engine_error)?;
+        let template = ChatTemplate::from_gguf_metadata(&gguf)?;
         let format = resolved
             .manifest
             .as_ref()

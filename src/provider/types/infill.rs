@@ -1,6 +1,6 @@
 //! A fill-in-the-middle request's parts at the provider boundary: the text around the cursor, other files, and
 //! llama.cpp's limits on the middle (`n_indent`, `t_max_predict_ms`). The local provider lays the prompt out from
-//! the model's FIM tokens (`engine::text::fim`); a provider without them refuses it.
+//! the model's FIM tokens (`text::fim`); a provider without them refuses it.
 
 use serde::{Deserialize, Serialize};
 

@@ -5,9 +5,10 @@
 use std::path::Path;
 
 use agentd::engine::{
-    ChatTemplate, ConstraintSpec, FinishReason, GgufFile, GgufMetadata, Model, OutputAssembler,
-    Tokenizer, ToolCallFormat, WeightFormat,
+    ChatTemplate, ConstraintSpec, FinishReason, GgufFile, Model, OutputAssembler, Tokenizer,
+    ToolCallFormat, WeightFormat,
 };
+use agentd::text::GgufMetadata;
 
 use super::{chunks, fuzz, fuzz_with};
 use crate::suite::constraint;

@@ -129,6 +129,10 @@ fn leaves_import_nothing_and_nothing_imports_the_server() {
     }
     // The server reaches the model only through the provider boundary.
     assert!(!graph["server"].contains("engine"), "{:?}", graph["server"]);
+    // The text layer (tokenizer, template, metadata) builds without the engine: a remote model counts its
+    // tokens with it.
+    let text: BTreeSet<String> = ["schema".to_string()].into();
+    assert_eq!(graph["text"], text, "text may import only schema");
 }
 
 #[test]
@@ -150,10 +154,7 @@ fn no_two_files_import_each_other() {
 /// `None`: anything below it.
 const ENGINE_ARROWS: &[(&str, Option<&[&str]>)] = &[
     ("runtime", None),
-    (
-        "tool_calls",
-        Some(&["constraint", "call_format", "request", "text", "error"]),
-    ),
+    ("tool_calls", Some(&["constraint", "request", "error"])),
     (
         "request",
         Some(&[
@@ -164,10 +165,7 @@ const ENGINE_ARROWS: &[(&str, Option<&[&str]>)] = &[
             "error",
         ]),
     ),
-    (
-        "constraint",
-        Some(&["text", "call_format", "sampler", "error"]),
-    ),
+    ("constraint", Some(&["sampler", "error"])),
     (
         "parity",
         Some(&["model", "kv", "sampler", "device", "gguf", "error"]),
@@ -179,18 +177,13 @@ const ENGINE_ARROWS: &[(&str, Option<&[&str]>)] = &[
     ),
     ("cpu", Some(&["arch", "kv", "device", "gguf", "error"])),
     ("candle", Some(&["arch", "kv", "device", "gguf", "error"])),
-    (
-        "files",
-        Some(&["arch", "text", "gguf", "call_format", "error"]),
-    ),
-    ("text", Some(&["call_format", "error"])),
+    ("files", Some(&["arch", "gguf", "error"])),
     ("encoder", Some(&["device", "error"])),
-    ("arch", Some(&["gguf", "text", "device", "error"])),
+    ("arch", Some(&["gguf", "device", "error"])),
     ("kv", Some(&["device", "error"])),
     ("speculative", Some(&["error"])),
     ("sampler", Some(&["error"])),
-    ("call_format", Some(&["error"])),
-    ("gguf", Some(&["text", "error"])),
+    ("gguf", Some(&["error"])),
     ("device", Some(&["error"])),
     ("error", Some(&[])),
 ];

@@ -11,13 +11,13 @@
 
 use serde_json::{Map, Value};
 
-use crate::engine::call_format::ToolCallFormat;
-use crate::engine::constraint::ToolChoice;
-use crate::engine::error::Result;
-use crate::engine::text::content_guard::ContentGuard;
-use crate::engine::text::template::ChatTemplate;
-use crate::engine::text::tokenizer::Tokenizer;
+use crate::schema::ToolChoice;
 use crate::schema::ToolSpec;
+use crate::text::call_format::ToolCallFormat;
+use crate::text::content_guard::ContentGuard;
+use crate::text::error::Result;
+use crate::text::template::ChatTemplate;
+use crate::text::tokenizer::Tokenizer;
 
 /// The prompt for `messages` (OpenAI-style: `role`, `content`, assistant `tool_calls`, `tool` results), ending
 /// with the assistant's generation prompt.

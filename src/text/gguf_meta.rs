@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
-use crate::engine::error::{EngineError, Result};
+use crate::text::error::{Result, TextError};
 
 /// One metadata value, as GGUF types it.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,7 +69,7 @@ impl MetaValue {
 }
 
 /// Read access to a model file's metadata by key. The typed getters fail with
-/// [`EngineError::MissingMetadata`] naming the key when it is absent or of another type.
+/// [`TextError::MissingMetadata`] naming the key when it is absent or of another type.
 pub trait Metadata {
     /// The value under `key`, if the file has one.
     fn value(&self, key: &str) -> Option<&MetaValue>;
@@ -123,8 +123,8 @@ pub trait Metadata {
     }
 }
 
-fn missing(key: &str) -> EngineError {
-    EngineError::MissingMetadata { key: key.into() }
+fn missing(key: &str) -> TextError {
+    TextError::MissingMetadata { key: key.into() }
 }
 
 /// A GGUF file's metadata, read on its own.
@@ -145,14 +145,13 @@ const MAX_DEPTH: usize = 64;
 impl GgufMetadata {
     /// Reads the header and metadata of the GGUF file at `path` (versions 1 to 3, little-endian).
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| {
-            EngineError::io(format!("cannot open model file {}", path.display()), e)
-        })?;
+        let file = File::open(path)
+            .map_err(|e| TextError::io(format!("cannot open model file {}", path.display()), e))?;
         let len = file
             .metadata()
-            .map_err(|e| EngineError::io(format!("cannot stat {}", path.display()), e))?
+            .map_err(|e| TextError::io(format!("cannot stat {}", path.display()), e))?
             .len();
-        let invalid = |message: String| EngineError::InvalidGguf {
+        let invalid = |message: String| TextError::InvalidGguf {
             path: path.to_path_buf(),
             message,
         };

@@ -11,7 +11,7 @@
 //!
 //! A template is code from whoever made the model file, so every render runs within limits: fuel (instructions),
 //! a recursion depth, an output size and a memory budget scaled to the input, and a time
-//! ([`super::render_budget`]). A render over one fails with [`EngineError::Template`] saying which; a template
+//! ([`super::render_budget`]). A render over one fails with [`TextError::Template`] saying which; a template
 //! that went over memory or time is not run again (its render thread is left behind), and the server keeps
 //! serving.
 
@@ -24,10 +24,10 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, Serde, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State};
 
-use crate::engine::error::{EngineError, Result};
-use crate::engine::text::gguf_meta::Metadata;
-use crate::engine::text::render_budget::{self, Exceeded};
-use crate::engine::text::tokenizer::Tokenizer;
+use crate::text::error::{Result, TextError};
+use crate::text::gguf_meta::Metadata;
+use crate::text::render_budget::{self, Exceeded};
+use crate::text::tokenizer::Tokenizer;
 
 /// Instructions one render may run (real templates use a few thousand per message).
 const FUEL: u64 = 50_000_000;
@@ -77,10 +77,10 @@ impl std::fmt::Debug for ChatTemplate {
 }
 
 impl ChatTemplate {
-    /// Compiles `source`. A syntax error is an [`EngineError::Template`] naming the line.
+    /// Compiles `source`. A syntax error is an [`TextError::Template`] naming the line.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
         if source.len() > MAX_SOURCE_BYTES {
-            return Err(EngineError::Template(format!(
+            return Err(TextError::Template(format!(
                 "the chat template is {} bytes; at most {MAX_SOURCE_BYTES} are accepted",
                 source.len()
             )));
@@ -131,7 +131,7 @@ impl ChatTemplate {
     /// Renders a conversation. `messages` are Hugging Face-style dicts passed through as given; `tools`
     /// (OpenAI-style function dicts) becomes the `tools` variable when present and non-empty, `none` otherwise;
     /// `enable_thinking` (Qwen3's and DeepSeek's switch) is defined only when given.
-    /// A failing template (including `raise_exception`) is an [`EngineError::Template`] with its message.
+    /// A failing template (including `raise_exception`) is an [`TextError::Template`] with its message.
     pub fn render(
         &self,
         messages: &[serde_json::Value],
@@ -140,7 +140,7 @@ impl ChatTemplate {
         enable_thinking: Option<bool>,
     ) -> Result<String> {
         if self.refused.load(Ordering::Relaxed) {
-            return Err(EngineError::Template(
+            return Err(TextError::Template(
                 "this chat template went over its memory or time limit before and is not run again \
                  (give another with --chat-template)"
                     .into(),
@@ -181,7 +181,7 @@ impl ChatTemplate {
                 if why != Exceeded::Failed {
                     self.refused.store(true, Ordering::Relaxed);
                 }
-                Err(EngineError::Template(match why {
+                Err(TextError::Template(match why {
                     Exceeded::Memory => format!(
                         "the chat template went over its memory limit ({} MiB for this input); it is not \
                          run again",
@@ -229,7 +229,7 @@ fn special_token_text<'a>(
     }
     let id = gguf.get_u32(id_key)?;
     tokens.get(id as usize).copied().ok_or_else(|| {
-        EngineError::Template(format!(
+        TextError::Template(format!(
             "{id_key} = {id} is outside tokenizer.ggml.tokens ({} tokens)",
             tokens.len()
         ))
@@ -264,13 +264,13 @@ fn render_bounded(env: &Environment<'static>, ctx: Value, cap: usize) -> Result<
         .get_template(TEMPLATE_NAME)
         .and_then(|t| t.render_captured_to(ctx, &mut out).map(|_| ()));
     if out.over {
-        return Err(EngineError::Template(format!(
+        return Err(TextError::Template(format!(
             "the chat template's output went over {cap} bytes for this input"
         )));
     }
     rendered.map_err(template_error)?;
     String::from_utf8(out.bytes)
-        .map_err(|_| EngineError::Template("the chat template wrote invalid UTF-8".into()))
+        .map_err(|_| TextError::Template("the chat template wrote invalid UTF-8".into()))
 }
 
 /// A byte buffer that refuses to grow past `cap`.
@@ -526,20 +526,20 @@ fn python_float_repr(f: f64) -> String {
     }
 }
 
-/// A minijinja error as an [`EngineError::Template`]: kind, detail, `(in chat_template:LINE)` and any cause.
-fn template_error(err: Error) -> EngineError {
+/// A minijinja error as an [`TextError::Template`]: kind, detail, `(in chat_template:LINE)` and any cause.
+fn template_error(err: Error) -> TextError {
     let mut message = err.to_string();
     let mut source = std::error::Error::source(&err);
     while let Some(cause) = source {
         let _ = write!(message, ": {cause}");
         source = cause.source();
     }
-    EngineError::Template(message)
+    TextError::Template(message)
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::engine::text::template::python_float_repr;
+    use crate::text::template::python_float_repr;
 
     #[test]
     fn floats_print_like_python_repr() {

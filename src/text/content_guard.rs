@@ -32,8 +32,8 @@ use std::ops::Range;
 
 use serde_json::{Map, Value};
 
-use crate::engine::error::{EngineError, Result};
 use crate::schema::ToolSpec;
+use crate::text::error::{Result, TextError};
 
 /// Private-use ranges sentinels are drawn from (the BMP area first, then supplementary plane 15).
 const SENTINEL_RANGES: [Range<u32>; 2] = [0xE000..0xF900, 0xF0000..0xFFFFE];
@@ -89,7 +89,7 @@ impl ContentGuard {
         let mut hidden = Vec::with_capacity(occurring.len());
         for text in occurring {
             let sentinel = free.next().ok_or_else(|| {
-                EngineError::Template(
+                TextError::Template(
                     "no free private-use character to guard the request's content".into(),
                 )
             })?;

@@ -13,9 +13,9 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::engine::error::{EngineError, Result};
 use crate::schema::compile::to_compact_string;
 use crate::schema::ToolSpec;
+use crate::text::error::{Result, TextError};
 
 /// The embedded table.
 const TABLE: &str = include_str!("../../models/tool_call_formats.toml");
@@ -155,7 +155,7 @@ impl ToolCallFormat {
         Self::all()
             .into_iter()
             .find(|f| f.name() == name)
-            .ok_or_else(|| EngineError::UnknownToolCallFormat {
+            .ok_or_else(|| TextError::UnknownToolCallFormat {
                 name: name.into(),
                 known: Self::names().into_iter().map(String::from).collect(),
             })

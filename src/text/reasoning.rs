@@ -33,7 +33,7 @@ pub enum ThinkStart {
 }
 
 /// A think block as the grammar sees it: the markers and where the output starts. `None` in a
-/// [`ConstraintSpec`](crate::engine::constraint::ConstraintSpec) means no block (not a reasoning model, or thinking off).
+/// the engine's `ConstraintSpec` means no block (not a reasoning model, or thinking off).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThinkBlock {
     pub open: String,

@@ -9,8 +9,8 @@
 //! start of the prompt stays the same from one keystroke to the next and its KV blocks are reused (llama.cpp cuts
 //! at the exact token and needs `--cache-reuse` to shift the cached chunks).
 
-use crate::engine::error::Result;
-use crate::engine::text::gguf_meta::Metadata;
+use crate::text::error::Result;
+use crate::text::gguf_meta::Metadata;
 
 /// A cut prefix starts at a multiple of this many lines.
 pub const CUT_STEP_LINES: usize = 32;

@@ -21,10 +21,10 @@ use tokenizers::{
     PreTokenizerWrapper, SplitDelimiterBehavior,
 };
 
-use crate::engine::error::{EngineError, Result};
-use crate::engine::text::fim::FimTokens;
-use crate::engine::text::gguf_meta::Metadata;
-use crate::engine::text::spm::SpmVocab;
+use crate::text::error::{Result, TextError};
+use crate::text::fim::FimTokens;
+use crate::text::gguf_meta::Metadata;
+use crate::text::spm::SpmVocab;
 
 /// The `tokenizer.ggml.pre` values [`pretokenizer_for`] implements (llama.cpp's names and aliases).
 pub const SUPPORTED_PRETOKENIZERS: &[&str] = &[
@@ -66,7 +66,7 @@ pub struct PreTokenizerSpec {
 }
 
 /// The pre-tokenizer for a `tokenizer.ggml.pre` value, matching llama.cpp's regexes for it. An unknown value is
-/// [`EngineError::UnsupportedPretokenizer`]: a near-miss pre-tokenizer still round-trips text but gives other
+/// [`TextError::UnsupportedPretokenizer`]: a near-miss pre-tokenizer still round-trips text but gives other
 /// ids than the model was trained on, so we never guess.
 pub fn pretokenizer_for(pre: &str) -> Result<PreTokenizerSpec> {
     // Regex splits are followed by a byte-level mapping that must not split again nor add a prefix space.
@@ -78,7 +78,7 @@ pub fn pretokenizer_for(pre: &str) -> Result<PreTokenizerSpec> {
             false,
         )
         .map(Into::into)
-        .map_err(|e| EngineError::Tokenizer(format!("pre-tokenizer `{pre}`: bad regex: {e}")))
+        .map_err(|e| TextError::Tokenizer(format!("pre-tokenizer `{pre}`: bad regex: {e}")))
     };
     let spec = |parts: Vec<PreTokenizerWrapper>, ignore_merges: bool, add_bos_default: bool| {
         PreTokenizerSpec {
@@ -105,7 +105,7 @@ pub fn pretokenizer_for(pre: &str) -> Result<PreTokenizerSpec> {
             true,
         )),
         "gpt2" | "gpt-2" => Ok(spec(vec![gpt2_byte_level()], false, false)),
-        _ => Err(EngineError::UnsupportedPretokenizer {
+        _ => Err(TextError::UnsupportedPretokenizer {
             pre: pre.to_owned(),
             supported: SUPPORTED_PRETOKENIZERS
                 .iter()
@@ -204,7 +204,7 @@ impl Tokenizer {
             "gpt2" => false,
             "llama" => true,
             other => {
-                return Err(EngineError::Tokenizer(format!(
+                return Err(TextError::Tokenizer(format!(
                     "tokenizer.ggml.model `{other}` is not supported (`gpt2`: byte-level BPE; `llama`: \
                      SentencePiece)"
                 )))
@@ -229,7 +229,7 @@ impl Tokenizer {
         let types: Vec<TokenType> = if gguf.has("tokenizer.ggml.token_type") {
             let raw = gguf.get_i32_array("tokenizer.ggml.token_type")?;
             if raw.len() < n {
-                return Err(EngineError::Tokenizer(format!(
+                return Err(TextError::Tokenizer(format!(
                     "tokenizer.ggml.token_type has {} entries for {n} tokens",
                     raw.len()
                 )));
@@ -298,7 +298,7 @@ impl Tokenizer {
             spec.add_bos_default
         };
         if add_bos && bos.is_none() {
-            return Err(EngineError::MissingMetadata {
+            return Err(TextError::MissingMetadata {
                 key: "tokenizer.ggml.bos_token_id".into(),
             });
         }
@@ -376,11 +376,11 @@ impl Tokenizer {
                 (Fragment::Text(_, piece), Some(spm)) => {
                     let mut escaped = String::with_capacity(piece.len() + 3);
                     if spm.add_space_prefix && after_special {
-                        escaped.push(crate::engine::text::spm::SPACE);
+                        escaped.push(crate::text::spm::SPACE);
                     }
                     escaped.extend(piece.chars().map(|c| {
                         if c == ' ' {
-                            crate::engine::text::spm::SPACE
+                            crate::text::spm::SPACE
                         } else {
                             c
                         }
@@ -400,7 +400,7 @@ impl Tokenizer {
         let mut bytes = Vec::with_capacity(ids.len() * 4);
         for &id in ids {
             if id as usize >= self.vocab_size() {
-                return Err(EngineError::Tokenizer(format!(
+                return Err(TextError::Tokenizer(format!(
                     "token id {id} is outside the vocabulary ({} tokens)",
                     self.vocab_size()
                 )));
@@ -573,12 +573,12 @@ impl Tokenizer {
         if let Some(pre_tokenizer) = hf.get_pre_tokenizer() {
             pre_tokenizer
                 .pre_tokenize(&mut pretokenized)
-                .map_err(|e| EngineError::Tokenizer(format!("pre-tokenizing: {e}")))?;
+                .map_err(|e| TextError::Tokenizer(format!("pre-tokenizing: {e}")))?;
         }
         let model = hf.get_model();
         pretokenized
             .tokenize(|word| model.tokenize(word.get()))
-            .map_err(|e| EngineError::Tokenizer(format!("BPE: {e}")))?;
+            .map_err(|e| TextError::Tokenizer(format!("BPE: {e}")))?;
         for (_, _, tokens) in pretokenized.get_splits(OffsetReferential::Original, OffsetType::None)
         {
             ids.extend(tokens.iter().flatten().map(|t| t.id));
@@ -612,7 +612,7 @@ fn build_hf(
     let mut vocab = Vocab::with_capacity(tokens.len());
     for (id, text) in tokens.iter().enumerate() {
         if let Some(previous) = vocab.insert(text.clone(), id as u32) {
-            return Err(EngineError::Tokenizer(format!(
+            return Err(TextError::Tokenizer(format!(
                 "duplicate token {text:?} in tokenizer.ggml.tokens (ids {previous} and {id})"
             )));
         }
@@ -625,7 +625,7 @@ fn build_hf(
             let pos = merge.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1);
             match pos {
                 Some(pos) => Ok((merge[..pos].to_owned(), merge[pos + 1..].to_owned())),
-                None => Err(EngineError::Tokenizer(format!(
+                None => Err(TextError::Tokenizer(format!(
                     "tokenizer.ggml.merges[{rank}] = {merge:?} is not two space-separated tokens"
                 ))),
             }
@@ -637,7 +637,7 @@ fn build_hf(
         .ignore_merges(spec.ignore_merges)
         .build()
         .map_err(|e| {
-            EngineError::Tokenizer(format!("building BPE from tokenizer.ggml.merges: {e}"))
+            TextError::Tokenizer(format!("building BPE from tokenizer.ggml.merges: {e}"))
         })?;
 
     let mut hf = tokenizers::Tokenizer::new(bpe);
@@ -663,12 +663,10 @@ fn build_hf_sentencepiece(tokens: &[String], types: &[TokenType]) -> Result<toke
         .vocab_and_merges(vocab, Vec::new())
         .byte_fallback(true)
         .build()
-        .map_err(|e| {
-            EngineError::Tokenizer(format!("building the SentencePiece vocabulary: {e}"))
-        })?;
+        .map_err(|e| TextError::Tokenizer(format!("building the SentencePiece vocabulary: {e}")))?;
     let mut hf = tokenizers::Tokenizer::new(bpe);
-    let replace = Replace::new(crate::engine::text::spm::SPACE.to_string(), " ")
-        .map_err(|e| EngineError::Tokenizer(format!("SentencePiece decoder: {e}")))?;
+    let replace = Replace::new(crate::text::spm::SPACE.to_string(), " ")
+        .map_err(|e| TextError::Tokenizer(format!("SentencePiece decoder: {e}")))?;
     hf.with_decoder(Some(DecoderSequence::new(vec![
         replace.into(),
         ByteFallback::new().into(),
@@ -700,12 +698,12 @@ fn sentencepiece_scores(gguf: &impl Metadata, n: usize) -> Result<Vec<f32>> {
         .iter()
         .map(|v| {
             v.as_f32().ok_or_else(|| {
-                EngineError::Tokenizer(format!("tokenizer.ggml.scores holds {v:?}, not numbers"))
+                TextError::Tokenizer(format!("tokenizer.ggml.scores holds {v:?}, not numbers"))
             })
         })
         .collect::<Result<_>>()?;
     if scores.len() < n {
-        return Err(EngineError::Tokenizer(format!(
+        return Err(TextError::Tokenizer(format!(
             "tokenizer.ggml.scores has {} entries for {n} tokens",
             scores.len()
         )));
@@ -727,10 +725,7 @@ fn flatten_token_bytes(
     for (text, t) in tokens.iter().zip(types) {
         let literal = matches!(t, TokenType::Control | TokenType::UserDefined);
         if sentencepiece && !literal {
-            bytes.extend(crate::engine::text::spm::token_bytes(
-                text,
-                *t == TokenType::Byte,
-            ));
+            bytes.extend(crate::text::spm::token_bytes(text, *t == TokenType::Byte));
             starts.push(bytes.len());
             continue;
         }
