@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::compaction_record::Compaction;
 use crate::provider::{Message, Provider, Sampling, ToolCall, ToolChoice};
 use crate::tools::policy::Policy;
+use crate::tools::support::workspace::WorkspaceState;
 use crate::tools::tool::Tool;
-use crate::tools::workspace::WorkspaceState;
 use crate::transcript::{AgentMessage, ToolResult};
 
 /// Rewrites the transcript before each model call (compaction, pruning). Never fails: on trouble it returns
@@ -118,7 +118,7 @@ pub struct AgentLoopConfig {
     /// Names the conversation for the engine's KV prefix reuse.
     pub cache_key: Option<String>,
     /// The session's tool resources (background jobs, overflow logs), cleaned when the session ends.
-    pub resources: Option<crate::tools::resources::SessionResources>,
+    pub resources: Option<crate::tools::support::session_resources::SessionResources>,
     pub policy: Policy,
     /// Working directory and optional confinement root of the file tools.
     pub cwd: PathBuf,

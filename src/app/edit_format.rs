@@ -357,7 +357,7 @@ pub fn text_calls(
 /// transcript is shown after the examples. `bash`: whether `bash` blocks run.
 pub fn install(
     config: &mut crate::agent::hooks::AgentLoopConfig,
-    state: Option<crate::tools::workspace::WorkspaceState>,
+    state: Option<crate::tools::support::workspace::WorkspaceState>,
     bash: bool,
 ) {
     config.hidden_tools = crate::tools::registry::BUILTIN_TOOL_NAMES

@@ -15,9 +15,9 @@ use crate::tools::bash::BashTool;
 use crate::tools::policy::{FileScope, Policy};
 use crate::tools::recall::RecallTool;
 use crate::tools::registry::ToolRegistry;
-use crate::tools::resources::SessionResources;
+use crate::tools::support::session_resources::SessionResources;
+use crate::tools::support::workspace::WorkspaceState;
 use crate::tools::tool::Tool;
-use crate::tools::workspace::WorkspaceState;
 
 use super::Inner;
 use crate::app::approvals::{ApprovalPolicy, Approvals, HookContext};

@@ -18,8 +18,8 @@ use agentd::provider::{
     ContentBlock, Message, ScriptedProvider, ScriptedReply, TokenLogprob, TopLogprob,
 };
 use agentd::tools::bash::BashTool;
+use agentd::tools::support::workspace::WorkspaceState;
 use agentd::tools::tool::Tool;
-use agentd::tools::workspace::WorkspaceState;
 use agentd::tools::write_block::WriteBlockTool;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;

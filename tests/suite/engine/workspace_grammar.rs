@@ -179,7 +179,7 @@ fn paths_must_exist_and_new_files_stay_inside() {
         "write",
         "Write a file",
         json!({"type": "object", "properties": {"path": {"type": "string",
-            "x-agentd-pattern": agentd::tools::workspace::RELATIVE_PATH_PATTERN}, "content": {"type": "string"}},
+            "x-agentd-pattern": agentd::tools::support::workspace::RELATIVE_PATH_PATTERN}, "content": {"type": "string"}},
             "required": ["path", "content"]}),
     )
     .unwrap();
@@ -279,7 +279,7 @@ fn the_built_in_tools_grammars_in_a_real_workspace() {
     std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
     std::fs::create_dir(dir.path().join("src")).unwrap();
     std::fs::write(dir.path().join("src/notes.txt"), NOTES).unwrap();
-    let ws = agentd::tools::workspace::WorkspaceState::new(dir.path());
+    let ws = agentd::tools::support::workspace::WorkspaceState::new(dir.path());
     let read = agentd::tools::read::ReadTool::new();
     let read_spec = read
         .spec()

@@ -10,7 +10,7 @@ use axum::response::sse::Event;
 use serde_json::{json, Value};
 
 use super::request::Echo;
-use crate::server::answer::{Collected, Render};
+use crate::server::chat_answer::{Collected, Render};
 use crate::server::error::ApiError;
 use crate::server::openai::types::UsageInfo;
 use crate::server::source::Piece;

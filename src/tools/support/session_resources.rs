@@ -3,7 +3,7 @@
 //! (the full output of long commands, kept in the temp directory so the model can read it).
 //!
 //! The session owner makes one [`SessionResources`] per session, puts a clone into every call's context
-//! ([`super::tool::ToolContext::with_resources`]), and calls [`SessionResources::close`] when the session ends;
+//! ([`crate::tools::tool::ToolContext::with_resources`]), and calls [`SessionResources::close`] when the session ends;
 //! dropping the last clone closes it too. Closing kills the process groups that are still running (SIGKILL to the
 //! group) and deletes the logs. A call that registers something after the close has it cleaned at once.
 //!

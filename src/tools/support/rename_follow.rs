@@ -4,7 +4,7 @@
 //! broken reference. Small models leave them: Qwen2.5-Coder-0.5B renamed `def calc_total` and kept the call
 //! below it, then answered "The task is done.", and ignored a hint that another file still used the old name.
 //!
-//! So, for `write_block` ([`super::write_block`]): the uses left in the file the block was written to are renamed
+//! So, for `write_block` ([`crate::tools::write_block`]): the uses left in the file the block was written to are renamed
 //! with it (that file's change was the approved call; the result says which lines), and for the other files of
 //! the workspace that still use the old name the result shows their text with the new name, ready to be written
 //! back as blocks (their own calls, approved as any other). Nothing happens when the old name is still defined

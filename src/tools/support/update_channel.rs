@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::mpsc::{channel, Receiver, Sender};
 
-use super::tool::{ToolContext, ToolUpdate};
 use super::truncate::{format_size, tail_bytes};
+use crate::tools::tool::{ToolContext, ToolUpdate};
 
 /// Updates a channel from [`update_channel`] holds before tools start merging.
 pub const UPDATE_CHANNEL_CAPACITY: usize = 64;

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use super::error::ToolError;
-use super::policy::FileScope;
+use crate::tools::error::ToolError;
+use crate::tools::policy::FileScope;
 
 /// A relative path under the workspace root (`x-agentd-pattern`): segments of anything but `/`, `\`, quotes and
 /// control characters, no empty segment, no `.` or `..` segment, no leading `/`.

@@ -7,7 +7,7 @@
 use axum::response::sse::Event;
 use serde_json::{json, Value};
 
-use crate::server::answer::{Collected, Render};
+use crate::server::chat_answer::{Collected, Render};
 use crate::server::error::ApiError;
 use crate::server::source::Piece;
 use crate::server::usage::UsageInfo;

@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::Path;
 
-use super::error::ToolError;
+use crate::tools::error::ToolError;
 
 /// What kind of thing a file type is, for messages.
 pub fn kind_name(file_type: &FileType) -> &'static str {
