@@ -110,8 +110,7 @@ pub struct AgentLoopConfig {
     /// The thinking level asked of reasoning models (`None`: the model's default).
     pub thinking: Option<crate::provider::Thinking>,
     /// Whether one model turn may hold several tool calls. Off by default: the model sees each result before its
-    /// next call, and small models cannot run away writing calls until the token limit (they do: Qwen2.5-Coder
-    /// 0.5B wrote 90 near-identical edits in one turn).
+    /// next call, and small models cannot run away writing near-identical calls until the token limit.
     pub parallel_tool_calls: bool,
     /// Turns (model calls) per run before it ends with `max_turns`.
     pub max_turns: usize,

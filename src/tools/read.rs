@@ -313,8 +313,7 @@ impl Tool for ReadTool {
     fn argument_grammar(&self, workspace: &WorkspaceState) -> Option<serde_json::Value> {
         let path = workspace.existing_path_schema(true, false, None);
         let mut grammar = with_property(&self.spec.parameters, "path", path);
-        // Bounded line numbers: an unbounded integer lets a small model write digits until the token limit
-        // (Qwen2.5-Coder-0.5B wrote `"offset": 1000…` for 200 s).
+        // Bounded line numbers: an unbounded integer lets a small model write digits until the token limit.
         for key in ["offset", "limit"] {
             if let Some(p) = grammar.pointer_mut(&format!("/properties/{key}")) {
                 p["minimum"] = serde_json::json!(1);

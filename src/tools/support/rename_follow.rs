@@ -1,8 +1,8 @@
 //! A rename the model started and did not finish. When a change renames exactly one definition of a file
 //! (`def calc_total` became `def total_price`, `class Usr` became `class User`, `TIMEOUT = 5` became
 //! `TIMEOUT_SECONDS = 5`) and the old name is defined nowhere any more, every use of the old name left behind is a
-//! broken reference. Small models leave them: Qwen2.5-Coder-0.5B renamed `def calc_total` and kept the call
-//! below it, then answered "The task is done.", and ignored a hint that another file still used the old name.
+//! broken reference. Small models leave them, call the task done, and ignore a hint that another file still uses
+//! the old name.
 //!
 //! So, for `write_block` ([`crate::tools::write_block`]): the uses left in the file the block was written to are renamed
 //! with it (that file's change was the approved call; the result says which lines), and for the other files of

@@ -113,7 +113,7 @@ fn presets(arch: Architecture) -> Vec<(&'static str, SynthShape)> {
     match arch {
         Architecture::Qwen2 => vec![
             ("tiny", tiny),
-            // Qwen2.5's GGUFs carry `output.weight` even where the config ties it (as the 0.5B we have does).
+            // Qwen2.5's GGUFs carry `output.weight` even where the config ties it.
             ("0.5b", s(24, 896, 4864, 14, 2, 32768, 1_000_000.0, false)),
             ("1.5b", s(28, 1536, 8960, 12, 2, 32768, 1_000_000.0, false)),
             ("7b", s(28, 3584, 18944, 28, 4, 32768, 1_000_000.0, false)),

@@ -331,8 +331,8 @@ fn defined_names<'a>(lines: &[&'a str]) -> std::collections::BTreeSet<&'a str> {
 }
 
 /// A block of top-level assignments (`MAX_SIZE = 100`) for a file of them that assigns none of its names and
-/// none of its values: new constants, added (Qwen2.5-Coder-0.5B, asked to add `MAX_SIZE = 100` to a file holding
-/// `MIN_SIZE = 1`, wrote only the new line). A name with a value the file already has is a rename
+/// none of its values: new constants, added (a model asked to add `MAX_SIZE = 100` to a file holding
+/// `MIN_SIZE = 1` may write only the new line). A name with a value the file already has is a rename
 /// (`TIMEOUT = 30` → `TIMEOUT_SECONDS = 30`): not this.
 fn adds_assignments(a: &[&str], b: &[&str]) -> bool {
     fn assignments<'a>(lines: &[&'a str]) -> Option<Vec<(&'a str, &'a str)>> {
