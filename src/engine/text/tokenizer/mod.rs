@@ -10,38 +10,20 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
-use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{
-    AddedToken, Model, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer,
-    PreTokenizerWrapper, SplitDelimiterBehavior,
-};
+use tokenizers::{Model, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
 
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
 use crate::engine::text::fim::FimTokens;
 use crate::engine::text::spm::SpmVocab;
 
-/// The `tokenizer.ggml.pre` values [`pretokenizer_for`] implements (llama.cpp's names and aliases).
-pub const SUPPORTED_PRETOKENIZERS: &[&str] = &[
-    "smollm",
-    "qwen2",
-    "llama-bpe",
-    "llama3",
-    "llama-v3",
-    "gpt2",
-    "gpt-2",
-];
+mod hf_build;
+mod pretokenizer;
 
-/// llama.cpp's `QWEN2` regex (Qwen2's `tokenizer.json`, with the case-insensitive group spelled out).
-pub(crate) const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// llama.cpp's `LLAMA3` regex: as Qwen2's but numbers are split in runs of up to three digits.
-pub(crate) const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+use hf_build::{build_hf, build_hf_sentencepiece};
+pub use pretokenizer::{pretokenizer_for, PreTokenizerSpec, SUPPORTED_PRETOKENIZERS};
+pub(crate) use pretokenizer::{LLAMA3_REGEX, QWEN2_REGEX};
 
 /// Control-type tokens that end generation whatever the metadata says (llama.cpp's EOG detection by text).
 const EOG_TOKEN_TEXTS: &[&str] = &[
@@ -52,75 +34,6 @@ const EOG_TOKEN_TEXTS: &[&str] = &[
     "<|end|>",
     "</s>",
 ];
-
-/// How one `tokenizer.ggml.pre` value tokenizes: the split before BPE and llama.cpp's flags for it.
-#[derive(Debug, Clone)]
-pub struct PreTokenizerSpec {
-    /// Splits text into words, then maps each word's bytes to GPT-2's printable byte alphabet.
-    pub pre_tokenizer: PreTokenizerWrapper,
-    /// A word that is itself in the vocabulary becomes that token without running merges (llama.cpp sets it
-    /// for `llama-bpe`; Hugging Face's Llama 3 `tokenizer.json` too).
-    pub ignore_merges: bool,
-    /// Whether llama.cpp prepends BOS when `tokenizer.ggml.add_bos_token` is absent.
-    pub add_bos_default: bool,
-}
-
-/// The pre-tokenizer for a `tokenizer.ggml.pre` value, matching llama.cpp's regexes for it. An unknown value is
-/// [`EngineError::UnsupportedPretokenizer`]: a near-miss pre-tokenizer still round-trips text but gives other
-/// ids than the model was trained on, so we never guess.
-pub fn pretokenizer_for(pre: &str) -> Result<PreTokenizerSpec> {
-    // Regex splits are followed by a byte-level mapping that must not split again nor add a prefix space.
-    let byte_level_only = || -> PreTokenizerWrapper { ByteLevel::new(false, true, false).into() };
-    let regex_split = |regex: &str| -> Result<PreTokenizerWrapper> {
-        Split::new(
-            SplitPattern::Regex(regex.into()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map(Into::into)
-        .map_err(|e| EngineError::Tokenizer(format!("pre-tokenizer `{pre}`: bad regex: {e}")))
-    };
-    let spec = |parts: Vec<PreTokenizerWrapper>, ignore_merges: bool, add_bos_default: bool| {
-        PreTokenizerSpec {
-            pre_tokenizer: Sequence::new(parts).into(),
-            ignore_merges,
-            add_bos_default,
-        }
-    };
-    match pre {
-        // Every digit on its own, then the GPT-2 regex, without a prefix space.
-        "smollm" => Ok(spec(
-            vec![Digits::new(true).into(), gpt2_byte_level()],
-            false,
-            false,
-        )),
-        "qwen2" => Ok(spec(
-            vec![regex_split(QWEN2_REGEX)?, byte_level_only()],
-            false,
-            false,
-        )),
-        "llama-bpe" | "llama3" | "llama-v3" => Ok(spec(
-            vec![regex_split(LLAMA3_REGEX)?, byte_level_only()],
-            true,
-            true,
-        )),
-        "gpt2" | "gpt-2" => Ok(spec(vec![gpt2_byte_level()], false, false)),
-        _ => Err(EngineError::UnsupportedPretokenizer {
-            pre: pre.to_owned(),
-            supported: SUPPORTED_PRETOKENIZERS
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect(),
-        }),
-    }
-}
-
-/// The byte-level pre-tokenizer with its built-in GPT-2 regex and no prefix space: llama.cpp's `GPT2` regex
-/// (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`, text it leaves unmatched kept as
-/// words, which is what the built-in regex's trailing `|\s+` does).
-fn gpt2_byte_level() -> PreTokenizerWrapper {
-    ByteLevel::new(false, true, true).into()
-}
 
 /// `tokenizer.ggml.token_type` values (llama.cpp's `LLAMA_TOKEN_TYPE_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -599,98 +512,6 @@ fn token_texts(raw: Vec<&str>) -> Vec<String> {
             }
         })
         .collect()
-}
-
-/// The Hugging Face tokenizer: BPE over the whole vocabulary, the pre-tokenizer, a ByteLevel decoder, and the
-/// control / user-defined tokens registered as added tokens (their ids are kept: they are in the vocabulary).
-fn build_hf(
-    tokens: &[String],
-    types: &[TokenType],
-    merges: Vec<&str>,
-    spec: &PreTokenizerSpec,
-) -> Result<tokenizers::Tokenizer> {
-    let mut vocab = Vocab::with_capacity(tokens.len());
-    for (id, text) in tokens.iter().enumerate() {
-        if let Some(previous) = vocab.insert(text.clone(), id as u32) {
-            return Err(EngineError::Tokenizer(format!(
-                "duplicate token {text:?} in tokenizer.ggml.tokens (ids {previous} and {id})"
-            )));
-        }
-    }
-    let merges = merges
-        .into_iter()
-        .enumerate()
-        .map(|(rank, merge)| {
-            // llama.cpp splits at the first space after the first byte (a merge's left part is never empty).
-            let pos = merge.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1);
-            match pos {
-                Some(pos) => Ok((merge[..pos].to_owned(), merge[pos + 1..].to_owned())),
-                None => Err(EngineError::Tokenizer(format!(
-                    "tokenizer.ggml.merges[{rank}] = {merge:?} is not two space-separated tokens"
-                ))),
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    // No unknown token: llama.cpp's BPE never emits one, and a byte-level vocabulary covers every byte.
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .ignore_merges(spec.ignore_merges)
-        .build()
-        .map_err(|e| {
-            EngineError::Tokenizer(format!("building BPE from tokenizer.ggml.merges: {e}"))
-        })?;
-
-    let mut hf = tokenizers::Tokenizer::new(bpe);
-    hf.with_pre_tokenizer(Some(spec.pre_tokenizer.clone()));
-    hf.with_decoder(Some(ByteLevelDecoder::default()));
-    add_added_tokens(&mut hf, tokens, types);
-    Ok(hf)
-}
-
-/// The Hugging Face tokenizer of a SentencePiece vocabulary, for llguidance's token trie only (encoding is
-/// [`SpmVocab`]'s): the vocabulary with Llama's decoders (`▁` → space, byte fallback), control tokens as special
-/// added tokens, user-defined ones as plain added tokens. A text listed twice keeps its first id.
-fn build_hf_sentencepiece(tokens: &[String], types: &[TokenType]) -> Result<tokenizers::Tokenizer> {
-    use tokenizers::decoders::byte_fallback::ByteFallback;
-    use tokenizers::decoders::fuse::Fuse;
-    use tokenizers::decoders::sequence::Sequence as DecoderSequence;
-    use tokenizers::normalizers::replace::Replace;
-    let mut vocab = Vocab::with_capacity(tokens.len());
-    for (id, text) in tokens.iter().enumerate() {
-        vocab.entry(text.clone()).or_insert(id as u32);
-    }
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, Vec::new())
-        .byte_fallback(true)
-        .build()
-        .map_err(|e| {
-            EngineError::Tokenizer(format!("building the SentencePiece vocabulary: {e}"))
-        })?;
-    let mut hf = tokenizers::Tokenizer::new(bpe);
-    let replace = Replace::new(crate::engine::text::spm::SPACE.to_string(), " ")
-        .map_err(|e| EngineError::Tokenizer(format!("SentencePiece decoder: {e}")))?;
-    hf.with_decoder(Some(DecoderSequence::new(vec![
-        replace.into(),
-        ByteFallback::new().into(),
-        Fuse::new().into(),
-    ])));
-    add_added_tokens(&mut hf, tokens, types);
-    Ok(hf)
-}
-
-/// Registers control tokens as special added tokens and user-defined ones as plain added tokens (their ids are
-/// kept: they are in the vocabulary).
-fn add_added_tokens(hf: &mut tokenizers::Tokenizer, tokens: &[String], types: &[TokenType]) {
-    let added = |wanted: TokenType, special: bool| -> Vec<AddedToken> {
-        tokens
-            .iter()
-            .zip(types)
-            .filter(|(_, t)| **t == wanted)
-            .map(|(text, _)| AddedToken::from(text.clone(), special).normalized(false))
-            .collect()
-    };
-    hf.add_special_tokens(&added(TokenType::Control, true));
-    hf.add_tokens(&added(TokenType::UserDefined, false));
 }
 
 /// `tokenizer.ggml.scores`, one per token (SentencePiece merges by them).
