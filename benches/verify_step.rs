@@ -9,7 +9,7 @@
 use std::sync::OnceLock;
 
 use agentd::engine::arch::weights::WeightFormat;
-use agentd::engine::cpu::model::CpuModel;
+use agentd::engine::cpu::forward::CpuModel;
 use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::kv::BatchSeq;

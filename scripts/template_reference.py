@@ -2,7 +2,7 @@
 """Reference chat-template renders (issue 18, item 2): real model chat templates rendered by Python's Jinja2 the way
 Hugging Face transformers renders them (sandboxed environment, trim_blocks, lstrip_blocks, loop controls, its
 `tojson`, `raise_exception` and `strftime_now`), for a few conversations (plain, multi-turn, tools with a call and
-its result, thinking off). The Rust test (tests/suite/template.rs) renders the same with agentd's minijinja
+its result, thinking off). The Rust test (tests/suite/engine/template.rs) renders the same with agentd's minijinja
 environment and requires byte-identical text, or an error where Jinja2 raised one.
 
 The templates are the ones llama.cpp keeps in models/templates/ (fetched there from the models' repositories);

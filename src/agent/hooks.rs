@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::compaction_record::Compaction;
 use crate::provider::{Message, Provider, Sampling, ToolCall, ToolChoice};
 use crate::tools::policy::Policy;
+use crate::tools::support::workspace::WorkspaceState;
 use crate::tools::tool::Tool;
-use crate::tools::workspace::WorkspaceState;
 use crate::transcript::{AgentMessage, ToolResult};
 
 /// Rewrites the transcript before each model call (compaction, pruning). Never fails: on trouble it returns
@@ -110,15 +110,14 @@ pub struct AgentLoopConfig {
     /// The thinking level asked of reasoning models (`None`: the model's default).
     pub thinking: Option<crate::provider::Thinking>,
     /// Whether one model turn may hold several tool calls. Off by default: the model sees each result before its
-    /// next call, and small models cannot run away writing calls until the token limit (they do: Qwen2.5-Coder
-    /// 0.5B wrote 90 near-identical edits in one turn).
+    /// next call, and small models cannot run away writing near-identical calls until the token limit.
     pub parallel_tool_calls: bool,
     /// Turns (model calls) per run before it ends with `max_turns`.
     pub max_turns: usize,
     /// Names the conversation for the engine's KV prefix reuse.
     pub cache_key: Option<String>,
     /// The session's tool resources (background jobs, overflow logs), cleaned when the session ends.
-    pub resources: Option<crate::tools::resources::SessionResources>,
+    pub resources: Option<crate::tools::support::session_resources::SessionResources>,
     pub policy: Policy,
     /// Working directory and optional confinement root of the file tools.
     pub cwd: PathBuf,

@@ -206,7 +206,7 @@ async fn run_batch(
     em: &Emitter,
     stop: &mut Option<String>,
 ) -> Vec<ToolResult> {
-    let (updates_tx, mut updates) = crate::tools::updates::update_channel();
+    let (updates_tx, mut updates) = crate::tools::support::update_channel::update_channel();
     let mut prepared = Vec::new();
     for call in calls {
         em.emit(AgentEvent::ToolExecutionStart {

@@ -1,6 +1,6 @@
 //! Which file a fenced block with no path belongs to. Small models sometimes write a file's new text without the
-//! path line the format asks for (Qwen2.5-Coder-0.5B wrote `shop.py` renamed, correct, under a bare
-//! ```` ```python ```` fence; another reply put the new function's name where the path goes). When most of the
+//! path line the format asks for (a whole file under a bare ```` ```python ```` fence, or the new function's
+//! name where the path goes). When most of the
 //! block's lines are lines of exactly one workspace file, and clearly more of them than of any other file, the
 //! block is that file's; otherwise it stays text.
 

@@ -27,9 +27,9 @@ use crate::env::now_ms;
 use crate::provider::{CompletionRequest, ToolChoice};
 use crate::session::{EntryKind, JsonlStore, SessionStore, StoreOptions};
 use crate::tools::bash::BashTool;
-use crate::tools::resources::SessionResources;
+use crate::tools::support::session_resources::SessionResources;
+use crate::tools::support::workspace::WorkspaceState;
 use crate::tools::tool::{Tool, ToolContext, ToolError};
-use crate::tools::workspace::WorkspaceState;
 
 mod branches;
 mod build;

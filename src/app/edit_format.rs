@@ -1,9 +1,8 @@
 //! How the model changes files: through JSON tool calls (`edit`, `write`: the default for capable models and
-//! remote servers), or by writing **file blocks** in its reply (Aider's "whole" format, which Aider uses for every
-//! Qwen2.5-Coder up to 14B): a file's path on a line of its own, then its new text in a fenced code block; a
-//! fenced `bash` block is a command to run. Measured on `benches/agent_tasks` with Qwen2.5-Coder-0.5B, small
-//! models write correct code in a fenced block far more often than inside a JSON string (the notes of issue 29
-//! have the table), and the tool-call section the chat template adds for JSON tools pulls them away from it.
+//! remote servers), or by writing **file blocks** in its reply (Aider's "whole" format, which Aider uses for small
+//! models): a file's path on a line of its own, then its new text in a fenced code block; a fenced `bash` block is
+//! a command to run. Small models write correct code in a fenced block far more often than inside a JSON string
+//! (README's agent table), and the tool-call section the chat template adds for JSON tools pulls them away from it.
 //!
 //! With blocks, the session offers the model no JSON tools. The agent loop asks this module for the calls a
 //! reply's text makes ([`text_calls`]): each file block becomes a `write_block` call (placed in the file by its
@@ -106,10 +105,8 @@ pub const COMMAND_CUE: &str =
     "First write the command the task needs in a ```bash block; you will see its output before you go on.";
 
 /// Whether `prompt` asks to run something (`run`, `execute`, a `wc` count): small models otherwise guess the
-/// output (Qwen2.5-Coder-0.5B wrote a line count of 3 for a 7-line file, and 121 for a script that prints 140)
-/// instead of writing the command. (Measured and dropped: a cue that also said "then write the file the task asks
-/// for", a note after the command's output, and the task restated there: each made the model repeat the command
-/// or skip the redirect it wrote with this cue.)
+/// output instead of writing the command. The cue says no more than that: a longer one made the model repeat the
+/// command or skip its redirect.
 pub fn asks_for_a_command(prompt: &str) -> bool {
     let is_word = |c: char| c.is_alphanumeric() || c == '_';
     let mut rest = prompt;
@@ -135,9 +132,8 @@ fn fenced(path: &str, text: &str) -> String {
     format!("{path}\n```\n{body}```")
 }
 
-/// The worked examples shown before the conversation: a fix in a file the task shows, and a new file. (A third,
-/// a command whose output the answer needs, was measured and dropped: Qwen2.5-Coder-0.5B still wrote no command
-/// for the tasks that need one, and began writing blocks without a path and files named like the example's.)
+/// The worked examples shown before the conversation: a fix in a file the task shows, and a new file. No command
+/// example: small models then write blocks without a path, or files named like the example's.
 pub fn examples() -> Vec<Message> {
     let shapes = "def square(x):\n    return x + x\n\n\ndef cube(x):\n    return x * x * x\n";
     let fixed = "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n";
@@ -357,7 +353,7 @@ pub fn text_calls(
 /// transcript is shown after the examples. `bash`: whether `bash` blocks run.
 pub fn install(
     config: &mut crate::agent::hooks::AgentLoopConfig,
-    state: Option<crate::tools::workspace::WorkspaceState>,
+    state: Option<crate::tools::support::workspace::WorkspaceState>,
     bash: bool,
 ) {
     config.hidden_tools = crate::tools::registry::BUILTIN_TOOL_NAMES

@@ -6,11 +6,11 @@
 //! - an identical mutating call that just succeeded (nothing changed since) is answered "already done", with the
 //!   earlier result;
 //! - a no-op call (an `edit` whose `old_text` is its `new_text`, a `write` of the file's own content) after a
-//!   change landed is how small models say they are done (Qwen2.5-Coder-0.5B does so instead of replying in
-//!   text): it is not run, and the run ends as completed;
+//!   change landed is how small models say they are done (instead of replying in text): it is not run, and the
+//!   run ends as completed;
 //! - a call that would undo the change just made (an `edit` with the last edit's pairs reversed, a `write` of
-//!   the text the last write replaced) is how a model flips a right value back and forth (Qwen2.5-Coder-0.5B
-//!   set `"port": 9000`, then 8080, then 9000, …): it is not run, the change stands, and the run ends;
+//!   the text the last write replaced) is how a model flips a right value back and forth (`"port": 9000`, then
+//!   8080, then 9000, …): it is not run, the change stands, and the run ends;
 //! - a run that keeps rewriting one file with ever shorter content (a model shrinking a file toward nothing), or
 //!   that keeps repeating calls already answered, is stopped (`AgentEndReason::Stopped`: the job is not claimed
 //!   done; the task's own check decides).
@@ -355,8 +355,8 @@ impl LoopRules {
 
 /// The `choose_tools` of a workspace-aware session: a prompt that came with files attached (it names files of the
 /// workspace, `mentions::attach_named_files`) is a job on those files, so its first reply must be a tool call
-/// (a small model otherwise often answers it with text: Qwen2.5-Coder-0.5B wrote its tool list back, or the
-/// fixed function in a code block nothing applies). Every later turn is `auto`.
+/// (a small model otherwise often answers it with text: its tool list written back, or the fixed function in a
+/// code block nothing applies). Every later turn is `auto`.
 pub fn act_on_named_files(
     messages: &[crate::transcript::AgentMessage],
 ) -> crate::provider::ToolChoice {

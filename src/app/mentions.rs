@@ -13,8 +13,8 @@ use super::AppError;
 use crate::tools::ls::{list, DEFAULT_LS_LIMIT};
 use crate::tools::policy::FileScope;
 use crate::tools::read::binary_reason;
+use crate::tools::support::truncate::{truncate_head, Limits};
 use crate::tools::tool::ToolError;
-use crate::tools::truncate::{truncate_head, Limits};
 
 /// Larger files are refused outright (only their head would be shown anyway; `read` pages through them).
 const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
@@ -76,7 +76,7 @@ pub const NAMED_FILE_MAX_BYTES: u64 = 8 * 1024;
 pub fn attach_named_files(
     expanded: &str,
     prompt: &str,
-    state: &crate::tools::workspace::WorkspaceState,
+    state: &crate::tools::support::workspace::WorkspaceState,
 ) -> String {
     let mut blocks = String::new();
     for (rel, text) in named_files(prompt, state) {
@@ -107,7 +107,7 @@ pub(crate) fn prompt_word(word: &str) -> &str {
 /// seen.
 pub fn named_files(
     prompt: &str,
-    state: &crate::tools::workspace::WorkspaceState,
+    state: &crate::tools::support::workspace::WorkspaceState,
 ) -> Vec<(String, String)> {
     let files = state.listing().files;
     let mut out: Vec<(String, String)> = Vec::new();

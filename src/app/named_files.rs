@@ -14,12 +14,9 @@ const MAX_COMPARED_BYTES: u64 = 1024 * 1024;
 
 /// The prompt now running, the files it named (shown to the model with it) and their text then. After a block
 /// changes an existing file, the first of them still as it was is asked about: small models change the first
-/// file of a two-file job and stop (Qwen2.5-Coder-0.5B changed `pricing.py` and never the test that expects the
-/// old price). A block that changes nothing before any change landed (the model copied the file it was shown,
-/// bug included) is answered as the failure it is, with the task restated: told only "nothing changed", Qwen2.5-Coder-0.5B
-/// repeated that sentence as its answer and the run ended with the bug in place. (Measured and dropped: one more
-/// turn, "nothing in the project has changed…", for a run about to end with the workspace as the prompt found it
-/// after a command ran: Qwen2.5-Coder-0.5B repeated that sentence as its answer too.)
+/// file of a two-file job and stop. A block that changes nothing before any change landed (the model copied the
+/// file it was shown, bug included) is answered as the failure it is, with the task restated: told only "nothing
+/// changed", a small model repeats that sentence as its answer.
 #[derive(Clone)]
 pub struct NamedFiles {
     /// The session's files, read through the tools' confinement.
@@ -97,8 +94,8 @@ impl NamedFiles {
 
     /// When the task asks for a file that is still missing (`count.txt` in "write the count into a new file
     /// count.txt"): the note and the reply's start for one more turn, for a run about to end without it.
-    /// Qwen2.5-Coder-0.5B ran `wc -l data.csv`, saw `7 data.csv` and answered "The task is done."; told only
-    /// that, it said so again, but a reply that starts with the file's block gets its text (`7`).
+    /// A small model that ran the command answers "The task is done." and says so again when told only that; a
+    /// reply that starts with the file's block gets its text.
     pub fn missing_file_turn(&self) -> Option<(String, String)> {
         let Prompted { task, landed, .. } = self.lock().clone();
         // A run that changed something is past this: the missing name may be one its code reads.
@@ -139,8 +136,7 @@ impl NamedFiles {
                     named.lock().landed = true;
                     let content = change.content.clone().unwrap_or(result.content);
                     // After a new file, the named ones are what it was made from unless the task asks to change
-                    // one (asked "does data.csv need a change?" after writing count.txt, Qwen2.5-Coder-0.5B
-                    // appended the count to data.csv).
+                    // one: asked whether a file it read needs a change, a small model changes it.
                     let ask = !created || asks_for_a_change(&named.lock().task);
                     let question = ask.then(|| named.question(&written, &content)).flatten();
                     if let Some(q) = question {

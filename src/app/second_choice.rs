@@ -1,10 +1,9 @@
 //! A file block that changed nothing, continued from the model's own second choice.
 //!
 //! Asked to fix a bug, a small model often writes the file back exactly as it was: greedy decoding follows the
-//! text it was shown. Told so, it copies it again (Qwen2.5-Coder-0.5B did, three times, in `fix_off_by_one`,
-//! `fix_return_value` and `fix_comparison` of `benches/agent_tasks`; re-sampling at temperature 0.7 did not
-//! help either). Yet the model is rarely sure everywhere: where the bug is, its second choice is close
-//! (`if x < best` with ` >` 1.4 nats behind, `range(1, n` with ` +` 2.1 behind, `age >` with ` >=` 0.8 behind).
+//! text it was shown. Told so, it copies it again, and re-sampling at a higher temperature does not help either.
+//! Yet the model is rarely sure everywhere: where the bug is, its second choice is close (` >` just behind ` <` in
+//! `if x < best`, ` +` just behind in `range(1, n`).
 //!
 //! So the loop traces a blocks reply with the top alternatives of every token, and when a block's result is
 //! "the same as the file" the next reply starts from that block as the model wrote it up to its least certain

@@ -6,7 +6,7 @@
 //!   [`Spread`], process memory readings.
 //! - [`engine`]: prefill / decode tok/s of the local engine (`bench engine`).
 //! - [`constraint`]: grammar-constraint overhead per token and on decode speed (`bench constraint`).
-//! - [`schema_suite`]: the JSON Schema validity suite (`bench schemas` and `tests/suite/schemas.rs`).
+//! - [`schema_suite`]: the JSON Schema validity suite (`bench schemas` and `tests/suite/engine/schemas.rs`).
 //! - [`loadgen`]: the loopback load generator (`bench load` and the server load test).
 //! - [`openai_client`]: a streaming Chat Completions client that times every chunk as it arrives; [`metrics`]:
 //!   the per-request arithmetic over those timings (TTFT, ITL, TPOT, valid share, A/B pairing);

@@ -9,7 +9,7 @@ pub mod config;
 pub mod engine_args;
 pub mod export;
 pub mod generate;
-pub mod model;
+pub mod model_files;
 pub mod run;
 pub mod serve;
 pub mod tokenize;
@@ -47,7 +47,7 @@ pub enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Manage model files: list, pull, path.
     #[command(subcommand)]
-    Model(model::ModelCommand),
+    Model(model_files::ModelCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -70,7 +70,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Tokenize(args) => tokenize::run(args),
-        Command::Model(cmd) => model::run(cmd),
+        Command::Model(cmd) => model_files::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Chat(args) => chat::run(args),
         Command::Run(args) => run::run(args),

@@ -11,7 +11,7 @@ use agentd::config::{Config, ProviderKind};
 use agentd::engine::WeightFormat;
 use agentd::provider::response_cache::CacheStats;
 use agentd::provider::{Provider, RemoteProvider};
-use agentd::server::guard::BrowserPolicy;
+use agentd::server::browser_safety::BrowserPolicy;
 use agentd::server::limits::RequestLimits;
 use agentd::server::sessions::SessionOptions;
 use agentd::server::{self, AppState, ServerOptions};

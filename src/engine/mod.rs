@@ -1,4 +1,4 @@
-//! The local inference engine. Folders by concern, arrows pointing down (checked by `tests/suite/layers.rs`); the
+//! The local inference engine. Folders by concern, arrows pointing down (checked by `tests/suite/layers/`); the
 //! text side of a model (tokenizer, template, tool-call formats, GGUF metadata) is the crate's `text` layer below:
 //!
 //! ```text
@@ -18,7 +18,7 @@
 //!
 //! **The engine's API is the list of names re-exported below**, plus two public concerns, `files` (resolving,
 //! fetching, listing and synthesising model files) and `parity` (logits against a reference model, for `bench
-//! parity`). Other layers of the crate use only those (`tests/suite/layers.rs` checks it). The folders are
+//! parity`). Other layers of the crate use only those (`tests/suite/layers/` checks it). The folders are
 //! reachable from outside only so the integration tests and benches can test the parts one by one; they are
 //! hidden from the docs and are not an API. Inside them, a module nothing outside the engine names is `pub(crate)`.
 

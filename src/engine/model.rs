@@ -7,7 +7,7 @@ use candle_core::{Device, Tensor};
 use crate::engine::arch::weights::WeightFormat;
 use crate::engine::arch::DecoderConfig;
 use crate::engine::candle::{CandleModel, Kernels};
-use crate::engine::cpu::model::CpuModel;
+use crate::engine::cpu::forward::CpuModel;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::gguf::GgufFile;
 use crate::engine::kv::{BatchSeq, DeviceBlocks, KvDtype, PagedStore, StandaloneSeq, StepOutput};

@@ -1,7 +1,7 @@
 //! Does a model run the same on two devices? Teacher-forced logits of one GGUF on a reference (the CPU
 //! engine) and a candidate (CUDA with our kernels, or candle's path anywhere), compared position by position,
 //! then once more as one prefill chunk; the greedy token must agree wherever the reference's top two are
-//! clearly apart. `agentd bench parity` prints this, and tests/suite/cuda.rs asserts it.
+//! clearly apart. `agentd bench parity` prints this, and tests/suite/engine/cuda.rs asserts it.
 
 use serde::Serialize;
 

@@ -62,7 +62,7 @@ pub struct SpeculativeConfig {
     pub prompt_lookup_max: usize,
 }
 
-/// Draft tokens per step by default (see the note of issue 31 for the measurements behind the defaults).
+/// Draft tokens per step by default: the adaptive drafter shortens them where they do not pay.
 pub const DEFAULT_NUM_SPECULATIVE_TOKENS: usize = 8;
 pub const DEFAULT_PROMPT_LOOKUP_MIN: usize = 2;
 pub const DEFAULT_PROMPT_LOOKUP_MAX: usize = 5;
@@ -402,8 +402,8 @@ pub struct StepCost {
 const COST_DECAY: f64 = 0.98;
 
 impl StepCost {
-    /// A model of a device where one extra token costs `prior` of a single-token step (measured on a 2-core CPU
-    /// for Qwen2.5-Coder-0.5B: about 0.5; on a GPU decode is bandwidth-bound and it is far less).
+    /// A model of a device where one extra token costs `prior` of a single-token step (on a GPU, where decode is
+    /// bound by memory bandwidth, far less than on a CPU).
     pub fn new(prior: f64) -> Self {
         Self {
             prior: prior.clamp(0.0, 1.0),

@@ -114,8 +114,8 @@ impl ResponseFormat {
     /// The Lark grammar of a regex, choice or grammar format (`None` for text and JSON).
     pub fn lark(&self) -> Option<String> {
         match self {
-            Self::Regex { pattern } => Some(super::output::regex_grammar(pattern)),
-            Self::Choice { choices } => Some(super::output::choice_grammar(choices)),
+            Self::Regex { pattern } => Some(super::lark::regex_grammar(pattern)),
+            Self::Choice { choices } => Some(super::lark::choice_grammar(choices)),
             Self::Grammar { lark } => Some(lark.clone()),
             Self::Text | Self::JsonObject | Self::JsonSchema { .. } => None,
         }
@@ -209,7 +209,7 @@ pub fn check_request(
                 ));
             }
             if let Some(lark) = response_format.lark() {
-                super::output::check_lark(&lark, "the grammar")?;
+                super::lark::check_lark(&lark, "the grammar")?;
             }
         }
         ResponseFormat::Text | ResponseFormat::JsonObject => {}

@@ -154,9 +154,8 @@ pub const MAX_GENERATED_NUMBER: f64 = 1e15;
 
 /// Generated numbers have a bounded number of digits: every `integer` or `number` node that says nothing about one
 /// side of its range gets [`MAX_GENERATED_INTEGER`] / [`MAX_GENERATED_NUMBER`] there. Without it the grammar
-/// allows digits forever, and a small model that starts repeating a digit (Qwen2.5-Coder-0.5B wrote
-/// `"yield_time_ms": 1000000…` in Codex's `write_stdin` call) keeps on until `max_tokens`, which for a client that
-/// sends none is the rest of the context: minutes of a stuck request. Only narrows: nothing under `not`, `if`,
+/// allows digits forever, and a small model that starts repeating a digit (`"yield_time_ms": 1000000…`) keeps on
+/// until `max_tokens`, which for a client that sends none is the rest of the context. Only narrows: nothing under `not`, `if`,
 /// `then` or `else` is touched, so every generated document still validates against the original schema.
 pub fn bound_numbers(schema: &Value) -> Value {
     let mut out = schema.clone();

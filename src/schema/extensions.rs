@@ -24,7 +24,7 @@ pub const KEYWORDS: [&str; 3] = [SUBSTRING_OF, ENUM, PATTERN];
 /// Beside [`SUBSTRING_OF`]: `"word"` (the default) or `"line"` (whole lines only).
 pub const SUBSTRING_UNIT: &str = "x-agentd-substring-unit";
 
-/// The largest text one `x-agentd-substring-of` may hold (what compiles in tens of milliseconds, measured).
+/// The largest text one `x-agentd-substring-of` may hold: its grammar is compiled while the request waits.
 pub const MAX_SUBSTRING_TEXT: usize = 128 * 1024;
 /// The most strings one `x-agentd-enum` may list.
 pub const MAX_ENUM: usize = 20_000;

@@ -9,7 +9,7 @@ mod choice;
 pub mod compile;
 pub mod extensions;
 pub mod gbnf;
-pub mod output;
+pub mod lark;
 mod tool_spec;
 
 pub use choice::{check_request, ResponseFormat, ToolChoice};

@@ -10,13 +10,13 @@
 //! at `/`), `openapi` (`GET /openapi.json`, generated from the routes and types).
 
 pub mod admission;
-pub mod answer;
 pub mod anthropic;
 pub mod auth;
+pub mod browser_safety;
+pub mod chat_answer;
 pub mod constraint_fields;
 pub mod embeddings;
 pub mod error;
-pub mod guard;
 pub mod infill;
 pub mod limits;
 pub mod metrics;
@@ -72,8 +72,8 @@ pub struct ServerOptions {
     pub shutdown_grace: Duration,
     /// Agent sessions: where their JSONL files go, the default workspace, how many may live at once.
     pub sessions: sessions::SessionOptions,
-    /// Which hosts and origins may use the server (browser safety; see [`guard`]).
-    pub browser: guard::BrowserPolicy,
+    /// Which hosts and origins may use the server (see [`browser_safety`]).
+    pub browser: browser_safety::BrowserPolicy,
     /// Allow agent sessions whose tools write files or run commands on a server without an API key.
     pub allow_exec_without_key: bool,
     /// Bounds on what one request may ask for, checked before it is queued.
@@ -96,7 +96,7 @@ impl Default for ServerOptions {
             retry_after_secs: 1,
             shutdown_grace: Duration::from_secs(10),
             sessions: sessions::SessionOptions::default(),
-            browser: guard::BrowserPolicy::default(),
+            browser: browser_safety::BrowserPolicy::default(),
             allow_exec_without_key: false,
             limits: limits::RequestLimits::default(),
             generation_defaults: Default::default(),
@@ -269,7 +269,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            guard::browser_guard,
+            browser_safety::browser_guard,
         ))
         .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
         .layer(middleware::from_fn(anthropic::error_shape))

@@ -1,5 +1,5 @@
 //! What every door reports the same way: token usage (the OpenAI shape the other doors translate from) and
-//! per-token log-probabilities, built once from the provider's answer by `source.rs` and `answer.rs`.
+//! per-token log-probabilities, built once from the provider's answer by `source.rs` and `chat_answer.rs`.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,6 @@
 //! Tokens ↔ text, no weights, no tensor library: what a model's text side needs, for the local engine and for a
 //! remote model alike (exact token counts in front of vLLM). A GGUF's metadata (`gguf_meta.rs`), the tokenizer
-//! built from it (`tokenizer.rs`, SentencePiece in `spm.rs`), the chat template and rendering a chat with tools
+//! built from it (`tokenizer/`, SentencePiece in `spm.rs`), the chat template and rendering a chat with tools
 //! into prompt tokens (`template.rs`, `chat_prompt.rs`, `render_budget.rs` for its limits), how each model family
 //! writes tool calls (`call_format.rs`), fill-in-the-middle prompts (`fim.rs`), reasoning markers
 //! (`reasoning.rs`), the guard against content that would read as a call (`content_guard.rs`) and streaming

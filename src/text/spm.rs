@@ -3,7 +3,7 @@
 //! concatenation is the vocabulary entry with the highest score is merged first (ties: leftmost), until no pair
 //! forms an entry; a character that is no entry is written as its UTF-8 bytes (`<0xE2>` … byte tokens).
 //!
-//! [`SpmVocab`] owns the lookup tables; the tokenizer (`tokenizer.rs`) splits out added tokens and decides
+//! [`SpmVocab`] owns the lookup tables; the tokenizer (`tokenizer/`) splits out added tokens and decides
 //! where a leading space goes.
 
 use std::cmp::Ordering;

@@ -10,7 +10,7 @@
 //! A command that leaves background processes holding the output pipe (`server &`) returns shortly after the
 //! shell exits; those processes keep running until a timeout, an abort, or the end of the session: with
 //! `ToolContext::resources` set, the call's process group and its output log are tracked there and cleaned when
-//! the session closes them (see [`super::resources`]).
+//! the session closes them (see [`super::support::session_resources`]).
 
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
@@ -26,12 +26,12 @@ use serde_json::json;
 use tokio::io::AsyncReadExt as _;
 use tokio::time::Instant;
 
-use super::resources::SessionResources;
+use super::support::session_resources::SessionResources;
+use super::support::truncate::{format_size, truncate_tail, Limits, TruncatedBy};
+use super::support::update_channel::CoalescedUpdates;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
-use super::truncate::{format_size, truncate_tail, Limits, TruncatedBy};
-use super::updates::CoalescedUpdates;
 use crate::schema::ToolSpec;
 
 /// Timeout of a call that gives none (2 minutes).
@@ -387,7 +387,7 @@ impl Tool for BashTool {
 
     fn argument_grammar(
         &self,
-        _workspace: &super::workspace::WorkspaceState,
+        _workspace: &super::support::workspace::WorkspaceState,
     ) -> Option<serde_json::Value> {
         // A bounded timeout: an unbounded number lets a small model write digits until the token limit.
         let mut grammar = self.spec.parameters.clone();

@@ -11,17 +11,17 @@ use serde::Deserialize;
 use serde_json::json;
 use similar::{DiffTag, TextDiff};
 
-use super::edit_match::{self, closest_lines, line_of, occurrences, Miss};
-use super::file_access::{open_regular, read_at_most};
 use super::policy::resolve_path;
 use super::read::binary_reason;
+use super::support::edit_match::{self, closest_lines, line_of, occurrences, Miss};
+use super::support::file_access::{open_regular, read_at_most};
+use super::support::truncate::format_size;
+use super::support::workspace::with_file_suggestions;
+use super::support::workspace::WorkspaceState;
 use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
-use super::truncate::format_size;
-use super::workspace::with_file_suggestions;
-use super::workspace::WorkspaceState;
 use super::write::atomic_write;
 use crate::schema::{extensions, ToolSpec};
 
@@ -334,7 +334,9 @@ fn edit_file(
             false => ToolError::RespondToModel(why),
         }
     })?;
-    if let Some(why) = super::syntax_check::breaks_syntax(path, &original, &edited.new_content) {
+    if let Some(why) =
+        super::support::syntax_check::breaks_syntax(path, &original, &edited.new_content)
+    {
         return Err(ToolError::RespondToModel(format!(
             "Not edited: this change would break {shown}'s syntax ({why}), so {shown} is unchanged. After the \
              edit those lines would have read:\n{}\nFix old_text or new_text (mind the indentation) and send the \

@@ -12,12 +12,12 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::policy::resolve_path;
+use super::support::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
+use super::support::workspace::{walk_builder, WorkspaceState};
 use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
-use super::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
-use super::workspace::{walk_builder, WorkspaceState};
 use crate::schema::ToolSpec;
 
 /// Results returned when the call gives no limit.

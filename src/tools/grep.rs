@@ -16,18 +16,18 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::file_access::{kind_name, open_regular};
 use super::find::PathGlob;
 use super::policy::resolve_path;
+use super::support::file_access::{kind_name, open_regular};
+use super::support::truncate::{
+    format_size, truncate_head, truncate_line, Limits, DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS,
+};
+use super::support::workspace::walk_builder;
+use super::support::workspace::WorkspaceState;
 use super::tool::with_property;
 use super::tool::{
     aborted, builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
-use super::truncate::{
-    format_size, truncate_head, truncate_line, Limits, DEFAULT_MAX_BYTES, GREP_MAX_LINE_CHARS,
-};
-use super::workspace::walk_builder;
-use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// Matches returned when the call gives no limit.

@@ -9,13 +9,13 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::policy::resolve_path;
+use super::support::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
+use super::support::workspace::walk_builder;
+use super::support::workspace::WorkspaceState;
 use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
-use super::truncate::{format_size, truncate_head, Limits, DEFAULT_MAX_BYTES};
-use super::workspace::walk_builder;
-use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// Entries listed when the call gives no limit.

@@ -13,15 +13,15 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::file_access::open_regular;
 use super::policy::resolve_path;
+use super::support::file_access::open_regular;
+use super::support::truncate::{format_size, Limits, TruncatedBy, DEFAULT_MAX_BYTES};
+use super::support::workspace::with_file_suggestions;
+use super::support::workspace::WorkspaceState;
 use super::tool::with_property;
 use super::tool::{
     aborted, builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
-use super::truncate::{format_size, Limits, TruncatedBy, DEFAULT_MAX_BYTES};
-use super::workspace::with_file_suggestions;
-use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// The largest `offset` or `limit` the workspace grammar lets a model write (a line number no file here has).
@@ -313,8 +313,7 @@ impl Tool for ReadTool {
     fn argument_grammar(&self, workspace: &WorkspaceState) -> Option<serde_json::Value> {
         let path = workspace.existing_path_schema(true, false, None);
         let mut grammar = with_property(&self.spec.parameters, "path", path);
-        // Bounded line numbers: an unbounded integer lets a small model write digits until the token limit
-        // (Qwen2.5-Coder-0.5B wrote `"offset": 1000…` for 200 s).
+        // Bounded line numbers: an unbounded integer lets a small model write digits until the token limit.
         for key in ["offset", "limit"] {
             if let Some(p) = grammar.pointer_mut(&format!("/properties/{key}")) {
                 p["minimum"] = serde_json::json!(1);

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use super::error::ToolError;
 use super::policy::FileScope;
-use super::resources::SessionResources;
-use super::workspace::WorkspaceState;
+use super::support::session_resources::SessionResources;
+use super::support::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// What a tool may do; an agent's `Policy` allows a set of these and refuses any tool needing another.
@@ -76,8 +76,8 @@ impl ToolOutput {
 
 /// A piece of partial output streamed while a tool runs (bash's stdout/stderr as it arrives); the agent loop
 /// forwards it as a `tool_execution_update` event. Updates travel through a bounded channel
-/// ([`super::updates::update_channel`]); a tool never waits for room, it merges what did not fit into its next
-/// update ([`super::updates::CoalescedUpdates`]).
+/// ([`super::support::update_channel::update_channel`]); a tool never waits for room, it merges what did not fit into its next
+/// update ([`super::support::update_channel::CoalescedUpdates`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolUpdate {
     /// The tool call this output belongs to.
@@ -133,7 +133,7 @@ impl ToolContext {
         self
     }
 
-    /// Streams partial output to `updates` (make it with [`super::updates::update_channel`]).
+    /// Streams partial output to `updates` (make it with [`super::support::update_channel::update_channel`]).
     pub fn with_updates(mut self, updates: Sender<ToolUpdate>) -> Self {
         self.updates = Some(updates);
         self
@@ -176,7 +176,7 @@ impl ToolContext {
     }
 
     /// Streams `text` to the listener, if any, without waiting: when the channel is full the text is dropped. A
-    /// listener that went away is not an error. Tools that stream a lot use [`super::updates::CoalescedUpdates`],
+    /// listener that went away is not an error. Tools that stream a lot use [`super::support::update_channel::CoalescedUpdates`],
     /// which keeps what did not fit for the next update.
     pub fn send_update(&self, text: impl Into<String>) {
         let _ = self.try_send_update(text.into());

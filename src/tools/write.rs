@@ -15,12 +15,12 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::policy::resolve_path;
+use super::support::truncate::preview_lines;
+use super::support::workspace::WorkspaceState;
 use super::tool::with_property;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
-use super::truncate::preview_lines;
-use super::workspace::WorkspaceState;
 use crate::schema::ToolSpec;
 
 /// Arguments of `write`.
@@ -70,7 +70,7 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
         Ok(meta) => {
             return Err(std::io::Error::other(format!(
                 "it is a {}, not a regular file",
-                super::file_access::kind_name(&meta.file_type())
+                super::support::file_access::kind_name(&meta.file_type())
             )));
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

@@ -1,6 +1,6 @@
 //! `write_block {path, content}`: a file block the model wrote in its reply (the "file blocks" edit format,
 //! `app::edit_format`), applied. A new file is created with the block as its text; in an existing file the block
-//! is placed by [`super::block_place`] (the run of lines it rewrites is replaced, the lines it left out at its ends
+//! is placed by [`super::support::block_place`] (the run of lines it rewrites is replaced, the lines it left out at its ends
 //! are kept), so a block holding only the fixed function does not delete the rest of the file. The write is
 //! atomic like `write`'s, and refused like `edit`'s when it would break the syntax of a JSON or Python file
 //! that parsed before.
@@ -19,17 +19,17 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::block_place::{place, Placement};
 use super::edit::{UNREAD_REFUSAL, UNREAD_SHOWN_BYTES};
-use super::file_access::{open_regular, read_at_most};
 use super::policy::resolve_path;
-use super::rename_follow;
-use super::syntax_check::breaks_syntax;
+use super::support::block_place::{place, Placement};
+use super::support::file_access::{open_regular, read_at_most};
+use super::support::rename_follow;
+use super::support::syntax_check::breaks_syntax;
+use super::support::truncate::shown_file;
+use super::support::workspace::WorkspaceState;
 use super::tool::{
     builtin_spec, parse_arguments, PolicyTag, Tool, ToolContext, ToolError, ToolOutput,
 };
-use super::truncate::shown_file;
-use super::workspace::WorkspaceState;
 use super::write::atomic_write;
 use crate::schema::ToolSpec;
 

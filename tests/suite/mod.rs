@@ -1,38 +1,14 @@
+//! The integration suite, in folders by the layer each test drives (`src/`'s top-level modules), plus the
+//! fuzzers and the layering check.
+
 mod agent;
-mod auto_calls;
-mod batching;
-mod bench_agent;
-mod bench_tool_calls;
-mod cli_chat;
-mod cli_flags;
-mod cli_run;
+mod app;
+mod cli;
 mod clients;
 mod common;
-mod confinement;
-mod constraint;
-mod content_guard;
-mod cpu_engine;
-mod cuda;
-mod doors;
-mod edit_format;
-mod fetch;
+mod engine;
 mod fuzz;
-mod generate;
-mod hf_folder;
-mod hostile_files;
 mod layers;
-mod loop_rules;
-mod mcp;
 mod provider;
-mod real_checkpoints;
-mod schemas;
-mod second_choice;
 mod server;
-mod session;
-mod speculative;
-mod synth;
-mod template;
-mod tokenizer;
-mod tool_calls;
 mod tools;
-mod workspace_grammar;

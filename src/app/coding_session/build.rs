@@ -15,9 +15,9 @@ use crate::tools::bash::BashTool;
 use crate::tools::policy::{FileScope, Policy};
 use crate::tools::recall::RecallTool;
 use crate::tools::registry::ToolRegistry;
-use crate::tools::resources::SessionResources;
+use crate::tools::support::session_resources::SessionResources;
+use crate::tools::support::workspace::WorkspaceState;
 use crate::tools::tool::Tool;
-use crate::tools::workspace::WorkspaceState;
 
 use super::Inner;
 use crate::app::approvals::{ApprovalPolicy, Approvals, HookContext};
@@ -216,9 +216,8 @@ pub(super) async fn assemble(
     let edit_format = settings
         .edit_format
         .unwrap_or_else(|| EditFormat::for_backend(&backend.kind));
-    // File blocks (the small local models' format) decode greedily unless a temperature is set, as Aider
-    // runs its models at temperature 0: on benches/agent_tasks Qwen2.5-Coder-0.5B passed 62% of the tasks at
-    // temperature 0 and 53% at its generation config's 0.7 (the notes of issue 29).
+    // File blocks (the small local models' format) decode greedily unless a temperature is set, as Aider runs
+    // its models at temperature 0: sampling a small model's long tail breaks code it would otherwise copy right.
     let mut sampling = settings.sampling.clone();
     if edit_format == EditFormat::Blocks && sampling.temperature.is_none() {
         sampling.temperature = Some(0.0);

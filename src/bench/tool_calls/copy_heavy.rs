@@ -1,8 +1,8 @@
 //! The workloads of `agentd bench tool-calls` where the answer copies its prompt (what speculative decoding's
 //! prompt lookup is for), and open-ended text as the control. The edits are written the way agentd's own agent
-//! writes them on the local engine and aider does — as text blocks, not JSON tool arguments: measured here,
-//! Qwen2.5-Coder-0.5B asked for a `write` or `edit` *call* with the whole file or block puts a few words in the
-//! argument instead (`"content": "This is a test file."`), so a tool-call form would not copy anything.
+//! writes them on the local engine and aider does — as text blocks, not JSON tool arguments: a small model asked
+//! for a `write` or `edit` *call* with the whole file or block puts a few words in the argument instead
+//! (`"content": "This is a test file."`), so a tool-call form would not copy anything.
 //!
 //! - `edit`: the prompt shows a 31-line Rust file and asks for one SEARCH/REPLACE block (aider's diff format)
 //!   whose SEARCH part quotes the 16-line `match` block and whose REPLACE part repeats it with one message

@@ -36,8 +36,8 @@ pub(super) fn dummy_model(
     tokenizer_from: Option<&str>,
     offline: bool,
 ) -> anyhow::Result<std::path::PathBuf> {
-    let spec = crate::cli::model::synth_spec(spec, "q4_k_m", 0)?;
-    let source = crate::cli::model::tokenizer_source(spec.arch, tokenizer_from, offline)?;
+    let spec = crate::cli::model_files::synth_spec(spec, "q4_k_m", 0)?;
+    let source = crate::cli::model_files::tokenizer_source(spec.arch, tokenizer_from, offline)?;
     let vocab = source.get_array("tokenizer.ggml.tokens")?.len();
     let path = agentd::env::agentd_home()
         .join("dummy")

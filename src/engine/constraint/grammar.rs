@@ -210,7 +210,7 @@ fn plan_body(
             g.push('\n');
             // Between and after calls only a gap: whitespace, separators and code fences — bounded, like the
             // whitespace after a think block: a model that would rather stop must not pad with newlines until the
-            // token limit (Qwen2.5-Coder-0.5B did, for 100 s after its call).
+            // token limit.
             g.push_str("GAP: /([ \\t\\r\\n;,]|```[A-Za-z]*){1,12}/\n");
             let mut segs = Vec::new();
             let mut more = Vec::new();

@@ -103,8 +103,8 @@ unsafe fn store_i8(q: [std::arch::x86_64::__m256i; 4], out: &mut [i8; 32]) {
 
 /// [`quantize_q8_generic`] in AVX2 and F16C, bit for bit: the maximum in registers, rounding half away from zero
 /// as `trunc(p + copysign(0.49999997, p))` (exact for |p| ≤ 127.5), the f16 roundings of `d` and `s` by
-/// `vcvtps2ph` (round to nearest even, as `half`'s). The compiled generic loop spent ~9 cycles a value, most of
-/// them in `half`'s per-block conversion calls (4.5% of an 8-stream SmolLM2 step).
+/// `vcvtps2ph` (round to nearest even, as `half`'s): the generic loop spends most of its time in `half`'s
+/// per-block conversion calls.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [BlockQ8]) {
@@ -142,8 +142,7 @@ unsafe fn quantize_q8_avx2(x: &[f32], out: &mut [BlockQ8]) {
 /// in the generic comparison), the signed maximum as the first value of that magnitude, each product made 0 if
 /// NaN and clamped to [-128, 127] before rounding half away from zero as `trunc(p + copysign(0.49999997, p))`
 /// (the generic rounds, then clamps: the same integers for every finite, infinite and NaN product). The compiled
-/// generic loop found the maximum and converted each value one scalar at a time (1.8% of an 8-stream
-/// Qwen2.5-Coder step).
+/// generic loop finds the maximum and converts each value one scalar at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn quantize_q8k_avx2(x: &[f32], out: &mut [BlockQ8K]) {

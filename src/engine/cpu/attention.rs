@@ -145,8 +145,8 @@ pub fn attend(
             // The chunk's keys transposed (keys_t[c * CHUNK + j] = k_{at+j}[c], so one query's scores are a row
             // of FMAs) and its values in position order, as f32 whatever the store keeps.
             // A full chunk writes every column; a partial one leaves stale columns (earlier chunks' keys, or the
-            // scratch's zeros: always initialised) whose scores are computed and never read — no zeroing (it
-            // was a 16 KB fill per item and layer at every decode step).
+            // scratch's zeros: always initialised) whose scores are computed and never read — no zeroing, which
+            // would be a fill per item and layer at every decode step.
             for_pieces(at, end, |p, b0, n| {
                 let (block, slots) = (blocks[b0 / BLOCK_TOKENS], p - b0..n);
                 let col = p - at;

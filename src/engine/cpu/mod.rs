@@ -6,9 +6,9 @@
 pub mod act;
 pub(crate) mod attention;
 mod embedding;
+pub mod forward;
 pub mod isa;
 pub(crate) mod kernels;
-pub mod model;
 pub mod pool;
 pub mod qmatrix;
 pub(crate) mod vector;

@@ -135,9 +135,8 @@ where
             unsafe {
                 let dst = out.0.add((t0 + t) * stride + r0);
                 if live == ROWS {
-                    // A whole group: one fixed-size store. (A copy of a run-time length is a call to `memcpy`
-                    // per group and token — 2% of an 8-sequence decode step; the padded last group's copy
-                    // sits in a function of its own so that the compiler cannot merge the two into one.)
+                    // A whole group: one fixed-size store, not a `memcpy` call per group and token (the padded
+                    // last group's copy sits in a function of its own so that the compiler cannot merge the two).
                     dst.cast::<[f32; ROWS]>().write_unaligned(*y);
                 } else {
                     copy_partial(y, dst, live);
@@ -173,8 +172,7 @@ where
         debug_assert!(rows.start.is_multiple_of(ROWS));
         for g in rows.start / ROWS..rows.end.div_ceil(ROWS) {
             // Eight tokens per call where there are eight: each weight vector's unpack (the Q5 types' fifth
-            // bits above all) then serves twice as many tokens (measured: Q5_0 ~10%, Q6_K ~5% faster at 8 and
-            // 32 tokens on an AVX2 machine, nothing slower).
+            // bits above all) then serves twice as many tokens.
             let mut t = 0;
             while t + 8 <= n {
                 self.tokens::<8>(x, t, g, out, stride);

@@ -1,7 +1,7 @@
 //! Writing GGUF v3 files (llama.cpp's layout, 32-byte alignment): the metadata, the tensor table, then each
 //! tensor's bytes streamed by the caller, so a file of any size needs no more memory than the caller's buffer.
 //! The file is written beside its target (`.partial`), synced and renamed: a half-written file never has the
-//! final name. Synthetic checkpoints (`synth/`) and converted Hugging Face folders (`hf_folder.rs`) use it.
+//! final name. Synthetic checkpoints (`synth/`) and converted Hugging Face folders (`hf_folder/`) use it.
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, Write};

@@ -5,8 +5,8 @@
 //! Only a call that may still turn out to be a repeat is held back: one with the name of an earlier call whose
 //! arguments, as written so far (whitespace outside strings ignored), are still a prefix of that call's. As soon
 //! as it departs from every earlier call it is shown with what was held and streams on fragment by fragment; a
-//! call of a new tool streams from its start. (Holding every call after the first until it ended made a long
-//! second call — a whole file as a `write` — arrive at once after minutes of silence.) A call that was shown and
+//! call of a new tool streams from its start, so a long second call (a whole file as a `write`) is not held back
+//! until it ends. A call that was shown and
 //! then ends equal to an earlier one in value (written with other key order) ends the output after it.
 
 use serde_json::Value;

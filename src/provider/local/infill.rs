@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_middle_that_runs_into_the_suffix_ends_before_it() {
-        // Qwen2.5-Coder's fibonacci middle: the next line comes again, with another argument.
+        // A coder model's fibonacci middle: the next line comes again, with another argument.
         let mut w = watch("\n\nprint(fibonacci(10))\n", 0);
         let pieces = [
             "else",

@@ -92,10 +92,10 @@ pub fn check(gbnf: &str) -> Result<String, GbnfError> {
     Ok(lark)
 }
 
-/// Compiles the Lark with llguidance as admission does ([`super::output::check_lark`]: a byte-level vocabulary
+/// Compiles the Lark with llguidance as admission does ([`super::lark::check_lark`]: a byte-level vocabulary
 /// stands in for the model's).
 fn compile(lark: &str) -> Result<(), GbnfError> {
-    super::output::check_lark(lark, "the translated grammar").map_err(|e| {
+    super::lark::check_lark(lark, "the translated grammar").map_err(|e| {
         GbnfError::Llguidance(match e {
             super::SchemaError::InvalidGrammar(m) => m,
             other => other.to_string(),

@@ -1,6 +1,6 @@
 //! The Anthropic Messages API (what Claude Code speaks): `POST /v1/messages`, streamed and not, and
 //! `POST /v1/messages/count_tokens` — a thin translation onto the same provider request as Chat Completions
-//! ([`request`] in, [`output`] out), so constrained tool calls, exact usage and the admission queue work as there.
+//! ([`request`] in, [`message`] out), so constrained tool calls, exact usage and the admission queue work as there.
 //! Errors are Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`), also for the 401, 404 and 413
 //! the middleware answers on these paths ([`error_shape`]); the key may come as `x-api-key`.
 //!
@@ -8,7 +8,7 @@
 //! `--model-alias NAME=MODEL`, else to the served model when the server serves exactly one (vLLM and llama.cpp
 //! serve whatever is loaded the same way); the answer echoes the name the client sent.
 
-pub mod output;
+pub mod message;
 pub mod request;
 
 use axum::body::{to_bytes, Body, Bytes};
@@ -19,8 +19,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::{answer, parse_json, AppState};
-use output::{Head, MessageStream};
+use super::{chat_answer, parse_json, AppState};
+use message::{Head, MessageStream};
 use request::{messages_request, MessagesRequest};
 
 /// An [`ApiError`] answered in Anthropic's shape.
@@ -89,15 +89,15 @@ pub async fn messages(
             model: asked,
             input_tokens,
         };
-        return Ok(answer::stream(state, request, MessageStream::new(head), timer).await?);
+        return Ok(chat_answer::stream(state, request, MessageStream::new(head), timer).await?);
     }
-    let done = answer::complete(&state, request, &mut timer).await?;
+    let done = chat_answer::complete(&state, request, &mut timer).await?;
     let head = Head {
         id,
         model: asked,
         input_tokens: done.usage.prompt_tokens,
     };
-    Ok(axum::Json(output::collected(&head, done)).into_response())
+    Ok(axum::Json(message::collected(&head, done)).into_response())
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's exact size in the model's tokens (`input_tokens`).

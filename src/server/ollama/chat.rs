@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use super::request::{self, ChatRequest, GenerateRequest};
 use super::{line, ndjson, now_rfc3339, resolve, OllamaError};
 use crate::provider::{Infill, KeepAlive, RawCompletionRequest, RawPrompt, Timings};
-use crate::server::answer::{self, Collected, Render};
+use crate::server::chat_answer::{self, Collected, Render};
 use crate::server::error::ApiError;
 use crate::server::source::{Ask, Piece};
 use crate::server::usage::UsageInfo;
@@ -224,9 +224,9 @@ async fn answer(
 ) -> Result<Response, OllamaError> {
     if stream {
         let render = Lines { head, call: None };
-        return Ok(answer::stream(state, ask, render, timer).await?);
+        return Ok(chat_answer::stream(state, ask, render, timer).await?);
     }
-    let done = answer::complete(&state, ask, &mut timer).await?;
+    let done = chat_answer::complete(&state, ask, &mut timer).await?;
     Ok(Json(whole(&head, done)).into_response())
 }
 

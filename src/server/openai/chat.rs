@@ -21,7 +21,7 @@ use super::types::{
     ChatCompletionResponse, ChoiceLogprobs, ChunkChoice, ChunkDelta, FunctionOut, ResponseMessage,
     ToolCallOut, UsageInfo,
 };
-use crate::server::answer::{Collected, Render};
+use crate::server::chat_answer::{Collected, Render};
 use crate::server::error::ApiError;
 use crate::server::source::Piece;
 use crate::server::timings::LlamaTimings;
@@ -74,9 +74,9 @@ pub async fn chat_completions(
             answer,
             logprobs: Vec::new(),
         };
-        return crate::server::answer::stream(state, request, render, timer).await;
+        return crate::server::chat_answer::stream(state, request, render, timer).await;
     }
-    let done = crate::server::answer::complete(&state, request, &mut timer).await?;
+    let done = crate::server::chat_answer::complete(&state, request, &mut timer).await?;
     Ok(axum::Json(response(answer, done)).into_response())
 }
 

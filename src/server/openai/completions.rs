@@ -27,7 +27,7 @@ use crate::provider::{
     ResponseFormat, StopReason, TokenLogprob, Usage,
 };
 use crate::server::admission::Permit;
-use crate::server::answer::finished;
+use crate::server::chat_answer::finished;
 use crate::server::error::ApiError;
 use crate::server::metrics::{Finished, RequestTimer};
 use crate::server::timings::LlamaTimings;

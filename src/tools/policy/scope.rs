@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd as _;
 use std::path::{Component, Path, PathBuf};
 
 use crate::tools::error::ToolError;
-use crate::tools::file_access::{open_regular, read_at_most};
+use crate::tools::support::file_access::{open_regular, read_at_most};
 
 /// How many symlinks one path may traverse before we call it a loop (Linux uses 40).
 const MAX_SYMLINK_HOPS: usize = 40;

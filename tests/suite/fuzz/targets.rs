@@ -11,7 +11,7 @@ use agentd::engine::{
 use agentd::text::GgufMetadata;
 
 use super::{chunks, fuzz, fuzz_with};
-use crate::suite::constraint;
+use crate::suite::engine::constraint;
 
 #[test]
 fn sse_from_a_remote_server() {

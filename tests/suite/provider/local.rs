@@ -10,8 +10,8 @@ use agentd::provider::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::super::common;
 use super::contract::{self, story, tools};
+use crate::suite::common;
 
 fn provider() -> LocalProvider {
     LocalProvider::new(common::engine().clone())

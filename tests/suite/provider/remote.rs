@@ -456,12 +456,12 @@ async fn count_tokens_prefers_tokenize_then_a_local_tokenizer_then_an_estimate()
 
     // With the same model's tokenizer configured: exact, equal to what the local engine counts.
     let cfg = RemoteConfig {
-        tokenizer: Some(super::super::common::smollm2_path().display().to_string()),
+        tokenizer: Some(crate::suite::common::smollm2_path().display().to_string()),
         ..config(&server)
     };
     let p = RemoteProvider::new(cfg).unwrap();
     let n = p.count_tokens(&req).await.unwrap();
-    let local = agentd::provider::LocalProvider::new(super::super::common::engine().clone());
+    let local = agentd::provider::LocalProvider::new(crate::suite::common::engine().clone());
     assert_eq!(n, local.count_tokens(&req).await.unwrap());
     assert!(n.exact);
 }

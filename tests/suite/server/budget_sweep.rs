@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::{client, TestServer};
 use crate::suite::common;
-use crate::suite::constraint::three_tools;
+use crate::suite::engine::constraint::three_tools;
 
 fn openai_tools() -> Value {
     Value::Array(

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use agentd::provider::{ScriptedProvider, ScriptedReply};
-use agentd::server::guard::BrowserPolicy;
+use agentd::server::browser_safety::BrowserPolicy;
 use agentd::server::ServerOptions;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -33,7 +33,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::common;
+use crate::suite::common;
 
 /// `agentd serve --port 0 ARGS` as its own process (so its threads, files and memory can be read apart from the
 /// other tests); killed on drop.

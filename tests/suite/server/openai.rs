@@ -11,7 +11,7 @@ use super::{client, get, post, sse, SseReader, TestServer};
 
 /// The shared test engine's model id (the GGUF file stem: it is loaded by path).
 fn model() -> String {
-    super::super::common::engine().info().name.clone()
+    crate::suite::common::engine().info().name.clone()
 }
 
 fn chat(text: &str, extra: Value) -> Value {

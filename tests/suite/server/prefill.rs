@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::{post, TestServer};
 
 fn model() -> String {
-    super::super::common::engine().info().name.clone()
+    crate::suite::common::engine().info().name.clone()
 }
 
 fn counting() -> Value {

@@ -12,8 +12,8 @@ use agentd::server::{AppState, ServerOptions};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::super::common;
 use super::{client, post, sse, TestServer};
+use crate::suite::common;
 
 /// Qwen3's switch in a ChatML template: `<think>\n` opens the block unless `enable_thinking` is false.
 const THINKING_TEMPLATE: &str =

@@ -14,11 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::TestServer;
 
-use super::super::provider::contract::{self, story, tools};
+use crate::suite::provider::contract::{self, story, tools};
 
 /// The shared test engine's model id (the GGUF file stem: it is loaded by path).
 fn model() -> String {
-    super::super::common::engine().info().name.clone()
+    crate::suite::common::engine().info().name.clone()
 }
 
 pub(super) async fn provider(server: &TestServer) -> RemoteProvider {

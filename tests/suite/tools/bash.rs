@@ -84,7 +84,7 @@ async fn a_non_zero_exit_is_an_error_with_output_and_code() {
 #[tokio::test]
 async fn output_is_streamed_as_updates() {
     let dir = tempfile::tempdir().unwrap();
-    let (tx, mut rx) = agentd::tools::updates::update_channel();
+    let (tx, mut rx) = agentd::tools::support::update_channel::update_channel();
     let c = ctx(dir.path()).with_updates(tx);
     let out = ok(
         &BashTool::new(),
@@ -132,7 +132,7 @@ async fn a_timeout_kills_the_whole_process_group() {
 #[tokio::test]
 async fn abort_kills_a_bash_that_spawned_children() {
     let dir = tempfile::tempdir().unwrap();
-    let (tx, mut rx) = agentd::tools::updates::update_channel();
+    let (tx, mut rx) = agentd::tools::support::update_channel::update_channel();
     let cancel = CancellationToken::new();
     let c = ctx(dir.path()).with_updates(tx).with_cancel(cancel.clone());
     let start = Instant::now();

@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use agentd::tools::bash::{BashTool, DEFAULT_BASH_TIMEOUT, MAX_BASH_TIMEOUT, MAX_OUTPUT_LOG_BYTES};
-use agentd::tools::resources::{Cleaned, SessionResources};
+use agentd::tools::support::session_resources::{Cleaned, SessionResources};
+use agentd::tools::support::update_channel::{update_channel, UPDATE_CHANNEL_CAPACITY};
 use agentd::tools::tool::{Tool, ToolError};
-use agentd::tools::updates::{update_channel, UPDATE_CHANNEL_CAPACITY};
 use serde_json::json;
 
 use super::bash::{assert_group_dies, live_members};

@@ -1,6 +1,6 @@
 //! Head and tail truncation: line and byte limits, complete lines, the partial last line.
 
-use agentd::tools::truncate::{
+use agentd::tools::support::truncate::{
     format_size, truncate_head, truncate_line, truncate_tail, Limits, TruncatedBy,
 };
 

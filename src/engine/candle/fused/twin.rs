@@ -1,6 +1,6 @@
 //! CPU twins of the CUDA kernels in `kernels/`: the same function on host slices, written plainly (rayon over
 //! rows, f32 as the kernels compute). They are what the ops run on the CPU, and what the kernels are checked
-//! against (`agentd bench parity`, `tests/suite/cuda.rs`).
+//! against (`agentd bench parity`, `tests/suite/engine/cuda.rs`).
 
 use rayon::prelude::*;
 

@@ -24,7 +24,7 @@ use std::arch::x86_64::*;
 /// bytes) with their scales, and the driver dots it with every token's activations before the next step.
 pub(crate) trait KQuant: WeightKernel<Act = BlockQ8K> {
     /// Whether AVX2 runs `vec_dot_x4` as two passes of two tokens: the type's unpacked step and four tokens'
-    /// accumulators overflow its 16 registers (measured slower than two for Q4_K and Q5_K).
+    /// accumulators overflow its 16 registers, and the spills cost more than the second pass.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     const AVX2_PAIRS: bool;
 

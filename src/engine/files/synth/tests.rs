@@ -1,3 +1,4 @@
+use super::tensors::TType;
 use super::*;
 
 #[test]

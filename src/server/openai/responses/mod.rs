@@ -1,10 +1,10 @@
 //! `POST /v1/responses`: the OpenAI Responses API (what Codex CLI speaks), stateless, streamed and not, as a thin
-//! translation onto the same provider request as Chat Completions ([`request`] in, [`output`] out), so
+//! translation onto the same provider request as Chat Completions ([`request`] in, [`response`] out), so
 //! constrained tool calls, `text.format` schemas, exact usage and the admission queue work exactly as there.
 //! Errors are OpenAI's shape (a 400 names the field); after a stream started, `response.failed`.
 
-pub mod output;
 pub mod request;
+pub mod response;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -12,9 +12,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use crate::server::error::ApiError;
-use crate::server::{answer, parse_json, AppState};
-use output::{Head, ResponseStream};
+use crate::server::{chat_answer, parse_json, AppState};
 use request::{responses_request, ResponsesRequest};
+use response::{Head, ResponseStream};
 
 /// `POST /v1/responses`.
 #[utoipa::path(post, path = "/v1/responses", tag = "openai",
@@ -49,8 +49,8 @@ pub async fn responses(
         echo,
     };
     if stream {
-        return answer::stream(state, request, ResponseStream::new(head), timer).await;
+        return chat_answer::stream(state, request, ResponseStream::new(head), timer).await;
     }
-    let done = answer::complete(&state, request, &mut timer).await?;
-    Ok(axum::Json(output::collected(&head, done)).into_response())
+    let done = chat_answer::complete(&state, request, &mut timer).await?;
+    Ok(axum::Json(response::collected(&head, done)).into_response())
 }

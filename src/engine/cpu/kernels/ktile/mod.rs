@@ -94,8 +94,7 @@ pub(crate) fn pack<K: KTile>(raw: &[u8], rows: usize, nb: usize) -> Vec<u8> {
 }
 
 /// Whether the tiles are the fastest path for `isa`: AVX2, NEON and the portable path. On AVX-512 VNNI the
-/// K-quants keep their file rows and the 512-bit kernels of [`super::kquant`] (no VNNI tile is written yet,
-/// and none could be measured on the machines this was built on).
+/// K-quants keep their file rows and the 512-bit kernels of [`super::kquant`] (no VNNI tile is written yet).
 pub(crate) fn tiles_for(isa: Isa) -> bool {
     isa != Isa::Avx512Vnni
 }
