@@ -6,8 +6,6 @@
 //! messages; content blocks, events, tool choices and response formats are tagged by `type`; all tags are
 //! snake_case.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 mod infill;
@@ -17,7 +15,14 @@ pub use infill::{Infill, InfillFile};
 use super::{ResponseFormat, ToolChoice, ToolSpec};
 
 mod embed;
+mod load;
+mod sampling;
 pub use embed::{EmbedInput, EmbedRequest, Embeddings, MAX_EMBED_INPUTS};
+pub use load::{EngineLoad, PrefixCacheCounts, SpecDecodeCounts};
+pub use sampling::{
+    Sampling, DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, LOGIT_BIAS_RANGE,
+    REPETITION_PENALTY_RANGE,
+};
 
 /// One message of the conversation the model sees (the system prompt travels separately, in
 /// [`CompletionRequest::system`]).
@@ -291,112 +296,6 @@ pub enum ErrorReason {
     Aborted,
 }
 
-/// Sampling settings; `None` leaves the provider's default (the server's, on a remote).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Sampling {
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    pub top_k: Option<u32>,
-    pub min_p: Option<f32>,
-    pub presence_penalty: Option<f32>,
-    pub frequency_penalty: Option<f32>,
-    pub repetition_penalty: Option<f32>,
-    pub seed: Option<u64>,
-    /// Token id to bias added to its logit (OpenAI's `logit_bias`, each in [-100, 100]).
-    pub logit_bias: Option<BTreeMap<u32, f32>>,
-}
-
-/// `top_k` for a request that sets none (llama.cpp server's default).
-pub const DEFAULT_TOP_K: usize = 40;
-/// `top_p` for a request that sets none (llama.cpp server's default).
-pub const DEFAULT_TOP_P: f32 = 0.95;
-/// `min_p` for a request that sets none (llama.cpp server's default).
-pub const DEFAULT_MIN_P: f32 = 0.05;
-
-impl Sampling {
-    /// These settings, with every one left unset taken from `defaults` (a server's
-    /// `--override-generation-config`).
-    pub fn or(&self, defaults: &Sampling) -> Sampling {
-        Sampling {
-            temperature: self.temperature.or(defaults.temperature),
-            top_p: self.top_p.or(defaults.top_p),
-            top_k: self.top_k.or(defaults.top_k),
-            min_p: self.min_p.or(defaults.min_p),
-            presence_penalty: self.presence_penalty.or(defaults.presence_penalty),
-            frequency_penalty: self.frequency_penalty.or(defaults.frequency_penalty),
-            repetition_penalty: self.repetition_penalty.or(defaults.repetition_penalty),
-            seed: self.seed.or(defaults.seed),
-            logit_bias: self
-                .logit_bias
-                .clone()
-                .or_else(|| defaults.logit_bias.clone()),
-        }
-    }
-
-    /// Greedy decoding (temperature 0).
-    pub fn greedy() -> Self {
-        Self {
-            temperature: Some(0.0),
-            ..Self::default()
-        }
-    }
-
-    /// Checks every set value against the ranges the OpenAI and vLLM APIs allow (an unset one takes a valid
-    /// default), so every provider refuses the same requests with the same message.
-    pub fn validate(&self) -> Result<(), String> {
-        if let Some(t) = self.temperature {
-            if !t.is_finite() || t < 0.0 {
-                return Err(format!("temperature must be a finite number >= 0, got {t}"));
-            }
-        }
-        if let Some(p) = self.top_p {
-            if !(p > 0.0 && p <= 1.0) {
-                return Err(format!("top_p must be in (0, 1], got {p}"));
-            }
-        }
-        if let Some(p) = self.min_p {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(format!("min_p must be in [0, 1], got {p}"));
-            }
-        }
-        if let Some(r) = self.repetition_penalty {
-            if !REPETITION_PENALTY_RANGE.contains(&r) {
-                return Err(format!(
-                    "repetition_penalty must be in [{}, {}] (1 disables it), got {r}",
-                    REPETITION_PENALTY_RANGE.start(),
-                    REPETITION_PENALTY_RANGE.end()
-                ));
-            }
-        }
-        for (name, v) in [
-            ("presence_penalty", self.presence_penalty),
-            ("frequency_penalty", self.frequency_penalty),
-        ] {
-            if let Some(v) = v.filter(|v| !(-2.0..=2.0).contains(v)) {
-                return Err(format!("{name} must be in [-2, 2], got {v}"));
-            }
-        }
-        let biases = self.logit_bias.iter().flatten();
-        if let Some((id, b)) = biases
-            .into_iter()
-            .find(|(_, b)| !LOGIT_BIAS_RANGE.contains(b))
-        {
-            return Err(format!(
-                "logit_bias values must be in [{}, {}], got {b} for token {id}",
-                LOGIT_BIAS_RANGE.start(),
-                LOGIT_BIAS_RANGE.end()
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// `repetition_penalty`'s allowed values (a divisor of positive logits: it must stay positive).
-pub const REPETITION_PENALTY_RANGE: std::ops::RangeInclusive<f32> = 0.01..=100.0;
-/// `logit_bias`'s allowed values (OpenAI's).
-pub const LOGIT_BIAS_RANGE: std::ops::RangeInclusive<f32> = -100.0..=100.0;
-
 /// One request to a model.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -666,46 +565,6 @@ pub struct Tokenized {
     pub token_strs: Option<Vec<String>>,
     /// The model's context window in tokens (0: unknown).
     pub max_model_len: u64,
-}
-
-/// A provider's KV prefix-cache counters, in tokens (vLLM's `prefix_cache_queries` / `prefix_cache_hits`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PrefixCacheCounts {
-    /// Prompt tokens looked up.
-    pub queries: u64,
-    /// Prompt tokens whose KV state was reused.
-    pub hits: u64,
-    /// Entries evicted for the memory budget.
-    pub evictions: u64,
-}
-
-/// What a batching engine is doing now (vLLM's scheduler gauges).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct EngineLoad {
-    /// Sequences in the running batch.
-    pub running: u64,
-    /// Requests queued inside the engine (waiting for a batch slot or KV blocks, or preempted).
-    pub waiting: u64,
-    /// The fraction of KV-cache blocks in use (0 to 1).
-    pub kv_cache_usage: f64,
-    /// Sequences preempted since start.
-    pub preemptions: u64,
-    /// Speculative decoding since start (vLLM's `spec_decode` counters).
-    #[serde(default)]
-    pub spec: SpecDecodeCounts,
-}
-
-/// Speculative decoding's counters (vLLM's `vllm:spec_decode_*`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpecDecodeCounts {
-    /// Verify steps that carried drafts, counted per sequence.
-    pub drafts: u64,
-    /// Draft tokens verified.
-    pub draft_tokens: u64,
-    /// Draft tokens accepted.
-    pub accepted_tokens: u64,
-    /// Draft tokens accepted at each position of a draft (0 = the first).
-    pub accepted_per_pos: Vec<u64>,
 }
 
 /// A prompt's size in tokens. `exact: false` marks an estimate (no tokenizer for the model was available).
