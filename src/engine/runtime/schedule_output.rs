@@ -73,6 +73,17 @@ pub(crate) struct SampledRow {
     pub end: Option<FinishReason>,
 }
 
+impl SampledRow {
+    /// A row that yields `token` and goes on.
+    #[cfg(test)]
+    pub fn token(token: u32) -> Self {
+        Self {
+            tokens: vec![token],
+            ..Self::default()
+        }
+    }
+}
+
 /// What the runner gives back for a [`SchedulerOutput`] it ran.
 #[derive(Debug, Default)]
 pub(crate) struct RunnerOutput {

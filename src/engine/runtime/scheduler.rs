@@ -587,3 +587,7 @@ impl Scheduler {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;
