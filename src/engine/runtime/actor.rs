@@ -1,7 +1,8 @@
-//! The engine actor: the model lives on its own OS thread, driven by the [`Scheduler`](super::scheduler::Scheduler) (continuous batching over a
-//! paged KV cache with shared prefixes); each request carries its own reply channel and a cancellation token,
-//! checked before every step (a request whose reply channel was dropped counts as cancelled too). Validation,
-//! grammar compilation and tokenizing happen on the caller's thread so the model never waits for them.
+//! The engine actor: the model lives on its own OS thread, driven by the engine loop (`engine_loop.rs`: the
+//! scheduler's continuous batching over a paged KV cache with shared prefixes); each request carries its own
+//! reply channel and a cancellation token, checked before every step (a request whose reply channel was dropped
+//! counts as cancelled too). Validation, grammar compilation and tokenizing happen on the caller's thread so the
+//! model never waits for them.
 
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, OnceLock};

@@ -123,8 +123,7 @@ impl EngineLoop {
             Work::Embed(job) => {
                 // A client that left wants nothing; otherwise the pass runs now, between steps.
                 if !job.reply.is_closed() {
-                    let model = &self.runner.model;
-                    let _ = job.reply.send(model.embed(&job.inputs, job.pooling));
+                    let _ = job.reply.send(self.runner.embed(&job.inputs, job.pooling));
                 }
             }
         }

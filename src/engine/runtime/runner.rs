@@ -6,8 +6,9 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::engine::encoder::Pooling;
 use crate::engine::error::Result;
-use crate::engine::kv::{BatchSeq, PagedStore};
+use crate::engine::kv::{BatchSeq, KvDtype, PagedStore};
 use crate::engine::model::Model;
 use crate::engine::runtime::schedule_output::{
     RunnerOutput, SampledRow, SchedulerOutput, StepFailed,
@@ -25,21 +26,20 @@ pub(crate) trait ModelRunner {
     ) -> std::result::Result<RunnerOutput, StepFailed>;
 }
 
-/// Before any verify step is measured: what one more token costs a single-token step, on the CPU engine (a
-/// 2-core CPU is compute-bound even at one token: 0.5–0.7 measured by `cargo bench --bench verify_step`) and on
-/// a GPU (bandwidth-bound decode).
+/// Before any verify step is measured: what one more token costs a single-token step, on the CPU engine
+/// (compute-bound even at one token) and on a GPU (bandwidth-bound decode).
 const CPU_TOKEN_PRICE: f64 = 0.5;
 const DEVICE_TOKEN_PRICE: f64 = 0.1;
 
 /// The runner over a loaded model and its paged KV store (the bytes of the blocks the scheduler hands out).
 pub(crate) struct PagedRunner {
-    pub model: Model,
+    model: Model,
     store: PagedStore,
 }
 
 impl PagedRunner {
     /// A runner with a store of `n_blocks` blocks.
-    pub fn new(model: Model, n_blocks: usize, dtype: crate::engine::kv::KvDtype) -> Result<Self> {
+    pub fn new(model: Model, n_blocks: usize, dtype: KvDtype) -> Result<Self> {
         let store = model.new_paged_store(n_blocks, dtype)?;
         Ok(Self { model, store })
     }
@@ -50,6 +50,11 @@ impl PagedRunner {
             Some(_) => CPU_TOKEN_PRICE,
             None => DEVICE_TOKEN_PRICE,
         }
+    }
+
+    /// Embeddings of `inputs` (a pass of their own, run between steps).
+    pub fn embed(&self, inputs: &[Vec<u32>], pooling: Pooling) -> Result<Vec<Vec<f32>>> {
+        self.model.embed(inputs, pooling)
     }
 
     /// The forward pass: per scheduled sequence, the logits of its last pending token and of each of its drafts,

@@ -1,7 +1,8 @@
 //! One request's generation as a state machine the scheduler drives one step at a time: it holds everything
 //! that belongs to the sequence alone — its tokens so far, sampler and seed, stop strings, logprobs, llguidance
-//! matcher, UTF-8 and stop-string buffers, timings and reply channel — and turns the logits of its last token
-//! into the next tokens to feed (the sampled one and whatever the grammar forces after it).
+//! matcher, UTF-8 and stop-string buffers, timings and reply channel. A step has two halves: the runner turns
+//! the logits of its last token into the next tokens to feed (the sampled one and whatever the grammar forces
+//! after it: [`Sequence::sample`]), and the scheduler appends them and sends their events ([`Sequence::apply`]).
 //!
 //! Under a grammar ([`Constraint`]) each step samples first and lets the grammar check the token; a rejected token
 //! costs a full mask and a resample. EOS ends the output only where the grammar accepts it, and a grammar that can
