@@ -5,7 +5,7 @@
 //! earlier in the same sequence, and the tokens that followed their most recent earlier occurrence are the
 //! draft. An agent's output copies its input — an edit quotes the file it read, a rewrite repeats most of it — so
 //! such drafts are often right, and the scheduler verifies all of them in one forward pass
-//! ([`Sequence::verify`](crate::engine::runtime::sequence::Sequence::verify) keeps exactly the tokens plain decoding would have produced).
+//! ([`Sequence::sample`](crate::engine::runtime::sequence::Sequence::sample) keeps exactly the tokens plain decoding would have produced).
 //!
 //! **Re-indented copies**: white-space-only tokens match each other in the lookup, and a drafter learns how the
 //! copy rewrites its source's indentation (an edit quoting a nested block one level up, code moved into a new

@@ -1,7 +1,8 @@
-//! The engine actor: the model lives on its own OS thread, driven by the [`Scheduler`] (continuous batching over a
-//! paged KV cache with shared prefixes); each request carries its own reply channel and a cancellation token,
-//! checked before every step (a request whose reply channel was dropped counts as cancelled too). Validation,
-//! grammar compilation and tokenizing happen on the caller's thread so the model never waits for them.
+//! The engine actor: the model lives on its own OS thread, driven by the engine loop (`engine_loop.rs`: the
+//! scheduler's continuous batching over a paged KV cache with shared prefixes); each request carries its own
+//! reply channel and a cancellation token, checked before every step (a request whose reply channel was dropped
+//! counts as cancelled too). Validation, grammar compilation and tokenizing happen on the caller's thread so the
+//! model never waits for them.
 
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, OnceLock};
@@ -22,9 +23,8 @@ use crate::engine::gguf::GgufFile;
 use crate::engine::kv::blocks::PrefixCacheStats;
 use crate::engine::model::Model;
 use crate::engine::request::{self, GenerateEvent, GenerateRequest, GenerateSummary, TokenEvent};
-use crate::engine::runtime::scheduler::{
-    EmbedJob, Job, Scheduler, SchedulerConfig, SchedulerStats, Work,
-};
+use crate::engine::runtime::engine_loop::{EmbedJob, EngineLoop, Job, Work};
+use crate::engine::runtime::scheduler::{SchedulerConfig, SchedulerStats};
 use crate::engine::tool_calls::output::{OutputAssembler, OutputDelta, ToolCall};
 use crate::text::call_format::ToolCallFormat;
 use crate::text::reasoning::{ThinkBlock, ThinkMarkers};
@@ -180,7 +180,7 @@ impl Engine {
                     model.weight_bytes,
                     model.config.arch.name().to_string(),
                 );
-                let scheduler = match Scheduler::new(
+                let engine_loop = match EngineLoop::new(
                     model,
                     thread_tokenizer,
                     sched_config,
@@ -195,7 +195,7 @@ impl Engine {
                     }
                 };
                 let _ = ready_tx.send(Ok(ready));
-                scheduler.run();
+                engine_loop.run();
             })
             .map_err(|e| EngineError::io("cannot start the engine thread", e))?;
         let (context_length, vocab_size, weight_bytes, architecture) =

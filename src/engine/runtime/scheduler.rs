@@ -1,11 +1,14 @@
-//! The engine thread's scheduler (continuous batching, as vLLM's): requests wait in arrival order, run in a batch
-//! of at most `max_num_seqs`, and every step is one forward pass over the tokens of many sequences — one decode
-//! token (plus whatever a grammar forces) for each generating sequence, and chunks of prompts filling the rest of
-//! a per-step token budget (`max_num_batched_tokens`: chunked prefill). New requests join at the next step and
+//! The engine's scheduler (continuous batching, as vLLM's): requests wait in arrival order, run in a batch of at
+//! most `max_num_seqs`, and every step is one forward pass over the tokens of many sequences — one decode token
+//! (plus whatever a grammar forces) for each generating sequence, and chunks of prompts filling the rest of a
+//! per-step token budget (`max_num_batched_tokens`: chunked prefill). New requests join at the next step and
 //! finished ones leave at once.
 //!
-//! **KV memory** is the paged block pool ([`BlockManager`] over the model's [`PagedStore`]: host blocks for the
-//! CPU engine, one device tensor per layer for candle's pass, on every device):
+//! It decides and keeps the books, and never touches the model: [`Scheduler::schedule`] returns a typed
+//! [`SchedulerOutput`], a [`ModelRunner`](super::runner::ModelRunner) runs it, and [`Scheduler::update`] takes its
+//! [`RunnerOutput`] back (tokens appended and sent, finishes, statistics, blocks registered for reuse).
+//!
+//! **KV memory** is the paged block pool's bookkeeping ([`BlockManager`]; the bytes live in the runner's store):
 //! a sequence's prompt takes the cached blocks of its longest shared prefix (within its scope) and allocates the
 //! rest as it goes. When a step needs a block and none is left, the latest-arrived running sequence is
 //! preempted (its blocks freed, its full blocks left cached) and put back at the head of the queue, to be
@@ -13,23 +16,21 @@
 //! alone.
 //!
 //! **Cancellation**: a request cancelled or whose client left is dropped at the start of the next step and its
-//! blocks freed. **Sampling** of the sequences that got logits runs in parallel across them (grammar masks
-//! included).
+//! blocks freed.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Serialize;
-use tokio::sync::mpsc as tokio_mpsc;
-use tokio_util::sync::CancellationToken;
 
-use crate::engine::constraint::Constraint;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::kv::blocks::{self, BlockManager, PrefixCacheStats, BLOCK_TOKENS};
-use crate::engine::kv::{BatchSeq, KvDtype, PagedStore};
-use crate::engine::model::Model;
-use crate::engine::request::{FinishReason, GenerateEvent, GenerateRequest};
+use crate::engine::kv::KvDtype;
+use crate::engine::request::FinishReason;
+use crate::engine::runtime::schedule_output::{
+    Phase, RunnerOutput, ScheduledSeq, SchedulerOutput, SeqId, StepFailed,
+};
 use crate::engine::runtime::sequence::{Outcome, Sequence};
 use crate::engine::speculative::{SpeculativeConfig, StepCost, MAX_SPECULATIVE_TOKENS};
 use crate::text::tokenizer::Tokenizer;
@@ -133,27 +134,6 @@ pub struct SchedulerStats {
     pub spec_accepted_per_pos: [AtomicU64; MAX_SPECULATIVE_TOKENS],
 }
 
-/// A request on its way to the engine thread.
-pub(crate) struct Job {
-    pub req: GenerateRequest,
-    pub constraint: Option<Box<Constraint>>,
-    pub cancel: CancellationToken,
-    pub reply: tokio_mpsc::UnboundedSender<GenerateEvent>,
-}
-
-/// An embedding request for the model this scheduler runs (see `engine::decoder_embed`): run between steps.
-pub(crate) struct EmbedJob {
-    pub inputs: Vec<Vec<u32>>,
-    pub pooling: crate::engine::encoder::Pooling,
-    pub reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>>>,
-}
-
-/// What the engine thread is asked to do.
-pub(crate) enum Work {
-    Generate(Box<Job>),
-    Embed(EmbedJob),
-}
-
 /// Where a sequence's keys and values are.
 enum Kv {
     /// Nothing held (waiting, preempted).
@@ -162,91 +142,93 @@ enum Kv {
     Paged { blocks: Vec<u32>, hashes: Vec<u64> },
 }
 
+impl Kv {
+    fn blocks(&self) -> &[u32] {
+        match self {
+            Kv::Paged { blocks, .. } => blocks,
+            Kv::None => &[],
+        }
+    }
+}
+
 struct Entry {
+    id: SeqId,
     seq: Sequence,
     kv: Kv,
     /// Positions whose keys and values are in the cache.
     computed: usize,
     /// Pending tokens are the output of its last step (fed whole, outside the prefill budget).
     decoding: bool,
-    /// Speculative drafts fed after the pending tokens in this step (not part of the sequence's tokens).
-    drafts: Vec<u32>,
     /// Prefix-cache use was counted (at the first admission; not again after a preemption).
     counted: bool,
 }
 
-/// The scheduler over one model, run on the engine thread until every handle is gone.
+/// The scheduler over one model's KV pool: the queue, the running batch and who owns which block.
 pub(crate) struct Scheduler {
-    model: Model,
-    tokenizer: Tokenizer,
     config: SchedulerConfig,
-    jobs: mpsc::Receiver<Work>,
+    /// Turns appended tokens into text.
+    tokenizer: Tokenizer,
     waiting: VecDeque<Entry>,
     /// In arrival order.
     running: Vec<Entry>,
-    store: PagedStore,
     manager: BlockManager,
     prefix: Arc<PrefixCacheStats>,
     stats: Arc<SchedulerStats>,
     /// What decode steps cost here: the price of a speculative draft token.
     cost: StepCost,
+    next_id: SeqId,
 }
-
-/// Before any verify step is measured: what one more token costs a single-token step, on the CPU engine (a
-/// 2-core CPU is compute-bound even at one token: 0.5–0.7 measured by `cargo bench --bench verify_step`) and on
-/// a GPU (bandwidth-bound decode).
-const CPU_TOKEN_PRICE: f64 = 0.5;
-const DEVICE_TOKEN_PRICE: f64 = 0.1;
 
 /// Why blocks could not be had.
 struct NoBlocks;
 
 impl Scheduler {
+    /// A scheduler over a pool of `n_blocks` blocks, where one more token costs a single-token step
+    /// `token_price` of it before any step is measured.
     pub fn new(
-        model: Model,
-        tokenizer: Tokenizer,
         config: SchedulerConfig,
-        jobs: mpsc::Receiver<Work>,
+        n_blocks: usize,
+        token_price: f64,
+        tokenizer: Tokenizer,
         prefix: Arc<PrefixCacheStats>,
         stats: Arc<SchedulerStats>,
-    ) -> Result<Self> {
-        let n_blocks =
-            (config.kv_cache_bytes / model.paged_block_bytes(config.kv_cache_dtype)?).max(1);
-        let store = model.new_paged_store(n_blocks, config.kv_cache_dtype)?;
+    ) -> Self {
         let manager = BlockManager::new(n_blocks, config.prefix_caching, prefix.clone());
-        let cost = StepCost::new(match model.cpu_engine() {
-            Some(_) => CPU_TOKEN_PRICE,
-            None => DEVICE_TOKEN_PRICE,
-        });
-        Ok(Self {
-            cost,
-            model,
-            tokenizer,
+        Self {
             config,
-            jobs,
+            tokenizer,
             waiting: VecDeque::new(),
             running: Vec::new(),
-            store,
             manager,
             prefix,
             stats,
-        })
-    }
-
-    /// Runs until every engine handle is dropped and no work is left.
-    pub fn run(mut self) {
-        while self.intake() {
-            self.reap_cancelled();
-            let plan = self.schedule();
-            self.publish();
-            if !plan.is_empty() {
-                self.execute(&plan);
-            }
-            self.publish();
+            cost: StepCost::new(token_price),
+            next_id: 0,
         }
     }
 
-    fn publish(&self) {
+    /// Queues a new request's sequence; returns its id.
+    pub fn add(&mut self, seq: Sequence) -> SeqId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.waiting.push_back(Entry {
+            id,
+            seq,
+            kv: Kv::None,
+            computed: 0,
+            decoding: false,
+            counted: false,
+        });
+        id
+    }
+
+    /// Whether nothing is running or waiting.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Updates the gauges of the running batch and the queue.
+    pub fn publish(&self) {
         self.stats
             .running
             .store(self.running.len() as u64, Ordering::Relaxed);
@@ -255,75 +237,8 @@ impl Scheduler {
             .store(self.waiting.len() as u64, Ordering::Relaxed);
     }
 
-    /// Takes new requests: blocks while there is nothing to do. `false` when the handles are gone and no work
-    /// is left.
-    fn intake(&mut self) -> bool {
-        if self.running.is_empty() && self.waiting.is_empty() {
-            match self.jobs.recv() {
-                Ok(work) => self.take(work),
-                Err(_) => return false,
-            }
-        }
-        while let Ok(work) = self.jobs.try_recv() {
-            self.take(work);
-        }
-        self.publish();
-        true
-    }
-
-    fn take(&mut self, work: Work) {
-        match work {
-            Work::Generate(job) => self.accept(*job),
-            Work::Embed(job) => {
-                // A client that left wants nothing; otherwise the pass runs now, between steps.
-                if !job.reply.is_closed() {
-                    let _ = job.reply.send(self.model.embed(&job.inputs, job.pooling));
-                }
-            }
-        }
-    }
-
-    fn accept(&mut self, job: Job) {
-        let Job {
-            req,
-            constraint,
-            cancel,
-            reply,
-        } = job;
-        if reply.is_closed() {
-            return;
-        }
-        let trained = self.model.config.context_length;
-        let ctx = self
-            .config
-            .max_model_len
-            .map_or(trained, |n| n.min(trained));
-        let spec = self.config.speculative.clone();
-        match Sequence::new(
-            req,
-            constraint,
-            cancel,
-            reply.clone(),
-            &self.tokenizer,
-            ctx,
-            &spec,
-        ) {
-            Ok(seq) => self.waiting.push_back(Entry {
-                seq,
-                kv: Kv::None,
-                computed: 0,
-                decoding: false,
-                drafts: Vec::new(),
-                counted: false,
-            }),
-            Err(e) => {
-                let _ = reply.send(GenerateEvent::Error(e));
-            }
-        }
-    }
-
     /// Ends every cancelled request, running or waiting, and frees what it held.
-    fn reap_cancelled(&mut self) {
+    pub fn reap_cancelled(&mut self) {
         for i in (0..self.running.len()).rev() {
             if self.running[i].seq.is_cancelled() {
                 let e = self.running.remove(i);
@@ -357,7 +272,6 @@ impl Scheduler {
         }
         e.computed = 0;
         e.decoding = false;
-        e.drafts.clear();
     }
 
     /// Makes sure `e`'s blocks cover `positions` positions.
@@ -401,7 +315,7 @@ impl Scheduler {
     }
 
     /// Puts running sequence `i` back at the head of the queue, its KV state freed, to be recomputed later.
-    fn preempt(&mut self, i: usize) {
+    fn preempt(&mut self, i: usize) -> SeqId {
         let mut e = self.running.remove(i);
         self.release(&mut e);
         self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
@@ -409,13 +323,39 @@ impl Scheduler {
             tokens = e.seq.tokens().len(),
             "KV pool full: preempted a sequence for recompute"
         );
+        let id = e.id;
         self.waiting.push_front(e);
+        id
     }
 
-    /// Picks this step's work: `(index in running, tokens to feed)`.
-    fn schedule(&mut self) -> Vec<(usize, usize)> {
+    /// What running sequence `i` feeds this step: `n` tokens from its first uncomputed position, then `drafts`.
+    fn scheduled(&self, i: usize, n: usize, drafts: Vec<u32>, new_blocks: usize) -> ScheduledSeq {
+        let e = &self.running[i];
+        let tokens = e.seq.tokens();
+        let last = e.computed + n == tokens.len();
+        ScheduledSeq {
+            id: e.id,
+            phase: match e.decoding {
+                true => Phase::Decode,
+                false => Phase::Prefill,
+            },
+            tokens: [&tokens[e.computed..e.computed + n], &drafts].concat(),
+            pos: e.computed,
+            blocks: e.kv.blocks().to_vec(),
+            new_blocks,
+            logits: match last {
+                true => 1 + drafts.len(),
+                false => 0,
+            },
+            drafts,
+        }
+    }
+
+    /// Picks this step's work: the decode tokens (and drafts) of every running sequence and prompt chunks within
+    /// the budget, preempting where the pool runs out; then admits waiting requests while there is room.
+    pub fn schedule(&mut self) -> SchedulerOutput {
         let mut budget = self.config.max_num_batched_tokens;
-        let mut plan = Vec::new();
+        let mut out = SchedulerOutput::default();
         // The decode tokens of every running sequence come first; drafts only take what they leave.
         let pending = |e: &Entry| match e.decoding {
             true => e.seq.tokens().len() - e.computed,
@@ -429,24 +369,26 @@ impl Scheduler {
         while i < self.running.len() {
             let later: usize = self.running[i + 1..].iter().map(pending).sum();
             let e = &mut self.running[i];
+            let held = e.kv.blocks().len();
             let need = e.seq.tokens().len() - e.computed;
-            e.drafts.clear();
+            let mut drafts = Vec::new();
             if e.decoding {
                 let spare = budget.saturating_sub(need + later);
                 if spare > 0 {
                     match e.seq.propose(spare, price) {
-                        Ok(d) => e.drafts = d,
+                        Ok(d) => drafts = d,
                         Err(err) => {
                             let e = self.running.remove(i);
+                            out.finished.push(e.id);
                             self.end(e, Err(err));
                             continue;
                         }
                     }
                 }
                 // Drafts never cost a block another sequence needs: without room for them they are dropped.
-                let with = e.computed + need + e.drafts.len();
-                if !e.drafts.is_empty() && Self::ensure(&mut self.manager, e, with).is_err() {
-                    e.drafts.clear();
+                let with = e.computed + need + drafts.len();
+                if !drafts.is_empty() && Self::ensure(&mut self.manager, e, with).is_err() {
+                    drafts.clear();
                 }
             }
             let n = if e.decoding { need } else { need.min(budget) };
@@ -456,16 +398,18 @@ impl Scheduler {
             }
             let positions = e.computed + n;
             if Self::ensure(&mut self.manager, e, positions).is_ok() {
-                let n = n + e.drafts.len();
-                plan.push((i, n));
-                budget = budget.saturating_sub(n);
+                let new_blocks = e.kv.blocks().len() - held;
+                let s = self.scheduled(i, n, drafts, new_blocks);
+                budget = budget.saturating_sub(s.tokens.len());
+                out.scheduled.push(s);
                 i += 1;
                 continue;
             }
             // Out of blocks: preempt the latest arrival (this one, if it is the latest).
             let last = self.running.len() - 1;
             if last > i || i > 0 {
-                self.preempt(last);
+                let id = self.preempt(last);
+                out.preempted.push(id);
                 continue;
             }
             // Alone and still out of blocks: it fills the whole pool.
@@ -475,6 +419,7 @@ impl Scheduler {
             } else {
                 Err(self.too_big(e.seq.tokens().len()))
             };
+            out.finished.push(e.id);
             self.end(e, how);
         }
         // Then waiting requests, first come first served, while there is room.
@@ -483,6 +428,7 @@ impl Scheduler {
                 break;
             };
             self.attach(&mut e);
+            let held = e.kv.blocks().len();
             let n = (e.seq.tokens().len() - e.computed).min(budget);
             let positions = e.computed + n;
             if Self::ensure(&mut self.manager, &mut e, positions).is_err() {
@@ -490,17 +436,20 @@ impl Scheduler {
                 self.release(&mut e);
                 if alone {
                     let err = self.too_big(e.seq.tokens().len());
+                    out.finished.push(e.id);
                     self.end(e, Err(err));
                     continue;
                 }
                 self.waiting.push_front(e);
                 break;
             }
+            let new_blocks = e.kv.blocks().len() - held;
             self.running.push(e);
-            plan.push((self.running.len() - 1, n));
-            budget = budget.saturating_sub(n);
+            let s = self.scheduled(self.running.len() - 1, n, Vec::new(), new_blocks);
+            budget = budget.saturating_sub(s.tokens.len());
+            out.scheduled.push(s);
         }
-        plan
+        out
     }
 
     fn too_big(&self, tokens: usize) -> EngineError {
@@ -510,100 +459,95 @@ impl Scheduler {
         }
     }
 
-    /// Runs one forward pass over the plan, then samples every sequence that got logits (verifying its drafts),
-    /// then records what is in the cache.
-    fn execute(&mut self, plan: &[(usize, usize)]) {
-        let fed: usize = plan.iter().map(|p| p.1).sum();
+    /// The sequences `output` schedules, in its order, for the runner to sample (`None`: one is not running,
+    /// which `schedule` never leaves).
+    pub fn scheduled_sequences(&mut self, output: &SchedulerOutput) -> Option<Vec<&mut Sequence>> {
+        let mut by_id: HashMap<SeqId, &mut Sequence> = self
+            .running
+            .iter_mut()
+            .map(|e| (e.id, &mut e.seq))
+            .collect();
+        output
+            .scheduled
+            .iter()
+            .map(|s| by_id.remove(&s.id))
+            .collect()
+    }
+
+    fn position(&self, id: SeqId) -> Option<usize> {
+        self.running.iter().position(|e| e.id == id)
+    }
+
+    /// Takes back what the runner made of `output`: appends and sends each sequence's sampled tokens, ends the
+    /// ones that finished, counts the step and its drafts, records the positions now in the cache (fed drafts
+    /// count up to the last one confirmed; the keys and values past it are overwritten when those positions are
+    /// fed again) and registers full blocks for reuse.
+    pub fn update(
+        &mut self,
+        output: &SchedulerOutput,
+        result: std::result::Result<RunnerOutput, StepFailed>,
+    ) {
+        let fed = output.num_tokens();
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
         self.stats
             .batched_tokens
             .fetch_add(fed as u64, Ordering::Relaxed);
-        // A panic inside a tensor op must not take the engine down with it: report it as an error.
-        let started = std::time::Instant::now();
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.forward(plan)));
+        let result = match result {
+            Ok(r) if r.sampled.len() == output.scheduled.len() => r,
+            Ok(r) => {
+                let message = format!(
+                    "the runner answered for {} of {} sequences",
+                    r.sampled.len(),
+                    output.scheduled.len()
+                );
+                return self.fail_step(output, &message);
+            }
+            Err(StepFailed(message)) => return self.fail_step(output, &message),
+        };
         // Decode steps (no prompt chunk) teach the cost model what a token costs.
-        if plan.iter().all(|&(i, _)| self.running[i].decoding) {
-            self.cost.observe(fed, started.elapsed().as_secs_f64());
-        }
-        let logits = match outcome {
-            Ok(Ok(l)) => l,
-            Ok(Err(e)) => return self.fail_plan(plan, &e.to_string()),
-            Err(_) => return self.fail_plan(plan, "the engine panicked during generation"),
-        };
-        // Sampling, in parallel across the sequences that got logits: each running entry paired with its own.
-        let mut by_index: Vec<Option<Vec<f32>>> = vec![None; self.running.len()];
-        for (&(i, _), l) in plan.iter().zip(logits) {
-            if !l.is_empty() {
-                by_index[i] = Some(l);
+        if let Some(secs) = result.forward_secs {
+            if output.scheduled.iter().all(|s| s.phase == Phase::Decode) {
+                self.cost.observe(fed, secs);
             }
         }
-        // Sampling, in parallel across the sequences that got logits, on the model's threads (the CPU engine's
-        // own pool: its workers are the ones spinning for the next step, not a second pool's).
-        let tokenizer = &self.tokenizer;
-        // Per sequence: its index, entry and logits, and what sampling them gave.
-        type Slot<'a> = (
-            usize,
-            &'a mut Entry,
-            Vec<f32>,
-            Option<Result<(Outcome, usize)>>,
-        );
-        let work: Vec<Mutex<Slot>> = self
-            .running
-            .iter_mut()
-            .zip(by_index)
-            .enumerate()
-            .filter_map(|(i, (e, l))| l.map(|l| Mutex::new((i, e, l, None))))
-            .collect();
-        let step = |k: usize| {
-            let mut w = work[k].lock().unwrap_or_else(|e| e.into_inner());
-            let (_, e, l, out) = &mut *w;
-            *out = Some(e.seq.verify(l, &e.drafts, tokenizer));
-        };
-        if work.len() > 1 {
-            self.model.parallel_for(work.len(), &step);
-        } else {
-            (0..work.len()).for_each(step);
-        }
-        let results: Vec<(usize, Result<(Outcome, usize)>)> = work
-            .into_iter()
-            .filter_map(|w| {
-                let (i, _, _, out) = w.into_inner().unwrap_or_else(|e| e.into_inner());
-                out.map(|r| (i, r))
-            })
-            .collect();
-        let mut accepted = vec![0; self.running.len()];
         let mut ended = Vec::new();
-        for (i, r) in results {
-            match r {
-                Ok((outcome, a)) => {
-                    accepted[i] = a;
-                    match outcome {
-                        Outcome::Continue => self.running[i].decoding = true,
-                        Outcome::Finished(f) => ended.push((i, Ok(f))),
-                    }
-                }
-                Err(e) => ended.push((i, Err(e))),
-            }
-        }
-        // Positions computed (fed drafts count up to the last one confirmed; the keys and values past it are
-        // overwritten when those positions are fed again), full blocks registered for reuse.
-        for &(i, n) in plan {
+        for (s, sampled) in output.scheduled.iter().zip(result.sampled) {
+            let Some(i) = self.position(s.id) else {
+                continue;
+            };
             let e = &mut self.running[i];
-            let drafts = std::mem::take(&mut e.drafts);
-            if !drafts.is_empty() {
+            let mut accepted = 0;
+            if s.logits > 0 {
+                match sampled {
+                    Ok(rows) if rows.is_empty() => ended.push((
+                        i,
+                        Err(EngineError::Internal("no token sampled from logits".into())),
+                    )),
+                    Ok(rows) => {
+                        let (outcome, a) = e.seq.apply(rows, &s.drafts, &self.tokenizer);
+                        accepted = a;
+                        match outcome {
+                            Outcome::Continue => e.decoding = true,
+                            Outcome::Finished(f) => ended.push((i, Ok(f))),
+                        }
+                    }
+                    Err(err) => ended.push((i, Err(err))),
+                }
+            }
+            if !s.drafts.is_empty() {
                 self.stats.spec_drafts.fetch_add(1, Ordering::Relaxed);
                 self.stats
                     .spec_draft_tokens
-                    .fetch_add(drafts.len() as u64, Ordering::Relaxed);
+                    .fetch_add(s.drafts.len() as u64, Ordering::Relaxed);
                 self.stats
                     .spec_accepted_tokens
-                    .fetch_add(accepted[i] as u64, Ordering::Relaxed);
-                for pos in &self.stats.spec_accepted_per_pos[..accepted[i]] {
+                    .fetch_add(accepted as u64, Ordering::Relaxed);
+                for pos in &self.stats.spec_accepted_per_pos[..accepted] {
                     pos.fetch_add(1, Ordering::Relaxed);
                 }
             }
             let before = e.computed;
-            e.computed += n - drafts.len() + accepted[i];
+            e.computed += s.tokens.len() - s.drafts.len() + accepted;
             if let Kv::Paged { blocks, hashes } = &mut e.kv {
                 let tokens = e.seq.tokens();
                 for b in before / BLOCK_TOKENS..e.computed / BLOCK_TOKENS {
@@ -621,55 +565,21 @@ impl Scheduler {
                 }
             }
         }
+        ended.sort_by_key(|&(i, _)| i);
         for (i, how) in ended.into_iter().rev() {
             let e = self.running.remove(i);
             self.end(e, how);
         }
     }
 
-    /// The forward pass of a plan: per planned sequence, the logits of its last pending token and of each of its
-    /// drafts, row after row (empty when it is mid-prompt).
-    fn forward(&mut self, plan: &[(usize, usize)]) -> Result<Vec<Vec<f32>>> {
-        let running = &self.running;
-        // A sequence with drafts feeds its pending tokens, then the drafts.
-        let fed_with_drafts: Vec<Vec<u32>> = running
-            .iter()
-            .map(|e| match e.drafts.is_empty() {
-                true => Vec::new(),
-                false => [&e.seq.tokens()[e.computed..], &e.drafts].concat(),
-            })
-            .collect();
-        let batch: Vec<BatchSeq> = plan
-            .iter()
-            .map(|&(i, n)| {
-                let e = &running[i];
-                let blocks = match &e.kv {
-                    Kv::Paged { blocks, .. } => blocks.as_slice(),
-                    _ => &[],
-                };
-                let all = e.seq.tokens().len();
-                let tokens: &[u32] = match e.drafts.is_empty() {
-                    true => &e.seq.tokens()[e.computed..e.computed + n],
-                    false => fed_with_drafts[i].as_slice(),
-                };
-                BatchSeq {
-                    tokens,
-                    blocks,
-                    pos: e.computed,
-                    logits: match e.computed + n - e.drafts.len() == all {
-                        true => 1 + e.drafts.len(),
-                        false => 0,
-                    },
-                }
-            })
-            .collect();
-        self.model.forward_batch(&mut self.store, &batch)
-    }
-
     /// Ends every sequence of a failed step with the error.
-    fn fail_plan(&mut self, plan: &[(usize, usize)], message: &str) {
+    fn fail_step(&mut self, output: &SchedulerOutput, message: &str) {
         tracing::error!(error = message, "a forward pass failed");
-        let mut idx: Vec<usize> = plan.iter().map(|p| p.0).collect();
+        let mut idx: Vec<usize> = output
+            .scheduled
+            .iter()
+            .filter_map(|s| self.position(s.id))
+            .collect();
         idx.sort_unstable();
         for i in idx.into_iter().rev() {
             let e = self.running.remove(i);
@@ -677,3 +587,7 @@ impl Scheduler {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;

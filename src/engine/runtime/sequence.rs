@@ -1,7 +1,8 @@
 //! One request's generation as a state machine the scheduler drives one step at a time: it holds everything
 //! that belongs to the sequence alone — its tokens so far, sampler and seed, stop strings, logprobs, llguidance
-//! matcher, UTF-8 and stop-string buffers, timings and reply channel — and turns the logits of its last token
-//! into the next tokens to feed (the sampled one and whatever the grammar forces after it).
+//! matcher, UTF-8 and stop-string buffers, timings and reply channel. A step has two halves: the runner turns
+//! the logits of its last token into the next tokens to feed (the sampled one and whatever the grammar forces
+//! after it: [`Sequence::sample`]), and the scheduler appends them and sends their events ([`Sequence::apply`]).
 //!
 //! Under a grammar ([`Constraint`]) each step samples first and lets the grammar check the token; a rejected token
 //! costs a full mask and a resample. EOS ends the output only where the grammar accepts it, and a grammar that can
@@ -22,6 +23,7 @@ use crate::engine::request::{
     FinishReason, GenerateEvent, GenerateRequest, GenerateSummary, TokenEvent, TokenLogprob,
     CLOSE_WINDOW_TOKENS,
 };
+use crate::engine::runtime::schedule_output::SampledRow;
 use crate::engine::sampler::{logprobs, Sampler};
 use crate::engine::speculative::{Drafter, SpeculativeConfig};
 use crate::text::detok::{StopMatcher, StopScan, Utf8Stream};
@@ -136,20 +138,27 @@ impl Sequence {
         self.reply.send(ev).is_ok()
     }
 
-    /// Takes the logits of the last token in [`tokens`](Self::tokens): samples, emits the token events and
-    /// appends the new tokens (the sampled one and any the grammar forces).
-    pub fn step(&mut self, logits: &mut [f32], tokenizer: &Tokenizer) -> Result<Outcome> {
+    /// Samples the logits of the last token of [`tokens`](Self::tokens) followed by `lookahead` (tokens
+    /// sampled earlier in this step, not appended yet): the sampled token and whatever the grammar forces after
+    /// it, and whether that ends the output. Advances the sampler and the grammar; appends nothing.
+    pub fn sample_row(&mut self, logits: &mut [f32], lookahead: &[u32]) -> Result<SampledRow> {
         let now = Instant::now();
         let started = *self.started.get_or_insert(now);
         if self.decode_start.is_none() {
             self.decode_start = Some(now);
             self.out.prefill_secs = (now - started).as_secs_f64();
         }
+        let ended = |end| SampledRow {
+            tokens: Vec::new(),
+            logprob: None,
+            closing: false,
+            end: Some(end),
+        };
         if self.max_new == 0 {
-            return Ok(Outcome::Finished(FinishReason::Length));
+            return Ok(ended(FinishReason::Length));
         }
-        let generated = self.generated();
-        let remaining = self.max_new - generated;
+        let generated = self.generated() + lookahead.len();
+        let remaining = self.max_new.saturating_sub(generated);
         if let Some(c) = self.constraint.as_deref_mut() {
             if remaining <= CLOSE_WINDOW_TOKENS && self.close_plan.is_none() {
                 self.close_plan = match c.in_call()? {
@@ -161,13 +170,21 @@ impl Sequence {
                     // Nothing generated yet and no output the grammar accepts fits in the budget (a required
                     // call longer than `max_tokens`): start nothing rather than a call that will be cut.
                     c.stats.ended_before_call = true;
-                    return Ok(Outcome::Finished(FinishReason::Length));
+                    return Ok(ended(FinishReason::Length));
                 }
             }
         }
         let prompt_len = self.req.prompt.len();
-        self.sampler
-            .adjust(logits, &self.tokens, &self.tokens[prompt_len..]);
+        // Only a verify step's later rows see tokens not appended yet.
+        let joined;
+        let context: &[u32] = match lookahead.is_empty() {
+            true => &self.tokens,
+            false => {
+                joined = [self.tokens.as_slice(), lookahead].concat();
+                &joined
+            }
+        };
+        self.sampler.adjust(logits, context, &context[prompt_len..]);
         let tok = match self.constraint.as_deref_mut() {
             Some(c) => c.sample(&mut self.sampler, logits)?,
             None => self.sampler.pick(logits).ok_or_else(|| {
@@ -186,7 +203,7 @@ impl Sequence {
             None => self.eos.contains(&tok) && !self.req.ignore_eos,
         };
         if ends {
-            return Ok(Outcome::Finished(FinishReason::Eos));
+            return Ok(ended(FinishReason::Eos));
         }
         // The sampled token, then whatever the grammar forces after it (within the token budget).
         let mut batch = vec![tok];
@@ -217,7 +234,27 @@ impl Sequence {
                 }
             }
         }
-        for &t in &batch {
+        let end = if closing || generated + batch.len() >= self.max_new {
+            Some(FinishReason::Length)
+        } else if self.constraint.as_deref().is_some_and(|c| c.is_finished()) {
+            Some(FinishReason::Eos)
+        } else {
+            None
+        };
+        Ok(SampledRow {
+            tokens: batch,
+            logprob: lp,
+            closing,
+            end,
+        })
+    }
+
+    /// Appends a sampled row: emits a token event per token (text held back while UTF-8 or a stop string is
+    /// pending) and says whether the output ended — a stop string, a client gone, the row's own end, or
+    /// `max_tokens` reached.
+    pub fn append(&mut self, row: SampledRow, tokenizer: &Tokenizer) -> Outcome {
+        let mut lp = row.logprob;
+        for t in row.tokens {
             self.tokens.push(t);
             let text = self.utf8.push(&tokenizer.token_bytes(t));
             let (text, stopped) = match self.stops.push(&text) {
@@ -228,21 +265,19 @@ impl Sequence {
                 id: t,
                 text,
                 logprob: lp.take(),
-                closes_call: closing,
+                closes_call: row.closing,
             })) {
-                return Ok(Outcome::Finished(FinishReason::Cancelled));
+                return Outcome::Finished(FinishReason::Cancelled);
             }
             if stopped {
-                return Ok(Outcome::Finished(FinishReason::StopString));
+                return Outcome::Finished(FinishReason::StopString);
             }
         }
-        if closing || self.generated() >= self.max_new {
-            return Ok(Outcome::Finished(FinishReason::Length));
+        match row.end {
+            Some(end) => Outcome::Finished(end),
+            None if self.generated() >= self.max_new => Outcome::Finished(FinishReason::Length),
+            None => Outcome::Continue,
         }
-        if self.constraint.as_deref().is_some_and(|c| c.is_finished()) {
-            return Ok(Outcome::Finished(FinishReason::Eos));
-        }
-        Ok(Outcome::Continue)
     }
 
     /// Draft tokens to verify after the pending ones (speculative decoding), at most `limit`, when verifying one
@@ -266,23 +301,17 @@ impl Sequence {
         Ok(drafts)
     }
 
-    /// Takes the logits of the last pending token and of each draft fed after it (`rows`: `1 + drafts.len()`
-    /// rows of the vocabulary, in position order) and keeps exactly what plain decoding would have produced:
-    /// row 0 is sampled as by [`step`](Self::step); while the tokens appended so far equal the drafts, the next
-    /// row holds the model's own logits for the next position and is sampled in turn; the first token that
-    /// differs from its draft ends the step (it is kept — its logits were valid). Returns the outcome and how
-    /// many drafts were confirmed: the fed positions whose keys and values stay valid.
+    /// Samples the logits of the last pending token and of each draft fed after it (`rows`: `1 + drafts.len()`
+    /// rows of the vocabulary, in position order) as plain decoding would have: row 0 as by
+    /// [`sample_row`](Self::sample_row); while the tokens sampled so far equal the drafts, the next row holds the
+    /// model's own logits for the next position and is sampled in turn; the first token that differs from its
+    /// draft ends the step (it is kept — its logits were valid). [`apply`](Self::apply) appends the rows.
     ///
     /// Sampled output keeps plain decoding's distribution, and with a seed its very tokens: every position is
     /// sampled from the model's own distribution with the same random draws, and a draft only counts where the
     /// sample equals it. For a draft with probability 1 (a lookup) that is the standard rejection rule: accept
     /// with probability p(draft), else sample from p without the draft.
-    pub fn verify(
-        &mut self,
-        rows: &mut [f32],
-        drafts: &[u32],
-        tokenizer: &Tokenizer,
-    ) -> Result<(Outcome, usize)> {
+    pub fn sample(&mut self, rows: &mut [f32], drafts: &[u32]) -> Result<Vec<SampledRow>> {
         let n_rows = drafts.len() + 1;
         if rows.is_empty() || !rows.len().is_multiple_of(n_rows) {
             return Err(EngineError::Internal(format!(
@@ -291,25 +320,44 @@ impl Sequence {
             )));
         }
         let vocab = rows.len() / n_rows;
-        let base = self.tokens.len();
+        let mut sampled = Vec::new();
+        let mut new: Vec<u32> = Vec::new();
         let mut row = 0;
-        let outcome = loop {
-            let outcome = self.step(&mut rows[row * vocab..(row + 1) * vocab], tokenizer)?;
-            let new = &self.tokens[base..];
-            if outcome != Outcome::Continue
-                || new.len() > drafts.len()
-                || new != &drafts[..new.len()]
-            {
-                break outcome;
+        loop {
+            let r = self.sample_row(&mut rows[row * vocab..(row + 1) * vocab], &new)?;
+            new.extend_from_slice(&r.tokens);
+            let ended = r.end.is_some();
+            sampled.push(r);
+            if ended || new.len() > drafts.len() || new != drafts[..new.len()] {
+                return Ok(sampled);
             }
             row = new.len();
-        };
+        }
+    }
+
+    /// Appends the rows [`sample`](Self::sample) gave for a step that fed `drafts` after the pending tokens,
+    /// until the output ends. Returns the outcome and how many drafts were confirmed: the fed positions whose
+    /// keys and values stay valid.
+    pub fn apply(
+        &mut self,
+        rows: Vec<SampledRow>,
+        drafts: &[u32],
+        tokenizer: &Tokenizer,
+    ) -> (Outcome, usize) {
+        let base = self.tokens.len();
+        let mut outcome = Outcome::Continue;
+        for row in rows {
+            outcome = self.append(row, tokenizer);
+            if outcome != Outcome::Continue {
+                break;
+            }
+        }
         let produced = &self.tokens[base..];
         let accepted = match self.drafter.as_mut() {
             Some(d) => d.record(drafts, produced),
             None => 0,
         };
-        Ok((outcome, accepted))
+        (outcome, accepted)
     }
 
     /// Ends the generation with `finish` and sends the summary (exact usage: the whole prompt, every token

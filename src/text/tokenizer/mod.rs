@@ -243,6 +243,35 @@ impl Tokenizer {
         })
     }
 
+    /// A vocabulary of `vocab` ordinary tokens spelled `<id>`, ending generation at `eos`: for unit tests of
+    /// what runs on token ids only (no encoding).
+    #[cfg(test)]
+    pub(crate) fn for_ids(vocab: usize, eos: u32) -> Self {
+        let mut bytes = Vec::new();
+        let mut starts = vec![0];
+        for id in 0..vocab {
+            bytes.extend_from_slice(format!("<{id}>").as_bytes());
+            starts.push(bytes.len());
+        }
+        Self {
+            inner: Arc::new(Inner {
+                hf: tokenizers::Tokenizer::new(tokenizers::models::bpe::BPE::default()),
+                pre: "default".into(),
+                types: vec![TokenType::Normal; vocab],
+                bytes,
+                starts,
+                added: Vec::new(),
+                blank: vec![false; vocab].into(),
+                bos: None,
+                eos: Some(eos),
+                eos_ids: vec![eos],
+                add_bos: false,
+                spm: None,
+                fim: None,
+            }),
+        }
+    }
+
     /// Token ids for `text`. Never adds BOS (see [`add_bos`](Self::add_bos)). With `parse_special`, control
     /// tokens written in the text (`<|im_start|>`) become their ids; without, they are split as ordinary text.
     /// User-defined tokens (Qwen's `<tool_call>`) are matched either way, as llama.cpp does.
