@@ -6,6 +6,7 @@
 
 mod file_access;
 mod graph;
+mod test_tree;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,4 +1,4 @@
-//! Tool tests (issue 5, item 7): every rule of the built-in tools and of policy/confinement, in temp dirs.
+//! Tool tests: every rule of the built-in tools, of policy/confinement and of MCP servers as tools, in temp dirs.
 
 mod bash;
 mod bash_session;
@@ -6,6 +6,7 @@ mod durability;
 mod edit;
 mod files;
 mod limits;
+mod mcp;
 mod policy;
 mod search;
 mod special_files;
