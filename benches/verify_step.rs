@@ -14,7 +14,7 @@ use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::kv::BatchSeq;
 use agentd::engine::kv::{KvBlocks, KvDtype};
-use agentd::engine::model::Model;
+use agentd::engine::Model;
 use candle_core::Device;
 
 const MODELS: [&str; 2] = ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"];

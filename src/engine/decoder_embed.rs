@@ -4,10 +4,10 @@
 //! then L2-normalised, as llama.cpp's server does by default. Attention stays causal, as the model was trained.
 //! Short inputs share forward passes; a long one goes in chunks, as a prompt does.
 
+use crate::engine::backend::Model;
 use crate::engine::encoder::Pooling;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::kv::{BatchSeq, KvDtype, StandaloneSeq, StepOutput};
-use crate::engine::model::Model;
 
 /// Tokens fed in one forward pass (bounds the attention scratch and the hidden rows kept per pass).
 const PASS_TOKENS: usize = 512;

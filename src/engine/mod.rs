@@ -5,7 +5,7 @@
 //! runtime/     the engine thread: actor, scheduler, sequence           → everything below; nothing imports it
 //! tool_calls/  generated text → content + calls                        → constraint, request
 //! constraint/  one llguidance grammar per request                      → sampler
-//! model.rs     the model facade: CPU engine or candle                  → cpu, candle, arch, kv
+//! backend.rs   a loaded model on its backend: our CPU engine or candle → cpu, candle, arch, kv
 //! cpu/         our forward pass and kernels     candle/  candle's forward pass and our CUDA ops
 //!              (cpu and candle never import each other)                → arch, kv
 //! kv/          KV memory, no math: paged stores, block manager, BLOCK_TOKENS
@@ -25,6 +25,8 @@
 #[doc(hidden)]
 pub mod arch;
 #[doc(hidden)]
+pub mod backend;
+#[doc(hidden)]
 pub mod candle;
 #[doc(hidden)]
 pub mod constraint;
@@ -42,8 +44,6 @@ pub mod files;
 pub mod gguf;
 #[doc(hidden)]
 pub mod kv;
-#[doc(hidden)]
-pub mod model;
 pub mod parity;
 #[doc(hidden)]
 pub mod request;
@@ -93,6 +93,6 @@ pub use device::{
 pub use gguf::GgufFile;
 
 // Encoders: text → one vector (embeddings).
+pub use backend::Model;
 pub use encoder::worker::{EncoderHandle, MAX_BATCH as ENCODER_MAX_BATCH};
 pub use encoder::{is_encoder_folder, Encoder, EncoderInfo, Pooling, PoolingConfig};
-pub use model::Model;

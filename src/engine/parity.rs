@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
+use crate::engine::backend::Model;
 use crate::engine::error::{EngineError, Result};
-use crate::engine::model::Model;
 use crate::engine::sampler::argmax;
 
 /// What to feed and how close is close enough.

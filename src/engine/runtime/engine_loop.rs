@@ -7,10 +7,10 @@ use std::sync::{mpsc, Arc};
 use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::backend::Model;
 use crate::engine::constraint::Constraint;
 use crate::engine::error::Result;
 use crate::engine::kv::blocks::PrefixCacheStats;
-use crate::engine::model::Model;
 use crate::engine::request::{GenerateEvent, GenerateRequest};
 use crate::engine::runtime::runner::{ModelRunner, PagedRunner};
 use crate::engine::runtime::schedule_output::StepFailed;

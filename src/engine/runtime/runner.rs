@@ -6,10 +6,10 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::engine::backend::Model;
 use crate::engine::encoder::Pooling;
 use crate::engine::error::Result;
 use crate::engine::kv::{BatchSeq, KvDtype, PagedStore};
-use crate::engine::model::Model;
 use crate::engine::runtime::schedule_output::{
     RunnerOutput, SampledRow, SchedulerOutput, StepFailed,
 };

@@ -87,7 +87,7 @@ impl CallParser {
     pub(super) fn new(index: usize, format: ToolCallFormat) -> Self {
         Self {
             index,
-            id: crate::engine::tool_calls::output::new_call_id(),
+            id: crate::engine::tool_calls::assembler::new_call_id(),
             format,
             text: String::new(),
             object: JsonValueEnd::default(),

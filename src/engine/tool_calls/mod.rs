@@ -1,11 +1,11 @@
 //! Generated text → content + tool calls: where a call starts in free text (`trigger.rs`), parsing a call in
 //! the model's format (`call_parser.rs`) and the streaming assembler that splits a request's output into text
-//! and calls (`output.rs`).
+//! and calls (`assembler.rs`).
 
+pub mod assembler;
 pub(crate) mod call_parser;
 pub(crate) mod delta;
-pub mod output;
 pub(crate) mod trigger;
 
 pub use delta::{new_call_id, OutputDelta, ToolCall};
-pub use output::OutputAssembler;
+pub use assembler::OutputAssembler;

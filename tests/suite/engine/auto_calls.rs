@@ -4,7 +4,7 @@
 
 use agentd::engine::constraint::{ConstraintSpec, ToolChoice};
 use agentd::engine::request::FinishReason;
-use agentd::engine::tool_calls::output::{OutputAssembler, OutputDelta};
+use agentd::engine::{OutputAssembler, OutputDelta};
 use agentd::text::call_format::ToolCallFormat;
 use serde_json::Value;
 

@@ -332,7 +332,7 @@ fn both_candle_paths_batch_over_the_paged_store() {
     use agentd::engine::arch::weights::WeightFormat;
     use agentd::engine::candle::fused::Kernels;
     use agentd::engine::gguf::GgufFile;
-    use agentd::engine::model::Model;
+    use agentd::engine::Model;
     let gguf = GgufFile::open(&common::smollm2_path()).unwrap();
     // Our fused CUDA-style ops and candle's own ops (what Metal and `--weights native` run): both over the one
     // paged store, batched, with prefix reuse — and the same tokens as a plain greedy loop.

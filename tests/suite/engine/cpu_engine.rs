@@ -5,7 +5,7 @@
 use agentd::engine::arch::weights::WeightFormat;
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::kv::{BatchSeq, KvDtype};
-use agentd::engine::model::Model;
+use agentd::engine::Model;
 use candle_core::Device;
 
 use crate::suite::common;

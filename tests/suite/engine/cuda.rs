@@ -9,8 +9,8 @@ use agentd::engine::arch::weights::WeightFormat;
 use agentd::engine::candle::fused::{check, Kernels};
 use agentd::engine::device::{select, DeviceSpec};
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::Model;
 use agentd::engine::parity::{compare, ParityOptions};
+use agentd::engine::Model;
 use candle_core::Device;
 
 use super::cpu_engine::synthetic;

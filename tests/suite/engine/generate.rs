@@ -3,9 +3,9 @@
 
 use agentd::engine::arch::weights::WeightFormat;
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::Model;
 use agentd::engine::request::{FinishReason, GenerateRequest};
 use agentd::engine::sampler::{argmax, SamplingParams};
+use agentd::engine::Model;
 use agentd::engine::{EngineError, EngineOptions};
 use candle_core::Device;
 use tokio_util::sync::CancellationToken;

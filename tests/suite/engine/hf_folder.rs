@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use agentd::engine::arch::weights::WeightFormat;
 use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::Model;
+use agentd::engine::Model;
 use agentd::text::template::ChatTemplate;
 use agentd::text::tokenizer::Tokenizer;
 use candle_core::{DType, Device, Tensor};

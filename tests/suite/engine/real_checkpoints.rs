@@ -9,8 +9,8 @@ use std::path::Path;
 use agentd::engine::arch::weights::WeightFormat;
 use agentd::engine::candle::fused::Kernels;
 use agentd::engine::gguf::GgufFile;
-use agentd::engine::model::Model;
 use agentd::engine::request::GenerateEvent;
+use agentd::engine::Model;
 use agentd::text::tokenizer::Tokenizer;
 use serde_json::Value;
 

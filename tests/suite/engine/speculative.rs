@@ -261,7 +261,7 @@ fn seeded_sampling_gives_the_same_run_with_and_without_drafting() {
 #[test]
 fn a_rejected_draft_leaves_the_kv_cache_as_plain_decoding_does() {
     let gguf = agentd::engine::gguf::GgufFile::open(&common::qwen_path()).unwrap();
-    let model = agentd::engine::model::Model::load(
+    let model = agentd::engine::Model::load(
         &gguf,
         &candle_core::Device::Cpu,
         agentd::engine::arch::weights::WeightFormat::Auto,

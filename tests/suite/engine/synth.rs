@@ -145,7 +145,7 @@ fn bench_engine_measures_a_dummy_model() {
 fn matches_llama_cpp(reference: &str, tokenizer_from: std::path::PathBuf) {
     use agentd::engine::arch::weights::WeightFormat;
     use agentd::engine::gguf::GgufFile;
-    use agentd::engine::model::Model;
+    use agentd::engine::Model;
     use sha2::Digest as _;
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/synth")
@@ -183,7 +183,7 @@ fn matches_llama_cpp(reference: &str, tokenizer_from: std::path::PathBuf) {
     }
 }
 
-fn compare_with(model: &agentd::engine::model::Model, reference: &Value, label: &str) {
+fn compare_with(model: &agentd::engine::Model, reference: &Value, label: &str) {
     // Measured here: 0.073 (llama) and 0.098 (qwen2) on logits spanning about 22. llama.cpp keeps its KV cache
     // in f16 (ours is f32) and sums in another order, so equal rounding is not expected.
     const TOLERANCE: f32 = 0.2;
@@ -334,7 +334,7 @@ fn synthetic_qwen3_matches_llama_cpp() {
 fn llama3_rope_scaling_is_read_and_applied() {
     use agentd::engine::arch::weights::WeightFormat;
     use agentd::engine::gguf::GgufFile;
-    use agentd::engine::model::Model;
+    use agentd::engine::Model;
     let (_dir, file) = super::cpu_engine::synthetic("llama:tiny3", 0, common::smollm2_path());
     let gguf = GgufFile::open(&file).unwrap();
     let model = Model::load(&gguf, &candle_core::Device::Cpu, WeightFormat::Auto).unwrap();

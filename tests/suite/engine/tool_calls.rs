@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use agentd::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
 use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest};
 use agentd::engine::sampler::SamplingParams;
-use agentd::engine::tool_calls::output::OutputDelta;
+use agentd::engine::OutputDelta;
 use agentd::engine::{Completion, Engine, EngineError, EngineOptions};
 use agentd::schema::compile::{validator, violations};
 use agentd::schema::SchemaError;

@@ -35,7 +35,7 @@ fn collect(dir: &Path, root: &Path, out: &mut Vec<String>) {
     }
 }
 
-/// `engine/kv/mod.rs` → `["engine", "kv"]`, `engine/model.rs` → `["engine", "model"]`, `lib.rs` → `[]`.
+/// `engine/kv/mod.rs` → `["engine", "kv"]`, `engine/backend.rs` → `["engine", "backend"]`, `lib.rs` → `[]`.
 pub fn module_of(rel: &str) -> ModPath {
     let mut parts: ModPath = rel
         .trim_end_matches(".rs")

@@ -169,11 +169,14 @@ const ENGINE_ARROWS: &[(&str, Option<&[&str]>)] = &[
     ("constraint", Some(&["sampler", "error"])),
     (
         "parity",
-        Some(&["model", "kv", "sampler", "device", "gguf", "error"]),
+        Some(&["backend", "kv", "sampler", "device", "gguf", "error"]),
     ),
-    ("decoder_embed", Some(&["model", "kv", "encoder", "error"])),
     (
-        "model",
+        "decoder_embed",
+        Some(&["backend", "kv", "encoder", "error"]),
+    ),
+    (
+        "backend",
         Some(&["cpu", "candle", "arch", "kv", "device", "gguf", "error"]),
     ),
     ("cpu", Some(&["arch", "kv", "device", "gguf", "error"])),
