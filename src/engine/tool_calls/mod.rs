@@ -7,5 +7,5 @@ pub(crate) mod call_parser;
 pub(crate) mod delta;
 pub(crate) mod trigger;
 
-pub use delta::{new_call_id, OutputDelta, ToolCall};
 pub use assembler::OutputAssembler;
+pub use delta::{new_call_id, OutputDelta, ToolCall};

@@ -233,7 +233,7 @@ fn a_50_kb_file_compiles_within_the_limits() {
     for f in [
         "src/engine/runtime/sequence.rs",
         "src/engine/constraint/grammar.rs",
-        "src/engine/tool_calls/output.rs",
+        "src/engine/tool_calls/assembler.rs",
     ] {
         text.push_str(
             &std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(f))

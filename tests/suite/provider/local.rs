@@ -245,7 +245,9 @@ async fn a_queued_request_aborts_without_waiting_for_the_engine() {
         }
     }
     let b_cancel = CancellationToken::new();
-    let b = p.stream(story(8), b_cancel.clone());
+    // Long enough that B cannot finish within the 50 ms before its cancel, even batched beside A with A's
+    // prompt cached.
+    let b = p.stream(story(64), b_cancel.clone());
     let b_task = tokio::spawn(collect(b));
     tokio::time::sleep(Duration::from_millis(50)).await;
     let cancelled = std::time::Instant::now();
