@@ -136,7 +136,7 @@ impl GgufFile {
             .map_err(|e| EngineError::io(format!("cannot seek {}", path.display()), e))?;
         // candle's reader divides by the file's `general.alignment` and trusts a few other values; a panic in it
         // on a hostile header is this file's error, not the process's.
-        let content =
+        let mut content =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader)))
                 .map_err(|_| invalid(path, "header: malformed (the reader gave up on it)"))?
                 .map_err(|e| invalid(path, format!("header: {e}")))?;
@@ -169,12 +169,9 @@ impl GgufFile {
                 format!("truncated: tensors need {needed} bytes but the file has {file_len}"),
             ));
         }
-        let meta = GgufMetadata::from_values(
-            content
-                .metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), meta_value(v))),
-        );
+        // Moved out of candle's header, not copied: the vocabulary is held once.
+        let metadata = std::mem::take(&mut content.metadata);
+        let meta = GgufMetadata::from_values(metadata.into_iter().map(|(k, v)| (k, meta_value(v))));
         Ok(Self {
             path: path.to_path_buf(),
             content,
@@ -305,22 +302,41 @@ impl Metadata for GgufFile {
     }
 }
 
-/// candle's value as the text layer's.
-fn meta_value(v: &Value) -> MetaValue {
+/// The text layer's value as candle's (to write it into another GGUF).
+pub(crate) fn candle_value(v: &MetaValue) -> Value {
     match v {
-        Value::U8(x) => MetaValue::U8(*x),
-        Value::I8(x) => MetaValue::I8(*x),
-        Value::U16(x) => MetaValue::U16(*x),
-        Value::I16(x) => MetaValue::I16(*x),
-        Value::U32(x) => MetaValue::U32(*x),
-        Value::I32(x) => MetaValue::I32(*x),
-        Value::U64(x) => MetaValue::U64(*x),
-        Value::I64(x) => MetaValue::I64(*x),
-        Value::F32(x) => MetaValue::F32(*x),
-        Value::F64(x) => MetaValue::F64(*x),
-        Value::Bool(x) => MetaValue::Bool(*x),
-        Value::String(x) => MetaValue::String(x.clone()),
-        Value::Array(items) => MetaValue::Array(items.iter().map(meta_value).collect()),
+        MetaValue::U8(x) => Value::U8(*x),
+        MetaValue::I8(x) => Value::I8(*x),
+        MetaValue::U16(x) => Value::U16(*x),
+        MetaValue::I16(x) => Value::I16(*x),
+        MetaValue::U32(x) => Value::U32(*x),
+        MetaValue::I32(x) => Value::I32(*x),
+        MetaValue::U64(x) => Value::U64(*x),
+        MetaValue::I64(x) => Value::I64(*x),
+        MetaValue::F32(x) => Value::F32(*x),
+        MetaValue::F64(x) => Value::F64(*x),
+        MetaValue::Bool(x) => Value::Bool(*x),
+        MetaValue::String(x) => Value::String(x.clone()),
+        MetaValue::Array(items) => Value::Array(items.iter().map(candle_value).collect()),
+    }
+}
+
+/// candle's value as the text layer's.
+fn meta_value(v: Value) -> MetaValue {
+    match v {
+        Value::U8(x) => MetaValue::U8(x),
+        Value::I8(x) => MetaValue::I8(x),
+        Value::U16(x) => MetaValue::U16(x),
+        Value::I16(x) => MetaValue::I16(x),
+        Value::U32(x) => MetaValue::U32(x),
+        Value::I32(x) => MetaValue::I32(x),
+        Value::U64(x) => MetaValue::U64(x),
+        Value::I64(x) => MetaValue::I64(x),
+        Value::F32(x) => MetaValue::F32(x),
+        Value::F64(x) => MetaValue::F64(x),
+        Value::Bool(x) => MetaValue::Bool(x),
+        Value::String(x) => MetaValue::String(x),
+        Value::Array(items) => MetaValue::Array(items.into_iter().map(meta_value).collect()),
     }
 }
 

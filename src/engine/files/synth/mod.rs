@@ -22,7 +22,8 @@ use rand::SeedableRng;
 use crate::engine::arch::Architecture;
 use crate::engine::error::{EngineError, Result};
 use crate::engine::files::gguf_write::{self, TensorEntry};
-use crate::engine::gguf::GgufFile;
+use crate::engine::gguf::{candle_value, GgufFile};
+use crate::text::Metadata;
 
 mod presets;
 mod tensors;
@@ -153,12 +154,11 @@ pub struct Synthesized {
 
 /// Every `tokenizer.*` key of `source` (vocabulary, merges, special tokens, chat template), sorted by name.
 fn tokenizer_keys(source: &GgufFile) -> Vec<(String, Value)> {
-    let mut keys: Vec<(String, Value)> = source
-        .content
-        .metadata
-        .iter()
-        .filter(|(key, _)| key.starts_with("tokenizer."))
-        .map(|(k, v)| (k.clone(), v.clone()))
+    let meta = source.metadata();
+    let mut keys: Vec<(String, Value)> = meta
+        .keys()
+        .filter(|key| key.starts_with("tokenizer."))
+        .filter_map(|k| Some((k.to_string(), candle_value(meta.value(k)?))))
         .collect();
     keys.sort_by(|a, b| a.0.cmp(&b.0));
     keys
