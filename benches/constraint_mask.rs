@@ -18,9 +18,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agentd::engine::constraint::{Constraint, ConstraintSpec, GrammarFactory, ToolChoice};
-use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::sampler::{Sampler, SamplingParams};
+use agentd::model_files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::schema::ToolSpec;
 use agentd::text::call_format::ToolCallFormat;
 use agentd::text::tokenizer::Tokenizer;

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::files::fetch::{FetchOptions, ModelSelector};
 use crate::engine::{DeviceSpec, EngineOptions, WeightFormat};
+use crate::model_files::fetch::{FetchOptions, ModelSelector};
 use crate::provider::RemoteConfig;
 
 /// Why a configuration cannot be used. Fix the file; the message names the setting.
@@ -171,7 +171,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
-            model: crate::engine::files::manifest::DEFAULT_MODEL.into(),
+            model: crate::model_files::manifest::DEFAULT_MODEL.into(),
             device: "auto".into(),
             threads: 0,
             weights: "auto".into(),

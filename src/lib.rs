@@ -11,6 +11,7 @@ pub mod engine;
 pub mod env;
 pub mod logging;
 pub mod mcp;
+pub mod model_files;
 pub mod provider;
 pub mod schema;
 pub mod server;

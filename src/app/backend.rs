@@ -167,7 +167,7 @@ impl Backend {
         };
         if !std::path::Path::new(name).is_file() {
             // Only known models are loaded by name (an unknown one is not looked for on the network).
-            let manifest = crate::engine::files::manifest::find(name)
+            let manifest = crate::model_files::manifest::find(name)
                 .map_err(|e| AppError::usage(e.to_string()))?;
             if manifest.name == self.model {
                 return Ok(());

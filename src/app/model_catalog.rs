@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::engine::files::fetch::{self, CacheStatus, ModelSelector};
-use crate::engine::files::manifest::{self, ModelTask};
 use crate::engine::{Engine, EngineOptions, FimTokens, GgufFile};
+use crate::model_files::fetch::{self, CacheStatus, ModelSelector};
+use crate::model_files::manifest::{self, ModelTask};
 use crate::provider::router::{Loader, Puller};
 use crate::provider::{
     EncoderProvider, LocalProvider, ModelDetails, ModelRouter, ModelSpec, Provider, ProviderError,
@@ -32,8 +32,8 @@ fn puller(config: &Config) -> Result<Puller, ProviderError> {
     base.fetch.progress = false;
     let cap = config.engine.max_model_len;
     Ok(Arc::new(move |name: &str| {
-        let m = manifest::find(name).map_err(engine_error)?;
-        fetch::fetch_manifest(&m, &base.fetch).map_err(engine_error)?;
+        let m = manifest::find(name)?;
+        fetch::fetch_manifest(&m, &base.fetch)?;
         spec(&base, &m.name, None, cap, false)
     }))
 }
@@ -93,7 +93,7 @@ fn spec(
     };
     let (own, mut aliases, window, file, mut details) = match &selector {
         ModelSelector::Name(n) => {
-            let m = manifest::find(n).map_err(engine_error)?;
+            let m = manifest::find(n)?;
             let file = fetch::cached_path(&base.fetch.home, &m);
             let header = gguf_header(&file);
             let details = ModelDetails {

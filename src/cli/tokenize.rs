@@ -22,7 +22,7 @@ pub struct TokenizeArgs {
 
 pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
     let opts = args.engine.options()?;
-    let resolved = agentd::engine::files::fetch::resolve(&opts.model, &opts.fetch)?;
+    let resolved = agentd::engine::files::resolve(&opts.model, &opts.fetch)?;
     let gguf = GgufFile::open(&resolved.path)?;
     let tokenizer = Tokenizer::from_gguf(&gguf).context("building the tokenizer")?;
     let ids = tokenizer.encode(&args.text, !args.no_special)?;

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use crate::model_files::FilesError;
 use crate::schema::SchemaError;
 
 #[derive(Debug, thiserror::Error)]
@@ -37,22 +38,9 @@ pub enum EngineError {
     /// A synthetic checkpoint cannot be made as asked (unknown architecture or size, inconsistent shape).
     #[error("synthetic model: {0}")]
     Synth(String),
-    /// A model name that no manifest knows.
-    #[error("unknown model `{name}` (known models: {})", known.join(", "))]
-    UnknownModel { name: String, known: Vec<String> },
-    /// A model manifest is malformed.
-    #[error("model manifest {name}: {message}")]
-    Manifest { name: String, message: String },
-    /// No source could provide the model file; `attempts` says what each source answered.
-    #[error("could not fetch model `{name}`:\n  {}", attempts.join("\n  "))]
-    Fetch { name: String, attempts: Vec<String> },
-    /// Downloaded or cached bytes do not match the manifest's digest. The file was not used.
-    #[error("sha256 mismatch for {path}: expected {expected}, got {actual}")]
-    Sha256Mismatch {
-        path: PathBuf,
-        expected: String,
-        actual: String,
-    },
+    /// Finding, fetching or verifying the model file failed (see [`FilesError`]'s variants).
+    #[error(transparent)]
+    Files(#[from] FilesError),
     /// The requested device is not available in this build or on this machine.
     #[error("device: {0}")]
     Device(String),

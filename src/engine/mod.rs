@@ -1,5 +1,6 @@
 //! The local inference engine. Folders by concern, arrows pointing down (checked by `tests/suite/layers/`); the
-//! text side of a model (tokenizer, template, tool-call formats, GGUF metadata) is the crate's `text` layer below:
+//! text side of a model (tokenizer, template, tool-call formats, GGUF metadata) is the crate's `text` layer below,
+//! and finding and fetching a model file is the crate's `model_files` layer:
 //!
 //! ```text
 //! runtime/     the engine thread: actor, scheduler, sequence           → everything below; nothing imports it
@@ -11,13 +12,13 @@
 //! kv/          KV memory, no math: paged stores, block manager, BLOCK_TOKENS
 //! arch/        what an architecture is: DecoderConfig, per-family hyper-parameters, the one weight loader
 //! encoder/     text encoders (BERT folders) → one vector per text, on their own thread → device, error
-//! files/       where a model file comes from: manifest, fetch, sources, staging, HF folders, synth → arch
+//! files/       model files the engine writes: HF folders converted to GGUF, synthetic models → arch, gguf
 //! request.rs   requests, events, FinishReason, validation; parity.rs  logits against a reference model
 //! leaves:      error, device, gguf (tensors mapped; metadata in text's types), sampler, speculative
 //! ```
 //!
-//! **The engine's API is the list of names re-exported below**, plus two public concerns, `files` (resolving,
-//! fetching, listing and synthesising model files) and `parity` (logits against a reference model, for `bench
+//! **The engine's API is the list of names re-exported below**, plus two public concerns, `files` (resolving a
+//! model to the GGUF the engine loads, converting folders, synthesising models) and `parity` (logits against a reference model, for `bench
 //! parity`). Other layers of the crate use only those (`tests/suite/layers/` checks it). The folders are
 //! reachable from outside only so the integration tests and benches can test the parts one by one; they are
 //! hidden from the docs and are not an API. Inside them, a module nothing outside the engine names is `pub(crate)`.

@@ -278,6 +278,21 @@ pub enum ProviderError {
     Load { model: String, message: String },
 }
 
+/// A name no manifest knows is an unknown model; anything else about finding the file an engine error.
+impl From<crate::model_files::FilesError> for ProviderError {
+    fn from(e: crate::model_files::FilesError) -> Self {
+        match e {
+            crate::model_files::FilesError::UnknownModel { name, known } => {
+                ProviderError::UnknownModel {
+                    model: name,
+                    message: format!("known models: {}", known.join(", ")),
+                }
+            }
+            other => ProviderError::Engine(other.to_string()),
+        }
+    }
+}
+
 impl From<crate::text::TextError> for ProviderError {
     fn from(e: crate::text::TextError) -> Self {
         ProviderError::Engine(e.to_string())

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
+use agentd::model_files::fetch::{self, FetchOptions, ModelSelector};
 
 /// `../shared/refdata/NAME`, parsed.
 pub fn refdata(name: &str) -> serde_json::Value {

@@ -9,6 +9,7 @@ mod common;
 mod engine;
 mod fuzz;
 mod layers;
+mod model_files;
 mod provider;
 mod server;
 mod tools;

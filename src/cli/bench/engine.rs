@@ -58,7 +58,7 @@ pub fn run(args: EngineBenchArgs) -> anyhow::Result<()> {
     options.scheduler.prefix_caching = false;
     if let Some(spec) = &args.dummy {
         let path = dummy_model(spec, args.tokenizer_from.as_deref(), args.engine.offline)?;
-        options.model = agentd::engine::files::fetch::ModelSelector::Path(path);
+        options.model = agentd::model_files::fetch::ModelSelector::Path(path);
     }
     let started = std::time::Instant::now();
     let engine = agentd::engine::Engine::load(options).context("loading the model")?;

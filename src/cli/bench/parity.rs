@@ -47,13 +47,13 @@ pub fn run(args: ParityBenchArgs) -> anyhow::Result<()> {
     let path = match (&args.model_path, &args.model) {
         (Some(p), _) => p.clone(),
         (None, Some(m)) => {
-            let options = agentd::engine::files::fetch::FetchOptions {
+            let options = agentd::model_files::fetch::FetchOptions {
                 progress: true,
                 offline: args.offline,
                 ..Default::default()
             };
-            agentd::engine::files::fetch::resolve(
-                &agentd::engine::files::fetch::ModelSelector::parse(m),
+            agentd::engine::files::resolve(
+                &agentd::model_files::fetch::ModelSelector::parse(m),
                 &options,
             )?
             .path

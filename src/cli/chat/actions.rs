@@ -128,7 +128,7 @@ impl App {
                     .map(|m| (format!("{}  ({} tokens)", m.id, m.context_window), m.id))
                     .collect();
                 if backend.can_load_models() {
-                    for name in agentd::engine::files::manifest::known_names() {
+                    for name in agentd::model_files::manifest::known_names() {
                         if !items.iter().any(|(_, v)| v == &name) {
                             items.push((format!("{name}  (load)"), name));
                         }

@@ -18,14 +18,14 @@ use crate::engine::constraint::{Constraint, GrammarFactory};
 use crate::engine::device::{self, DeviceSpec};
 use crate::engine::encoder::Pooling;
 use crate::engine::error::{EngineError, Result};
-use crate::engine::files::fetch::{self, FetchOptions, ModelSelector};
-use crate::engine::files::manifest::ModelManifest;
 use crate::engine::gguf::GgufFile;
 use crate::engine::kv::blocks::PrefixCacheStats;
 use crate::engine::request::{self, GenerateEvent, GenerateRequest, GenerateSummary, TokenEvent};
 use crate::engine::runtime::engine_loop::{EmbedJob, EngineLoop, Job, Work};
 use crate::engine::runtime::scheduler::{SchedulerConfig, SchedulerStats};
 use crate::engine::tool_calls::assembler::{OutputAssembler, OutputDelta, ToolCall};
+use crate::model_files::fetch::{FetchOptions, ModelSelector};
+use crate::model_files::manifest::ModelManifest;
 use crate::text::call_format::ToolCallFormat;
 use crate::text::reasoning::{ThinkBlock, ThinkMarkers};
 use crate::text::template::ChatTemplate;
@@ -53,7 +53,7 @@ pub struct EngineOptions {
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
-            model: ModelSelector::Name(crate::engine::files::manifest::DEFAULT_MODEL.into()),
+            model: ModelSelector::Name(crate::model_files::manifest::DEFAULT_MODEL.into()),
             device: DeviceSpec::Auto,
             weight_format: WeightFormat::Auto,
             fetch: FetchOptions::default(),
@@ -123,7 +123,7 @@ impl Engine {
     pub fn load(opts: EngineOptions) -> Result<Self> {
         let started = Instant::now();
         opts.scheduler.validate().map_err(EngineError::Config)?;
-        let resolved = fetch::resolve(&opts.model, &opts.fetch)?;
+        let resolved = crate::engine::files::resolve(&opts.model, &opts.fetch)?;
         let gguf = GgufFile::open(&resolved.path)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let template_override = opts.chat_template.clone().or_else(|| {

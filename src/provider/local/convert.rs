@@ -43,10 +43,7 @@ pub fn engine_error(e: EngineError) -> ProviderError {
                 message: e.to_string(),
             }
         }
-        EngineError::UnknownModel { name, known } => ProviderError::UnknownModel {
-            model: name,
-            message: format!("known models: {}", known.join(", ")),
-        },
+        EngineError::Files(e) => e.into(),
         other => ProviderError::Engine(other.to_string()),
     }
 }
@@ -54,6 +51,7 @@ pub fn engine_error(e: EngineError) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model_files::FilesError;
     use std::collections::BTreeMap;
 
     /// The provider refuses exactly what the engine would: one value at a time, inside, on and past each bound.
@@ -136,10 +134,10 @@ mod tests {
             matches!(e, ProviderError::InvalidRequest { status: 400, .. }),
             "{e:?}"
         );
-        let e = engine_error(EngineError::UnknownModel {
+        let e = engine_error(EngineError::Files(FilesError::UnknownModel {
             name: "x".into(),
             known: vec!["a".into()],
-        });
+        }));
         assert!(
             matches!(&e, ProviderError::UnknownModel { model, .. } if model == "x"),
             "{e:?}"

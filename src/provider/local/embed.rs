@@ -19,9 +19,9 @@ use super::super::{
     Usage, MAX_EMBED_INPUTS,
 };
 use super::LocalProvider;
-use crate::engine::files::fetch::{self, FetchOptions, ModelSelector};
-use crate::engine::files::manifest;
 use crate::engine::{select_device, DeviceSpec, Encoder, EncoderHandle, EngineError};
+use crate::model_files::fetch::{self, FetchOptions, ModelSelector};
+use crate::model_files::manifest;
 
 /// An encoder as a provider. Cheap to clone.
 #[derive(Clone)]
@@ -42,10 +42,8 @@ impl EncoderProvider {
         let folder = match model {
             ModelSelector::Path(p) => p.clone(),
             ModelSelector::Name(name) => {
-                let m = manifest::find(name).map_err(engine_error)?;
-                fetch::fetch_manifest(&m, fetch_options)
-                    .map_err(engine_error)?
-                    .path
+                let m = manifest::find(name)?;
+                fetch::fetch_manifest(&m, fetch_options)?.path
             }
         };
         Self::from_folder(&folder, device, id)

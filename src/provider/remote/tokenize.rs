@@ -3,7 +3,6 @@
 //! model (`remote.tokenizer`), else [`estimate_tokens`] marked `exact: false`. Also the server's own
 //! `/tokenize` and `/detokenize` for the API routes of the same names.
 
-use super::super::local::engine_error;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -15,7 +14,7 @@ use super::super::{
     TokenCount, TokenizeInput, TokenizeRequest, Tokenized,
 };
 use super::{wire, Shared};
-use crate::engine::files::fetch::{self, FetchOptions, ModelSelector};
+use crate::model_files::fetch::{self, FetchOptions, ModelOrigin, ModelSelector};
 use crate::text::{ChatTemplate, GgufMetadata, Tokenizer, ToolCallFormat};
 
 /// A model's tokenizer and chat template, without its weights.
@@ -29,8 +28,13 @@ impl LocalTokenizer {
     /// Loads them from a known model name or a GGUF path (fetching a named model if it is not cached).
     /// The template is the GGUF's, as the engine renders it.
     fn load(spec: &str) -> Result<Self, ProviderError> {
-        let resolved = fetch::resolve(&ModelSelector::parse(spec), &FetchOptions::default())
-            .map_err(engine_error)?;
+        let resolved = fetch::resolve(&ModelSelector::parse(spec), &FetchOptions::default())?;
+        if resolved.origin == ModelOrigin::Folder {
+            // A folder's tokenizer would first be converted into a GGUF with its weights, the local engine's job.
+            return Err(ProviderError::Engine(format!(
+                "remote.tokenizer {spec} is a model folder: name its GGUF or a known model instead"
+            )));
+        }
         // The metadata alone: no tensor index, nothing of the weights.
         let gguf = GgufMetadata::open(&resolved.path)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;

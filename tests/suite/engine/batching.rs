@@ -19,7 +19,7 @@ use crate::suite::common::greedy;
 
 fn engine_with(scheduler: SchedulerConfig) -> Engine {
     Engine::load(EngineOptions {
-        model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
+        model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
         device: agentd::engine::device::DeviceSpec::Cpu,
         scheduler,
         ..Default::default()
@@ -301,7 +301,7 @@ fn prefix_blocks_are_shared_between_sessions_with_a_common_system_prompt() {
 #[test]
 fn candle_backend_runs_concurrent_requests_too() {
     let engine = Engine::load(EngineOptions {
-        model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
+        model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
         device: agentd::engine::device::DeviceSpec::Cpu,
         weight_format: agentd::engine::arch::weights::WeightFormat::Native,
         ..Default::default()
@@ -338,7 +338,7 @@ fn both_candle_paths_batch_over_the_paged_store() {
     // paged store, batched, with prefix reuse — and the same tokens as a plain greedy loop.
     for kernels in [Kernels::Fused, Kernels::Candle] {
         let engine = Engine::load(EngineOptions {
-            model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
+            model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
             device: agentd::engine::device::DeviceSpec::Cpu,
             weight_format: WeightFormat::Native,
             kernels: Some(kernels),
@@ -439,7 +439,7 @@ fn every_kv_cache_dtype_serves_a_batch_and_candle_refuses_the_reduced_ones() {
     );
     for dtype in [KvDtype::F16, KvDtype::Q8_0] {
         let err = Engine::load(EngineOptions {
-            model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
+            model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
             device: agentd::engine::device::DeviceSpec::Cpu,
             weight_format: agentd::engine::arch::weights::WeightFormat::Native,
             scheduler: SchedulerConfig {

@@ -441,7 +441,7 @@ fn unsupported_architecture_names_the_supported_ones() {
         "{err}"
     );
     let err = agentd::engine::Engine::load(EngineOptions {
-        model: agentd::engine::files::fetch::ModelSelector::Path(path),
+        model: agentd::model_files::fetch::ModelSelector::Path(path),
         ..Default::default()
     })
     .err()
@@ -459,7 +459,7 @@ fn unsupported_architecture_names_the_supported_ones() {
 fn qwen_greedy_reply_matches_llama_cpp() {
     let reference = common::refdata("qwen25coder_reference.json");
     let engine = agentd::engine::Engine::load(EngineOptions {
-        model: agentd::engine::files::fetch::ModelSelector::Path(common::qwen_path()),
+        model: agentd::model_files::fetch::ModelSelector::Path(common::qwen_path()),
         device: agentd::engine::device::DeviceSpec::Cpu,
         ..Default::default()
     })
@@ -534,7 +534,7 @@ fn prefix_reuse_gives_identical_greedy_output() {
 
     // The same prompt on an engine that keeps nothing.
     let cold = agentd::engine::Engine::load(EngineOptions {
-        model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
+        model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
         device: agentd::engine::device::DeviceSpec::Cpu,
         scheduler: agentd::engine::runtime::scheduler::SchedulerConfig {
             prefix_caching: false,

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use agentd::engine::arch::weights::WeightFormat;
-use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
 use agentd::engine::gguf::GgufFile;
 use agentd::engine::Model;
+use agentd::model_files::fetch::{FetchOptions, ModelSelector};
 use agentd::text::template::ChatTemplate;
 use agentd::text::tokenizer::Tokenizer;
 use candle_core::{DType, Device, Tensor};
@@ -180,7 +180,7 @@ fn resolve(path: &Path, home: &Path) -> PathBuf {
         offline: true,
         ..FetchOptions::default()
     };
-    fetch::resolve(&ModelSelector::Path(path.to_path_buf()), &opts)
+    agentd::engine::files::resolve(&ModelSelector::Path(path.to_path_buf()), &opts)
         .unwrap()
         .path
 }
@@ -295,7 +295,7 @@ fn qwen2_folder_matches_its_gguf() {
 
 #[test]
 fn hub_cache_layout_and_bad_folders() {
-    use agentd::engine::files::hf_folder::hub_snapshot_in;
+    use agentd::model_files::hub_snapshot_in;
     let root = tempfile::tempdir().unwrap();
     let repo = root.path().join("models--org--tiny");
     std::fs::create_dir_all(repo.join("snapshots/abc123")).unwrap();
@@ -323,7 +323,7 @@ fn hub_cache_layout_and_bad_folders() {
         offline: true,
         ..FetchOptions::default()
     };
-    let err = fetch::resolve(&ModelSelector::Path(folder.clone()), &opts)
+    let err = agentd::engine::files::resolve(&ModelSelector::Path(folder.clone()), &opts)
         .unwrap_err()
         .to_string();
     assert!(
@@ -331,7 +331,7 @@ fn hub_cache_layout_and_bad_folders() {
         "{err}"
     );
     std::fs::write(folder.join("config.json"), "{not json").unwrap();
-    let err = fetch::resolve(&ModelSelector::Path(folder.clone()), &opts)
+    let err = agentd::engine::files::resolve(&ModelSelector::Path(folder.clone()), &opts)
         .unwrap_err()
         .to_string();
     assert!(err.contains("config.json"), "{err}");
@@ -341,7 +341,7 @@ fn hub_cache_layout_and_bad_folders() {
         r#"{"architectures": ["LlamaForCausalLM"]}"#,
     )
     .unwrap();
-    let err = fetch::resolve(&ModelSelector::Path(folder), &opts)
+    let err = agentd::engine::files::resolve(&ModelSelector::Path(folder), &opts)
         .unwrap_err()
         .to_string();
     assert!(err.contains("no *.safetensors"), "{err}");

@@ -7,7 +7,6 @@ pub mod constraint;
 mod content_guard;
 mod cpu_engine;
 mod cuda;
-mod fetch;
 mod generate;
 mod hf_folder;
 mod hostile_files;

@@ -209,7 +209,7 @@ fn compare_logits(model: &Model, reference: &Value, bounds: Bounds, spot: bool, 
 /// space too).
 fn compare_greedy_text(path: &Path, reference: &Value, weights: WeightFormat, tie: f32) {
     let engine = agentd::engine::Engine::load(agentd::engine::EngineOptions {
-        model: agentd::engine::files::fetch::ModelSelector::Path(path.to_path_buf()),
+        model: agentd::model_files::fetch::ModelSelector::Path(path.to_path_buf()),
         device: agentd::engine::device::DeviceSpec::Cpu,
         weight_format: weights,
         ..Default::default()

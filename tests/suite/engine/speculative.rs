@@ -23,7 +23,7 @@ use crate::suite::common::greedy;
 
 fn engine(path: std::path::PathBuf, speculative: SpeculativeConfig, kv_bytes: usize) -> Engine {
     Engine::load(EngineOptions {
-        model: agentd::engine::files::fetch::ModelSelector::Path(path),
+        model: agentd::model_files::fetch::ModelSelector::Path(path),
         device: agentd::engine::device::DeviceSpec::Cpu,
         scheduler: SchedulerConfig {
             speculative,

@@ -388,7 +388,7 @@ async fn constrained_call(spec: &str, tokenizer: std::path::PathBuf) {
     let (_dir, file) = super::cpu_engine::synthetic(spec, 0, tokenizer);
     let engine = tokio::task::spawn_blocking(move || {
         agentd::engine::Engine::load(agentd::engine::EngineOptions {
-            model: agentd::engine::files::fetch::ModelSelector::Path(file),
+            model: agentd::model_files::fetch::ModelSelector::Path(file),
             device: agentd::engine::device::DeviceSpec::Cpu,
             ..Default::default()
         })

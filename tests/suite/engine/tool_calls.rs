@@ -23,7 +23,7 @@ fn qwen() -> &'static Engine {
     static E: OnceLock<Engine> = OnceLock::new();
     E.get_or_init(|| {
         Engine::load(EngineOptions {
-            model: agentd::engine::files::fetch::ModelSelector::Path(common::qwen_path()),
+            model: agentd::model_files::fetch::ModelSelector::Path(common::qwen_path()),
             device: agentd::engine::device::DeviceSpec::Cpu,
             ..Default::default()
         })

@@ -134,6 +134,13 @@ fn leaves_import_nothing_and_nothing_imports_the_server() {
     // tokens with it.
     let text: BTreeSet<String> = ["schema".to_string()].into();
     assert_eq!(graph["text"], text, "text may import only schema");
+    // Finding and fetching model files needs no engine either: the remote provider resolves names with it (a
+    // manifest's tool-call format is checked against the text layer's).
+    let below: BTreeSet<String> = ["env".to_string(), "text".to_string()].into();
+    assert_eq!(
+        graph["model_files"], below,
+        "model_files may import only env and text"
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ const WINDOW: u64 = 256;
 
 /// The model's folder, pulled (and unpacked) if needed.
 fn minilm_folder() -> std::path::PathBuf {
-    use agentd::engine::files::{fetch, manifest};
+    use agentd::model_files::{fetch, manifest};
     fetch::fetch_manifest(
         &manifest::find(MINILM).unwrap(),
         &fetch::FetchOptions::default(),
@@ -527,7 +527,7 @@ async fn a_remote_provider_forwards_to_the_upstreams_embeddings() {
 fn the_chat_engine_refuses_an_embedding_model_by_name() {
     minilm_folder();
     let err = agentd::engine::Engine::load(agentd::engine::EngineOptions {
-        model: agentd::engine::files::fetch::ModelSelector::Name(MINILM.into()),
+        model: agentd::model_files::fetch::ModelSelector::Name(MINILM.into()),
         device: DeviceSpec::Cpu,
         ..Default::default()
     });

@@ -146,7 +146,7 @@ impl TestServer {
     pub async fn local_own(options: ServerOptions) -> Self {
         let engine = tokio::task::spawn_blocking(|| {
             agentd::engine::Engine::load(agentd::engine::EngineOptions {
-                model: agentd::engine::files::fetch::ModelSelector::Path(common::smollm2_path()),
+                model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
                 device: agentd::engine::device::DeviceSpec::Cpu,
                 ..Default::default()
             })

@@ -26,7 +26,7 @@ fn engine() -> &'static Engine {
     static E: OnceLock<Engine> = OnceLock::new();
     E.get_or_init(|| {
         Engine::load(EngineOptions {
-            model: agentd::engine::files::fetch::ModelSelector::Path(common::qwen_path()),
+            model: agentd::model_files::fetch::ModelSelector::Path(common::qwen_path()),
             device: agentd::engine::device::DeviceSpec::Cpu,
             chat_template: Some(THINKING_TEMPLATE.into()),
             ..Default::default()

@@ -170,7 +170,7 @@ impl Config {
             (None, Some(m)) if Path::new(m).is_file() => (String::new(), Some(PathBuf::from(m))),
             (None, Some(m)) => (m.clone(), None),
             (None, None) => (
-                agentd::engine::files::manifest::DEFAULT_MODEL.to_string(),
+                agentd::model_files::manifest::DEFAULT_MODEL.to_string(),
                 None,
             ),
         };

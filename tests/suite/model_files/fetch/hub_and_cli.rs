@@ -228,7 +228,7 @@ fn cli_model_list_path_and_errors() {
 /// concurrent fetch's staging folder (locked, even when old), and then installs the file as usual.
 #[test]
 fn a_fetch_sweeps_stale_staging_but_not_a_live_one() {
-    use agentd::engine::files::staging;
+    use agentd::model_files::staging;
     let home = tempfile::tempdir().unwrap();
     let house = Wheelhouse::new();
     let (manifest, whole) = two_part_model(&house);

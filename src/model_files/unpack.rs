@@ -8,10 +8,10 @@ use std::fs::{self, File};
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 
+use super::error::{FilesError, Result};
 use super::manifest::{ModelManifest, Unpack};
 use super::source::DigestWriter;
 use super::staging;
-use crate::engine::error::{EngineError, Result};
 
 /// The marker inside an unpacked folder: the sha256 of the zip it came from.
 const UNPACKED_MARKER: &str = ".agentd-unpacked";
@@ -23,7 +23,7 @@ pub fn ensure_unpacked(zip: &Path, manifest: &ModelManifest, unpack: &Unpack) ->
     if is_current(&dest, manifest, unpack) {
         return Ok(dest);
     }
-    let fail = |message: String| EngineError::Fetch {
+    let fail = |message: String| FilesError::Fetch {
         name: manifest.name.clone(),
         attempts: vec![format!("unpacking {}: {message}", zip.display())],
     };
@@ -48,7 +48,7 @@ pub fn ensure_unpacked(zip: &Path, manifest: &ModelManifest, unpack: &Unpack) ->
         }
         let actual = sha256_of(&path).map_err(|e| fail(format!("hashing {}: {e}", check.file)))?;
         if actual != check.sha256 {
-            return Err(EngineError::Sha256Mismatch {
+            return Err(FilesError::Sha256Mismatch {
                 path: dest.join(&check.file),
                 expected: check.sha256.clone(),
                 actual,
@@ -119,7 +119,7 @@ fn extract(zip: &Path, root: &Path) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::files::manifest::CheckedFile;
+    use crate::model_files::manifest::CheckedFile;
     use sha2::Digest;
     use std::io::Write;
 
@@ -180,7 +180,7 @@ mod tests {
         zip_with(&zip, &[("w.bin", b"weights")]);
         let (m, u) = manifest(&"a".repeat(64), vec![checked("w.bin", b"other!!")]);
         let err = ensure_unpacked(&zip, &m, &u).unwrap_err();
-        assert!(matches!(err, EngineError::Sha256Mismatch { .. }), "{err}");
+        assert!(matches!(err, FilesError::Sha256Mismatch { .. }), "{err}");
         assert!(!dir.path().join("f").exists());
 
         zip_with(&zip, &[("../evil", b"x")]);

@@ -7,11 +7,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use agentd::engine::files::fetch::{
+use agentd::model_files::fetch::{
     self, CacheStatus, FetchOptions, ModelOrigin, ModelSelector, ResolvedModel,
 };
-use agentd::engine::files::manifest::{self, ModelManifest, ModelSource, DEFAULT_MODEL};
-use agentd::engine::EngineError;
+use agentd::model_files::manifest::{self, ModelManifest, ModelSource, DEFAULT_MODEL};
+use agentd::model_files::FilesError;
 use sha2::{Digest, Sha256};
 
 #[allow(unused_imports)]
@@ -194,9 +194,9 @@ fn listing(dir: &Path) -> Vec<String> {
     names
 }
 
-fn fetch_error_attempts(result: agentd::engine::error::Result<ResolvedModel>) -> Vec<String> {
+fn fetch_error_attempts(result: agentd::model_files::error::Result<ResolvedModel>) -> Vec<String> {
     match result {
-        Err(EngineError::Fetch { attempts, .. }) => attempts,
+        Err(FilesError::Fetch { attempts, .. }) => attempts,
         other => panic!("expected a Fetch error, got {other:?}"),
     }
 }
@@ -204,7 +204,7 @@ fn fetch_error_attempts(result: agentd::engine::error::Result<ResolvedModel>) ->
 #[test]
 fn unknown_model_lists_the_known_names() {
     match manifest::find("no-such-model") {
-        Err(EngineError::UnknownModel { name, known: k }) => {
+        Err(FilesError::UnknownModel { name, known: k }) => {
             assert_eq!(name, "no-such-model");
             assert_eq!(k, manifest::known_names());
             assert_eq!(k[0], "smollm2-135m-instruct");
@@ -332,7 +332,7 @@ tool_call_format = "hermes"
     ];
     for (text, needle) in cases {
         match ModelManifest::parse("bad.toml", &text) {
-            Err(EngineError::Manifest { name, message }) => {
+            Err(FilesError::Manifest { name, message }) => {
                 assert_eq!(name, "bad.toml");
                 assert!(message.contains(needle), "{needle:?} not in {message:?}");
             }
@@ -382,7 +382,7 @@ fn a_missing_or_odd_path_is_a_clear_error() {
         &FetchOptions::default(),
     )
     .unwrap_err();
-    assert!(matches!(err, EngineError::Io { .. }), "{err:?}");
+    assert!(matches!(err, FilesError::Io { .. }), "{err:?}");
     let text = err.to_string();
     assert!(
         text.contains(&missing.display().to_string()) && text.contains("No such file"),

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use indicatif::ProgressBar;
 
+use super::manifest::{ModelManifest, PipPart};
 use super::source::{byte_progress, DigestWriter, FetchOptions, StageGuard, Staged};
-use crate::engine::files::manifest::{ModelManifest, PipPart};
-use crate::engine::files::staging;
+use super::staging;
 
 /// Fetch and concatenate every part into a temporary file under `dir`.
 pub(crate) fn stage(
