@@ -7,9 +7,38 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{DeviceSpec, EngineOptions, WeightFormat};
-use crate::model_files::fetch::{FetchOptions, ModelSelector};
 use crate::provider::RemoteConfig;
+#[cfg(feature = "local")]
+use crate::{
+    engine::{
+        DeviceSpec, EngineOptions, KvDtype, Pooling, SpeculativeConfig, WeightFormat,
+        DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+    },
+    model_files::fetch::{FetchOptions, ModelSelector},
+};
+#[cfg(not(feature = "local"))]
+use unread::{
+    Unread as KvDtype, Unread as Pooling, Unread as SpeculativeConfig,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+};
+
+/// What `provider = "local"` gets from a build without the engine.
+pub const NO_LOCAL_ENGINE: &str = "this agentd was built without the local engine (the `local` feature): \
+     set provider = \"remote\" with a [remote] section (or pass --remote URL) to use an OpenAI-compatible server";
+
+/// A build without the engine still reads every `[engine]` key (a file stays valid in both builds) but keeps the
+/// values the engine alone would interpret as they are, unread.
+#[cfg(not(feature = "local"))]
+mod unread {
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(transparent)]
+    pub struct Unread(Option<toml::Value>);
+
+    pub const DEFAULT_MAX_NUM_SEQS: usize = 0;
+    pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 0;
+}
 
 /// Why a configuration cannot be used. Fix the file; the message names the setting.
 #[derive(Debug, thiserror::Error)]
@@ -149,12 +178,12 @@ pub struct EngineConfig {
     pub kv_cache_memory: String,
     /// What the KV cache keeps keys and values as: `auto` (f16 on the CPU engine, f32 on candle's devices),
     /// `f16`, `f32` or `q8_0` (vLLM's `kv_cache_dtype`).
-    pub kv_cache_dtype: crate::engine::KvDtype,
+    pub kv_cache_dtype: KvDtype,
     /// Keep and share the KV blocks of prompts that start the same way.
     pub prefix_caching: bool,
     /// Speculative decoding (`[engine.speculative]`: `method` = `ngram` | `off`, `num_speculative_tokens`,
     /// `prompt_lookup_min`, `prompt_lookup_max`; vLLM's `speculative_config` names).
-    pub speculative: crate::engine::SpeculativeConfig,
+    pub speculative: SpeculativeConfig,
     /// A Jinja chat template file used instead of the model's own.
     pub chat_template: Option<String>,
     /// The window served, prompt and output together (vLLM's `max_model_len`); at most the model's own context
@@ -162,7 +191,7 @@ pub struct EngineConfig {
     pub max_model_len: Option<usize>,
     /// Serve embeddings from the chat models too, their final hidden states pooled this way (`mean`, `last`,
     /// `cls`; llama.cpp's `--pooling`) and L2-normalised; unset, a chat model refuses embedding requests.
-    pub pooling: Option<crate::engine::Pooling>,
+    pub pooling: Option<Pooling>,
     /// Show a progress bar while a model is fetched (set by the command line, not the file).
     #[serde(skip)]
     pub progress: bool,
@@ -176,8 +205,8 @@ impl Default for EngineConfig {
             threads: 0,
             weights: "auto".into(),
             offline: false,
-            max_num_seqs: crate::engine::DEFAULT_MAX_NUM_SEQS,
-            max_num_batched_tokens: crate::engine::DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            max_num_seqs: DEFAULT_MAX_NUM_SEQS,
+            max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
             kv_cache_memory: "1GiB".into(),
             kv_cache_dtype: Default::default(),
             prefix_caching: true,
@@ -258,9 +287,12 @@ impl Config {
             }
         }
         match self.provider {
+            #[cfg(feature = "local")]
             ProviderKind::Local => {
                 self.engine_options().map_err(invalid)?;
             }
+            #[cfg(not(feature = "local"))]
+            ProviderKind::Local => return Err(invalid(NO_LOCAL_ENGINE.into())),
             ProviderKind::Remote => {
                 let Some(remote) = &self.remote else {
                     return Err(invalid(
@@ -275,6 +307,7 @@ impl Config {
     }
 
     /// The engine options `[engine]` describes.
+    #[cfg(feature = "local")]
     pub fn engine_options(&self) -> Result<EngineOptions, String> {
         let e = &self.engine;
         if e.model.trim().is_empty() {

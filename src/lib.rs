@@ -7,6 +7,7 @@ pub mod app;
 pub mod bench;
 pub mod clients;
 pub mod config;
+#[cfg(feature = "local")]
 pub mod engine;
 pub mod env;
 pub mod logging;

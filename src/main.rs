@@ -10,6 +10,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     // Before any other thread exists: candle and rayon read the thread count once.
+    #[cfg(feature = "local")]
     agentd::engine::init_threads(args.threads);
     if args.log_json || args.log_file.is_some() {
         let target = match &args.log_file {

@@ -4,14 +4,13 @@
 //! the engine settings mean the same in every door. A failure to get a backend is [`AppError::Backend`] with a
 //! message naming what to fix.
 
-use crate::provider::local::engine_error;
 use std::sync::Arc;
 
 use crate::config::{Config, ProviderKind};
-use crate::engine::{init_threads, Engine};
 use crate::provider::response_cache::{CacheStats, CachingProvider, ResponseCache};
-use crate::provider::{LocalProvider, Provider, ProviderError, RemoteConfig, RemoteProvider};
+use crate::provider::{Provider, ProviderError, RemoteConfig, RemoteProvider};
 
+use super::local_engine::{self, LocalHandle};
 use super::AppError;
 
 /// Which kind of backend answers.
@@ -96,10 +95,7 @@ impl Backend {
             .await
             .map_err(|e| AppError::Backend(format!("the model-loading task failed: {e}")))?
             .map_err(|e| AppError::Backend(format!("loading the model: {e}")))?;
-        let device_note = built
-            .local
-            .as_ref()
-            .and_then(|l| l.engine().info().device_note.clone());
+        let device_note = built.local.as_ref().and_then(local_engine::device_note);
         let model = built
             .provider
             .models()
@@ -230,7 +226,7 @@ pub struct BuiltProvider {
     /// The provider to use: the engine or the remote server, behind the response cache when it is on.
     pub provider: Arc<dyn Provider>,
     /// The engine's own provider when `provider = "local"` (model information for people).
-    pub local: Option<LocalProvider>,
+    pub local: Option<LocalHandle>,
     /// The response cache's counters when `[cache] enabled`.
     pub cache: Option<Arc<CacheStats>>,
     /// The local models' router when the provider serves several models ([`build_served`]).
@@ -245,10 +241,7 @@ pub fn build_served(config: &Config) -> Result<BuiltProvider, ProviderError> {
     if config.provider != ProviderKind::Local {
         return build_provider(config);
     }
-    if config.engine.threads > 0 {
-        init_threads(Some(config.engine.threads));
-    }
-    let router = super::model_catalog::router(config)?;
+    let router = local_engine::router(config)?;
     let inner: Arc<dyn Provider> = Arc::new(router.clone());
     let (provider, cache) = with_cache(config, inner, None)?;
     Ok(BuiltProvider {
@@ -264,15 +257,10 @@ pub fn build_served(config: &Config) -> Result<BuiltProvider, ProviderError> {
 /// client for `remote` (nothing is sent; call `RemoteProvider::discover` to check the server). With
 /// `[cache] enabled` the provider answers repeated temperature-0 requests from the response cache.
 pub fn build_provider(config: &Config) -> Result<BuiltProvider, ProviderError> {
-    let (inner, local): (Arc<dyn Provider>, Option<LocalProvider>) = match config.provider {
+    let (inner, local): (Arc<dyn Provider>, Option<LocalHandle>) = match config.provider {
         ProviderKind::Local => {
-            let opts = config.engine_options().map_err(ProviderError::Config)?;
-            if config.engine.threads > 0 {
-                init_threads(Some(config.engine.threads));
-            }
-            let engine = Engine::load(opts).map_err(engine_error)?;
-            let local = LocalProvider::new(engine);
-            (Arc::new(local.clone()), Some(local))
+            let (provider, local) = local_engine::load(config)?;
+            (provider, Some(local))
         }
         ProviderKind::Remote => {
             let mut remote = config.remote.clone().ok_or_else(|| {
@@ -304,7 +292,7 @@ type Cached = (Arc<dyn Provider>, Option<Arc<CacheStats>>);
 fn with_cache(
     config: &Config,
     inner: Arc<dyn Provider>,
-    local: Option<LocalProvider>,
+    local: Option<LocalHandle>,
 ) -> Result<Cached, ProviderError> {
     if !config.cache.enabled {
         return Ok((inner, None));
@@ -312,7 +300,7 @@ fn with_cache(
     let path = config.cache.resolved_path();
     let cache = ResponseCache::open(&path).map_err(|e| ProviderError::Config(e.to_string()))?;
     let caching = match local {
-        Some(l) => CachingProvider::local(l, Arc::new(cache)),
+        Some(l) => local_engine::caching(l, Arc::new(cache)),
         None => CachingProvider::new(inner, Arc::new(cache)),
     };
     let stats = caching.stats().clone();

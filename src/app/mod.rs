@@ -28,10 +28,12 @@ pub mod coding_session;
 pub mod edit_format;
 mod error;
 pub mod export;
+pub mod local_engine;
 pub mod lookup;
 pub mod loop_rules;
 pub mod mcp_servers;
 pub mod mentions;
+#[cfg(feature = "local")]
 pub mod model_catalog;
 pub mod named_files;
 pub mod recorder;

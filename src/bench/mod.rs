@@ -4,7 +4,8 @@
 //!
 //! - [`stats`]: the one percentile definition (linear interpolation, numpy's default), [`Distribution`] and
 //!   [`Spread`], process memory readings.
-//! - [`engine`]: prefill / decode tok/s of the local engine (`bench engine`).
+//! - [`engine`]: prefill / decode tok/s of the local engine (`bench engine`; this and the next two need the
+//!   `local` feature).
 //! - [`constraint`]: grammar-constraint overhead per token and on decode speed (`bench constraint`).
 //! - [`schema_suite`]: the JSON Schema validity suite (`bench schemas` and `tests/suite/engine/schemas.rs`).
 //! - [`loadgen`]: the loopback load generator (`bench load` and the server load test).
@@ -19,12 +20,15 @@
 
 pub mod agent_suite;
 pub mod bfcl;
+#[cfg(feature = "local")]
 pub mod constraint;
+#[cfg(feature = "local")]
 pub mod engine;
 pub mod fim;
 pub mod loadgen;
 pub mod metrics;
 pub mod openai_client;
+#[cfg(feature = "local")]
 pub mod schema_suite;
 pub mod stats;
 pub mod tool_calls;
@@ -35,6 +39,7 @@ pub use metrics::{
 pub use openai_client::{request_body, ChatClient};
 pub use stats::{percentile, Distribution, Spread};
 
+#[cfg(feature = "local")]
 use crate::engine::EngineError;
 
 /// Why a bench could not do what it was asked (a streamed request never fails: its problems are recorded in
@@ -58,12 +63,14 @@ pub enum BenchError {
     #[error("malformed response from {url}: {message}")]
     Protocol { url: String, message: String },
     /// The local engine failed (or refused a bench's tool spec or prompt); the engine error says what to do.
+    #[cfg(feature = "local")]
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// A bench tool or schema was refused (a bug in the bench's own definitions).
     #[error("bench schema: {0}")]
     Schema(#[from] crate::schema::SchemaError),
     /// The local engine failed during the named step (a repetition, a scenario); the source says why.
+    #[cfg(feature = "local")]
     #[error("{at}")]
     EngineAt {
         at: String,
@@ -82,6 +89,7 @@ pub enum BenchError {
     NoMeasurements,
 }
 
+#[cfg(feature = "local")]
 impl BenchError {
     /// `EngineAt` for `e` at step `at`.
     pub fn engine_at(at: impl Into<String>, source: EngineError) -> Self {

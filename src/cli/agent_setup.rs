@@ -115,6 +115,7 @@ pub struct AgentArgs {
     #[arg(long, env = "AGENTD_DEVICE")]
     pub device: Option<String>,
     /// How quantized weights are kept: auto | native | q8_0 (local engine).
+    #[cfg(feature = "local")]
     #[arg(long, default_value = "auto")]
     pub weights: agentd::engine::WeightFormat,
     /// Use only the model cache; fetch nothing.
@@ -321,6 +322,7 @@ impl AgentArgs {
                 if applies(&eff.device.source) {
                     config.engine.device = eff.device.value.clone();
                 }
+                #[cfg(feature = "local")]
                 if self.weights != agentd::engine::WeightFormat::Auto {
                     config.engine.weights = self.weights.to_string();
                 }

@@ -1,12 +1,20 @@
 //! Flags shared by every subcommand that loads a model: which model, which device, how weights are kept, how the
-//! scheduler batches.
+//! scheduler batches. A build without the engine (no `local` feature) keeps the flags that also mean something in
+//! front of a remote server (the model's name, `--max-model-len`) and refuses to load a model.
 
 use std::path::PathBuf;
 
+use std::sync::Arc;
+
+#[cfg(feature = "local")]
 use agentd::engine::{
-    DeviceSpec, Engine, EngineOptions, SchedulerConfig, SpecMethod, WeightFormat,
+    DeviceSpec, Engine, EngineOptions, KvDtype, SchedulerConfig, SpecMethod, WeightFormat,
 };
-use agentd::model_files::fetch::{FetchOptions, ModelSelector};
+#[cfg(feature = "local")]
+use agentd::model_files::fetch::FetchOptions;
+use agentd::model_files::fetch::ModelSelector;
+use agentd::provider::Provider;
+#[cfg(feature = "local")]
 use anyhow::Context;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -24,6 +32,7 @@ pub struct EngineArgs {
     pub device: String,
     /// How quantized weights are kept: auto (as stored; on the CPU our own engine and kernels), native (as
     /// stored, on candle's forward pass and kernels: the reference path), q8_0 (requantise everything to Q8_0).
+    #[cfg(feature = "local")]
     #[arg(long, default_value = "auto")]
     pub weights: WeightFormat,
     /// Use only the model cache; fetch nothing.
@@ -41,33 +50,42 @@ pub struct EngineArgs {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct BatchArgs {
     /// Sequences generating at once (default 64).
+    #[cfg(feature = "local")]
     #[arg(long)]
     pub max_num_seqs: Option<usize>,
     /// Tokens fed per forward pass: decode tokens first, prompt chunks in the rest (default 256).
+    #[cfg(feature = "local")]
     #[arg(long)]
     pub max_num_batched_tokens: Option<usize>,
     /// Memory for the KV cache: bytes or a size like 512MiB, 2GiB (default 1GiB). Requests beyond it wait or
     /// are preempted and recomputed; a request that fits alone always completes.
+    #[cfg(feature = "local")]
     #[arg(long, value_name = "SIZE")]
     pub kv_cache_memory: Option<String>,
     /// What the KV cache keeps keys and values as: auto (f16 on the CPU engine, f32 on CUDA/Metal), f16, f32, or
     /// q8_0 (34 bytes per 32 values). f16 holds twice the positions of f32 in the same memory.
+    #[cfg(feature = "local")]
     #[arg(long, value_name = "auto|f16|f32|q8_0")]
-    pub kv_cache_dtype: Option<agentd::engine::KvDtype>,
+    pub kv_cache_dtype: Option<KvDtype>,
     /// Do not keep or share the KV blocks of prompt prefixes.
+    #[cfg(feature = "local")]
     #[arg(long)]
     pub no_prefix_caching: bool,
     /// Speculative decoding: ngram (drafts looked up in the sequence's own prompt and output, verified in the
     /// batch; the output is unchanged) or off (default ngram on the CPU engine and CUDA).
+    #[cfg(feature = "local")]
     #[arg(long, value_name = "ngram|off")]
     pub speculative: Option<SpecMethod>,
     /// The most draft tokens verified per step (default 8).
+    #[cfg(feature = "local")]
     #[arg(long)]
     pub num_speculative_tokens: Option<usize>,
     /// The shortest n-gram a draft lookup matches (default 2).
+    #[cfg(feature = "local")]
     #[arg(long)]
     pub prompt_lookup_min: Option<usize>,
     /// The longest n-gram a draft lookup tries first (default 5).
+    #[cfg(feature = "local")]
     #[arg(long)]
     pub prompt_lookup_max: Option<usize>,
     /// The window served, prompt and output together (vLLM's flag): at most the model's own context length
@@ -77,6 +95,7 @@ pub struct BatchArgs {
     pub max_model_len: Option<usize>,
     /// vLLM's form of the settings above, as JSON: {"method": "ngram", "num_speculative_tokens": 8,
     /// "prompt_lookup_min": 2, "prompt_lookup_max": 5}; the single flags win over it.
+    #[cfg(feature = "local")]
     #[arg(long, value_name = "JSON")]
     pub speculative_config: Option<String>,
 }
@@ -84,6 +103,16 @@ pub struct BatchArgs {
 impl BatchArgs {
     /// Writes the single flags given into an `[engine]` config section.
     fn apply_flags(&self, engine: &mut agentd::config::EngineConfig) {
+        if let Some(n) = self.max_model_len {
+            engine.max_model_len = Some(n);
+        }
+        #[cfg(feature = "local")]
+        self.apply_engine_flags(engine);
+    }
+
+    /// The flags only the engine reads.
+    #[cfg(feature = "local")]
+    fn apply_engine_flags(&self, engine: &mut agentd::config::EngineConfig) {
         if let Some(n) = self.max_num_seqs {
             engine.max_num_seqs = n;
         }
@@ -98,9 +127,6 @@ impl BatchArgs {
         }
         if self.no_prefix_caching {
             engine.prefix_caching = false;
-        }
-        if let Some(n) = self.max_model_len {
-            engine.max_model_len = Some(n);
         }
         let spec = &mut engine.speculative;
         if let Some(m) = self.speculative {
@@ -119,6 +145,7 @@ impl BatchArgs {
 
     /// Writes the flags given into an `[engine]` config section; a malformed `--speculative-config` is an error.
     pub fn apply(&self, engine: &mut agentd::config::EngineConfig) -> anyhow::Result<()> {
+        #[cfg(feature = "local")]
         if let Some(json) = &self.speculative_config {
             engine.speculative = serde_json::from_str(json)
                 .map_err(|e| anyhow::anyhow!("--speculative-config: {e}"))?;
@@ -128,6 +155,7 @@ impl BatchArgs {
     }
 
     /// The scheduler settings these flags give over the defaults.
+    #[cfg(feature = "local")]
     pub fn scheduler(&self) -> anyhow::Result<SchedulerConfig> {
         let mut engine = agentd::config::EngineConfig::default();
         self.apply(&mut engine)?;
@@ -157,6 +185,7 @@ pub fn path_as_model(p: &std::path::Path) -> String {
 }
 
 impl EngineArgs {
+    #[cfg(feature = "local")]
     pub fn selector(&self) -> ModelSelector {
         match &self.model_path {
             Some(p) => ModelSelector::Path(p.clone()),
@@ -164,6 +193,7 @@ impl EngineArgs {
         }
     }
 
+    #[cfg(feature = "local")]
     pub fn options(&self) -> anyhow::Result<EngineOptions> {
         let device: DeviceSpec = self.device.parse()?;
         Ok(EngineOptions {
@@ -190,11 +220,25 @@ impl EngineArgs {
     }
 
     /// Loads the engine, printing a device fallback note to stderr if there is one.
+    #[cfg(feature = "local")]
     pub fn load(&self) -> anyhow::Result<Engine> {
         let engine = Engine::load(self.options()?).context("loading the model")?;
         if let Some(note) = &engine.info().device_note {
             eprintln!("note: {note}");
         }
         Ok(engine)
+    }
+
+    /// The loaded model behind the provider boundary, and its name: what the benches that serve it in-process
+    /// ask. A build without the engine refuses (give those benches a server's URL).
+    pub fn provider(&self) -> anyhow::Result<(Arc<dyn Provider>, String)> {
+        #[cfg(feature = "local")]
+        {
+            let engine = self.load()?;
+            let name = engine.info().name.clone();
+            Ok((Arc::new(agentd::provider::LocalProvider::new(engine)), name))
+        }
+        #[cfg(not(feature = "local"))]
+        anyhow::bail!("{}", agentd::config::NO_LOCAL_ENGINE)
     }
 }

@@ -8,10 +8,14 @@ pub mod clients;
 pub mod config;
 pub mod engine_args;
 pub mod export;
+#[cfg(feature = "local")]
 pub mod generate;
 pub mod model_files;
+#[cfg(feature = "local")]
+pub mod model_synth;
 pub mod run;
 pub mod serve;
+#[cfg(feature = "local")]
 pub mod tokenize;
 
 use clap::{Parser, Subcommand};
@@ -42,8 +46,10 @@ pub enum Command {
     /// Serve the OpenAI-compatible HTTP API and agent sessions (the main job).
     Serve(serve::ServeArgs),
     /// Stream a completion of PROMPT to stdout.
+    #[cfg(feature = "local")]
     Generate(generate::GenerateArgs),
     /// Print the token ids of TEXT as a JSON array.
+    #[cfg(feature = "local")]
     Tokenize(tokenize::TokenizeArgs),
     /// Manage model files: list, pull, path.
     #[command(subcommand)]
@@ -68,7 +74,9 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        #[cfg(feature = "local")]
         Command::Generate(args) => generate::run(args),
+        #[cfg(feature = "local")]
         Command::Tokenize(args) => tokenize::run(args),
         Command::Model(cmd) => model_files::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),

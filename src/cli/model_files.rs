@@ -1,11 +1,12 @@
-//! `agentd model list | pull NAME | path NAME | synth ARCH:SIZE`: show the known models and their cache state,
-//! fetch one into the cache (verifying its sha256), print the local path of one, write a synthetic checkpoint
-//! (random weights, a real model's tokenizer; see `agentd::engine::files::synth`).
+//! `agentd model list | pull NAME | path NAME | synth ARCH:SIZE | vocab`: show the known models and their cache
+//! state, fetch one into the cache (verifying its sha256), print the local path of one; writing synthetic
+//! checkpoints needs the engine (`model_synth.rs`).
 
 use std::io::Write;
 use std::time::Instant;
 
-use agentd::engine::files::synth;
+#[cfg(feature = "local")]
+pub use super::model_synth::{synth_spec, tokenizer_source, SynthArgs};
 use agentd::model_files::fetch::{self, CacheStatus, FetchOptions, ModelOrigin, ModelSelector};
 use agentd::model_files::manifest;
 use anyhow::Context;
@@ -31,9 +32,11 @@ pub enum ModelCommand {
         offline: bool,
     },
     /// Write a synthetic GGUF: a real architecture's shape and Q4_K_M mix, random weights, a real tokenizer.
+    #[cfg(feature = "local")]
     Synth(SynthArgs),
     /// Write a GGUF holding only a model's tokenizer and chat template (a few MB; no weights): what `synth`,
     /// `bench engine --dummy` and `bench parity --dummy` take as `--tokenizer-from` where the model cannot go.
+    #[cfg(feature = "local")]
     Vocab {
         /// A known model name or a GGUF path.
         #[arg(long, value_name = "MODEL")]
@@ -47,110 +50,15 @@ pub enum ModelCommand {
     },
 }
 
-#[derive(Debug, clap::Args)]
-pub struct SynthArgs {
-    /// ARCH:SIZE — qwen2:tiny|0.5b|1.5b|7b, qwen3:tiny|0.6b|8b, qwen3moe:tiny|30b-a3b, gemma3:tiny|1b|4b,
-    /// phi3:tiny|mini|4-mini, llama:tiny|tiny3|mistral-tiny|mistral-7b|135m|1b|8b (tiny3, 1b, 8b: Llama 3 rope).
-    pub spec: String,
-    /// The file to write.
-    #[arg(long, value_name = "FILE.gguf")]
-    pub out: std::path::PathBuf,
-    /// The model whose tokenizer and chat template to copy (a known name or a GGUF path). Default: Qwen2.5-Coder
-    /// for qwen2 and qwen3, SmolLM2 for llama.
-    #[arg(long, value_name = "MODEL")]
-    pub tokenizer_from: Option<String>,
-    /// q4_k_m (llama.cpp's mix) or q8_0.
-    #[arg(long, default_value = "q4_k_m")]
-    pub quant: String,
-    /// Seed of the random weights (the same seed writes the same file).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Use only the model cache for the tokenizer's model; fetch nothing.
-    #[arg(long)]
-    pub offline: bool,
-}
-
-/// The spec `args` describe.
-pub fn synth_spec(spec: &str, quant: &str, seed: u64) -> anyhow::Result<synth::SynthSpec> {
-    let mut spec = synth::SynthSpec::parse(spec)?;
-    spec.quant = match quant.to_ascii_lowercase().as_str() {
-        "q4_k_m" => synth::SynthQuant::Q4KM,
-        "q8_0" => synth::SynthQuant::Q8_0,
-        other => anyhow::bail!("--quant {other}: known are q4_k_m and q8_0"),
-    };
-    spec.seed = seed;
-    Ok(spec)
-}
-
-/// Opens the GGUF whose tokenizer a synthetic `arch` model copies (`from`, else the default for the architecture).
-pub fn tokenizer_source(
-    arch: agentd::engine::Architecture,
-    from: Option<&str>,
-    offline: bool,
-) -> anyhow::Result<agentd::engine::GgufFile> {
-    let name = from.unwrap_or(match arch {
-        agentd::engine::Architecture::Qwen2
-        | agentd::engine::Architecture::Qwen3
-        | agentd::engine::Architecture::Qwen3Moe => "qwen2.5-coder-0.5b-instruct",
-        // Gemma's and Phi's own tokenizers are SentencePiece models we do not have; any vocabulary will do
-        // for comparing engines on the same weights.
-        agentd::engine::Architecture::Llama
-        | agentd::engine::Architecture::Gemma3
-        | agentd::engine::Architecture::Phi3 => "smollm2-135m-instruct",
-    });
-    open_gguf(name, offline)
-}
-
-/// A known model (fetched into the cache unless `offline`) or a GGUF path, opened.
-fn open_gguf(name: &str, offline: bool) -> anyhow::Result<agentd::engine::GgufFile> {
-    let opts = FetchOptions {
-        progress: true,
-        offline,
-        ..FetchOptions::default()
-    };
-    let resolved = agentd::engine::files::resolve(&ModelSelector::parse(name), &opts)
-        .with_context(|| format!("resolving the tokenizer's model `{name}`"))?;
-    Ok(agentd::engine::GgufFile::open(&resolved.path)?)
-}
-
-fn vocab(from: &str, out: &std::path::Path, offline: bool) -> anyhow::Result<()> {
-    let source = open_gguf(from, offline)?;
-    let bytes = synth::write_vocabulary(&source, out)
-        .with_context(|| format!("writing {}", out.display()))?;
-    eprintln!(
-        "{}: the tokenizer of {from} ({} tokens), {:.1} MiB",
-        out.display(),
-        source.get_array("tokenizer.ggml.tokens")?.len(),
-        bytes as f64 / (1 << 20) as f64
-    );
-    Ok(())
-}
-
-fn synth(args: &SynthArgs) -> anyhow::Result<()> {
-    let spec = synth_spec(&args.spec, &args.quant, args.seed)?;
-    let source = tokenizer_source(spec.arch, args.tokenizer_from.as_deref(), args.offline)?;
-    let started = Instant::now();
-    let made = synth::write(&spec, &source, &args.out)?;
-    println!(
-        "{}: {} {} ({} tensors, {:.2} B parameters, vocabulary {} from {}), {} in {:.1} s",
-        made.path.display(),
-        spec.arch.name(),
-        spec.size,
-        made.tensors,
-        made.parameters as f64 / 1e9,
-        made.vocab,
-        source.path.display(),
-        human_size(made.bytes),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
-}
-
 pub fn run(cmd: ModelCommand) -> anyhow::Result<()> {
     match cmd {
         ModelCommand::List => list(&FetchOptions::default()),
-        ModelCommand::Synth(args) => synth(&args),
-        ModelCommand::Vocab { from, out, offline } => vocab(&from, &out, offline),
+        #[cfg(feature = "local")]
+        ModelCommand::Synth(args) => super::model_synth::synth(&args),
+        #[cfg(feature = "local")]
+        ModelCommand::Vocab { from, out, offline } => {
+            super::model_synth::vocab(&from, &out, offline)
+        }
         ModelCommand::Pull { name, offline } => pull(&name, offline),
         ModelCommand::Path { name, offline } => {
             let opts = FetchOptions {
@@ -158,10 +66,14 @@ pub fn run(cmd: ModelCommand) -> anyhow::Result<()> {
                 offline,
                 ..FetchOptions::default()
             };
-            // A known name, whatever it is (an embedding model's path is its folder); a path as `resolve` takes it.
+            // A known name, whatever it is (an embedding model's path is its folder); a path as `resolve` takes it
+            // (a model folder converted into a GGUF by the engine; without one, the folder).
             let resolved = match ModelSelector::parse(&name) {
                 ModelSelector::Name(n) => fetch::fetch_manifest(&manifest::find(&n)?, &opts)?,
+                #[cfg(feature = "local")]
                 selector => agentd::engine::files::resolve(&selector, &opts)?,
+                #[cfg(not(feature = "local"))]
+                selector => fetch::resolve(&selector, &opts)?,
             };
             println!("{}", resolved.path.display());
             Ok(())
@@ -171,6 +83,7 @@ pub fn run(cmd: ModelCommand) -> anyhow::Result<()> {
 
 fn list(opts: &FetchOptions) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
+    #[cfg(feature = "local")]
     writeln!(
         out,
         "device (--device auto): {}",
@@ -229,7 +142,7 @@ fn pull(name: &str, offline: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn human_size(bytes: u64) -> String {
+pub fn human_size(bytes: u64) -> String {
     const MIB: f64 = 1024.0 * 1024.0;
     let mib = bytes as f64 / MIB;
     if mib >= 1024.0 {

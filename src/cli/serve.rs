@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentd::config::{Config, ProviderKind};
+#[cfg(feature = "local")]
 use agentd::engine::WeightFormat;
 use agentd::provider::response_cache::CacheStats;
 use agentd::provider::{Provider, RemoteProvider};
@@ -46,6 +47,7 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_DEVICE")]
     pub device: Option<String>,
     /// How quantized weights are kept: auto | native | q8_0.
+    #[cfg(feature = "local")]
     #[arg(long)]
     pub weights: Option<WeightFormat>,
     /// A Jinja chat template file used instead of the model's own (vLLM's `--chat-template`).
@@ -57,6 +59,7 @@ pub struct ServeArgs {
     /// Serve embeddings (/v1/embeddings, /api/embed, /embedding) from the chat models too: their final hidden
     /// states pooled by mean (every token), last (the last token) or cls (the first token), then L2-normalised
     /// (llama.cpp's `--pooling`). Without it a chat model refuses embedding requests.
+    #[cfg(feature = "local")]
     #[arg(long, value_name = "mean|last|cls")]
     pub pooling: Option<agentd::engine::Pooling>,
     /// The address to bind. 127.0.0.1 keeps the server private to this machine.
@@ -219,9 +222,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.offline {
         config.engine.offline = true;
     }
+    #[cfg(feature = "local")]
     if let Some(w) = args.weights {
         config.engine.weights = w.to_string();
     }
+    #[cfg(feature = "local")]
     if let Some(p) = args.pooling {
         config.engine.pooling = Some(p);
     }
@@ -350,6 +355,7 @@ fn served_provider(
             }
         }
     }
+    #[cfg(feature = "local")]
     if let Some(local) = &built.local {
         let info = local.engine().info();
         if let Some(note) = &info.device_note {

@@ -10,6 +10,7 @@
 mod assemble;
 mod events;
 pub mod json_tail;
+#[cfg(feature = "local")]
 pub mod local;
 pub mod prompt;
 pub mod remote;
@@ -27,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 pub use crate::schema::{ResponseFormat, ToolChoice, ToolSpec};
 pub use assemble::check_tool_call;
 pub use events::{collect, Completion, CompletionError};
-pub use local::EncoderProvider;
-pub use local::LocalProvider;
+#[cfg(feature = "local")]
+pub use local::{EncoderProvider, LocalProvider};
 pub use remote::{RemoteConfig, RemoteProvider};
 pub use router::{ModelRouter, ModelSpec, RouterOptions};
 pub use scripted::{ScriptStep, ScriptedProvider, ScriptedReply};

@@ -9,6 +9,7 @@
 pub mod call_format;
 pub mod chat_prompt;
 pub(crate) mod content_guard;
+#[cfg(feature = "local")]
 pub(crate) mod detok;
 pub mod error;
 pub mod fim;

@@ -34,12 +34,14 @@ pub fn qwen_path() -> PathBuf {
 }
 
 /// One engine on the default model, shared by every test in the binary (jobs run one at a time).
+#[cfg(feature = "local")]
 pub fn engine() -> &'static agentd::engine::Engine {
     static ENGINE: std::sync::OnceLock<agentd::engine::Engine> = std::sync::OnceLock::new();
     ENGINE.get_or_init(|| cpu_engine(smollm2_path()))
 }
 
 /// An engine on the CPU for a model file (default options otherwise).
+#[cfg(feature = "local")]
 pub fn cpu_engine(path: PathBuf) -> agentd::engine::Engine {
     agentd::engine::Engine::load(agentd::engine::EngineOptions {
         model: ModelSelector::Path(path.clone()),
@@ -60,6 +62,7 @@ pub fn read_tool() -> agentd::schema::ToolSpec {
 }
 
 /// A greedy request for `max_tokens` tokens after `prompt`.
+#[cfg(feature = "local")]
 pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> agentd::engine::request::GenerateRequest {
     agentd::engine::request::GenerateRequest {
         prompt,
@@ -70,6 +73,7 @@ pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> agentd::engine::request::G
 }
 
 /// One engine on Qwen2.5-Coder-0.5B (its own chat template), shared by the tests that need the second tokenizer.
+#[cfg(feature = "local")]
 pub fn qwen_engine() -> &'static agentd::engine::Engine {
     static ENGINE: std::sync::OnceLock<agentd::engine::Engine> = std::sync::OnceLock::new();
     ENGINE.get_or_init(|| cpu_engine(qwen_path()))

@@ -4,9 +4,12 @@
 mod agent;
 mod app;
 mod cli;
+#[cfg(feature = "local")]
 mod clients;
 mod common;
+#[cfg(feature = "local")]
 mod engine;
+#[cfg(feature = "local")]
 mod fuzz;
 mod layers;
 mod model_files;

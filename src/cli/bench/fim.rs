@@ -5,7 +5,6 @@
 //! target and, with two targets, counts the middles that are identical.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use agentd::bench::fim::parity::{self, Parity};
 use agentd::bench::fim::quality::{self, Mask, Scored};
@@ -100,8 +99,7 @@ pub fn run(args: FimBenchArgs) -> anyhow::Result<()> {
     }
     let state = match targets.is_empty() {
         true => {
-            let engine = args.engine.load()?;
-            let provider = Arc::new(agentd::provider::LocalProvider::new(engine));
+            let (provider, _) = args.engine.provider()?;
             Some(AppState::new(provider, ServerOptions::default()))
         }
         false => None,

@@ -70,10 +70,9 @@ pub fn run(args: LoadBenchArgs) -> anyhow::Result<()> {
             (root, args.engine.model.clone(), None)
         }
         None => {
-            let engine = args.engine.load()?;
-            let model = engine.info().name.clone();
+            let (provider, model) = args.engine.provider()?;
             let state = AppState::new(
-                std::sync::Arc::new(agentd::provider::LocalProvider::new(engine)),
+                provider,
                 ServerOptions {
                     max_queue: 100_000,
                     ..ServerOptions::default()

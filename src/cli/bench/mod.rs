@@ -3,11 +3,15 @@
 
 mod agent;
 mod bfcl;
+#[cfg(feature = "local")]
 mod constraint;
+#[cfg(feature = "local")]
 mod engine;
 mod fim;
 mod load;
+#[cfg(feature = "local")]
 mod parity;
+#[cfg(feature = "local")]
 mod schemas;
 mod tool_calls;
 
@@ -17,10 +21,13 @@ pub enum BenchCommand {
     /// tool errors and time per category, at the defaults and at temperature 0.
     Agent(agent::AgentBenchArgs),
     /// Prefill and decode speed of the local engine.
+    #[cfg(feature = "local")]
     Engine(engine::EngineBenchArgs),
     /// Grammar-constraint overhead: mask time per sampled token, decode speed with and without a grammar.
+    #[cfg(feature = "local")]
     Constraint(constraint::ConstraintBenchArgs),
     /// The JSON Schema validity suite: admission, grammar vs. test documents, constrained generations.
+    #[cfg(feature = "local")]
     Schemas(schemas::SchemasBenchArgs),
     /// Tool-call latency of any OpenAI-compatible endpoint (agentd --local, vLLM, llama.cpp): TTFT, time to the
     /// call's name and to the complete call, ITL, tok/s, valid share; --compare runs two endpoints A B A B.
@@ -30,6 +37,7 @@ pub enum BenchCommand {
     Bfcl(bfcl::BfclBenchArgs),
     /// One model on the CPU engine and on a device (CUDA: our kernels), logits compared; each CUDA kernel
     /// against its CPU twin. JSON out; non-zero exit on any disagreement.
+    #[cfg(feature = "local")]
     Parity(parity::ParityBenchArgs),
     /// Concurrent streaming clients against `agentd serve` (some hanging up early): throughput, TTFT p50/p99.
     Load(load::LoadBenchArgs),
@@ -41,12 +49,16 @@ pub enum BenchCommand {
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Agent(args) => agent::run(args),
+        #[cfg(feature = "local")]
         BenchCommand::Engine(args) => engine::run(args),
+        #[cfg(feature = "local")]
         BenchCommand::Constraint(args) => constraint::run(args),
+        #[cfg(feature = "local")]
         BenchCommand::Schemas(args) => schemas::run(args),
         BenchCommand::ToolCalls(args) => tool_calls::run(args),
         BenchCommand::Bfcl(args) => bfcl::run(args),
         BenchCommand::Load(args) => load::run(args),
+        #[cfg(feature = "local")]
         BenchCommand::Parity(args) => parity::run(args),
         BenchCommand::Fim(args) => fim::run(args),
     }

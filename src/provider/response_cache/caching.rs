@@ -12,9 +12,11 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::{CacheStats, ResponseCache};
+#[cfg(feature = "local")]
+use crate::provider::LocalProvider;
 use crate::provider::{
-    CompletionRequest, LocalProvider, ModelDescriptor, Provider, ProviderError, ProviderEvent,
-    ProviderStream, TokenCount,
+    CompletionRequest, ModelDescriptor, Provider, ProviderError, ProviderEvent, ProviderStream,
+    TokenCount,
 };
 
 /// The prompt part of a cache key.
@@ -52,6 +54,7 @@ impl CachingProvider {
     }
 
     /// Keys by the exact prompt tokens the engine would be given.
+    #[cfg(feature = "local")]
     pub fn local(inner: LocalProvider, cache: Arc<ResponseCache>) -> Self {
         let tokenizer = inner.clone();
         let keyer: PromptKeyer = Arc::new(move |r: &CompletionRequest| {

@@ -23,6 +23,7 @@ mod pretokenizer;
 
 use hf_build::{build_hf, build_hf_sentencepiece};
 pub use pretokenizer::{pretokenizer_for, PreTokenizerSpec, SUPPORTED_PRETOKENIZERS};
+#[cfg(feature = "local")]
 pub(crate) use pretokenizer::{LLAMA3_REGEX, QWEN2_REGEX};
 
 /// Control-type tokens that end generation whatever the metadata says (llama.cpp's EOG detection by text).
@@ -245,7 +246,7 @@ impl Tokenizer {
 
     /// A vocabulary of `vocab` ordinary tokens spelled `<id>`, ending generation at `eos`: for unit tests of
     /// what runs on token ids only (no encoding).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "local"))]
     pub(crate) fn for_ids(vocab: usize, eos: u32) -> Self {
         let mut bytes = Vec::new();
         let mut starts = vec![0];

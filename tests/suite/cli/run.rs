@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 mod approvals;
 mod inputs;
+#[cfg(feature = "local")]
 mod real_model;
 mod rpc;
 

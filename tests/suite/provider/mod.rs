@@ -2,7 +2,8 @@
 //! (`fake_openai`), and each provider's own tests.
 
 pub mod contract;
-mod fake_openai;
+pub mod fake_openai;
+#[cfg(feature = "local")]
 mod local;
 mod remote;
 mod scripted;

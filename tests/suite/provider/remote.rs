@@ -461,9 +461,12 @@ async fn count_tokens_prefers_tokenize_then_a_local_tokenizer_then_an_estimate()
     };
     let p = RemoteProvider::new(cfg).unwrap();
     let n = p.count_tokens(&req).await.unwrap();
-    let local = agentd::provider::LocalProvider::new(crate::suite::common::engine().clone());
-    assert_eq!(n, local.count_tokens(&req).await.unwrap());
-    assert!(n.exact);
+    #[cfg(feature = "local")]
+    {
+        let local = agentd::provider::LocalProvider::new(crate::suite::common::engine().clone());
+        assert_eq!(n, local.count_tokens(&req).await.unwrap());
+    }
+    assert!(n.exact && n.tokens > 0, "{n:?}");
 }
 
 /// The shared agent-facing assertions, against the fake server.

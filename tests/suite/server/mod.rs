@@ -2,27 +2,50 @@
 //! engine and on scripted providers, our RemoteProvider pointed at the server (the provider contract through the
 //! vLLM path), agent sessions, and a bounded load test.
 
+#[cfg(feature = "local")]
 mod budget_sweep;
+#[cfg(feature = "local")]
 mod cache;
+#[cfg(feature = "local")]
 mod constraints;
+#[cfg(feature = "local")]
 mod embeddings;
+#[cfg(feature = "local")]
 mod extensions;
+#[cfg(feature = "local")]
 mod hardening;
+#[cfg(feature = "local")]
 mod infill;
+#[cfg(feature = "local")]
 mod load;
+#[cfg(feature = "local")]
 mod logit_bias;
+#[cfg(feature = "local")]
 mod max_model_len;
+#[cfg(feature = "local")]
 mod models;
+#[cfg(feature = "local")]
 mod openai;
+#[cfg(feature = "local")]
 mod openapi;
+#[cfg(feature = "local")]
 mod pooled_embeddings;
+#[cfg(feature = "local")]
 mod prefill;
+#[cfg(feature = "local")]
 mod raw_text;
+#[cfg(feature = "local")]
 mod reasoning;
+#[cfg(feature = "local")]
 mod reliability;
+#[cfg(feature = "local")]
 mod remote;
+mod remote_doors;
+#[cfg(feature = "local")]
 mod sessions;
+#[cfg(feature = "local")]
 mod stalled_readers;
+#[cfg(feature = "local")]
 mod wire;
 
 use std::sync::Arc;
@@ -137,12 +160,14 @@ impl TestServer {
     }
 
     /// On the shared real engine.
+    #[cfg(feature = "local")]
     pub async fn local(options: ServerOptions) -> Self {
         let provider = agentd::provider::LocalProvider::new(common::engine().clone());
         Self::start(AppState::new(Arc::new(provider), options)).await
     }
 
     /// On an engine of its own (for tests that read the engine's gauges while other tests use the shared one).
+    #[cfg(feature = "local")]
     pub async fn local_own(options: ServerOptions) -> Self {
         let engine = tokio::task::spawn_blocking(|| {
             agentd::engine::Engine::load(agentd::engine::EngineOptions {

@@ -23,13 +23,10 @@ impl Drop for LocalServer {
 
 /// Loads the engine (`engine`'s model and device) and serves agentd's router on `127.0.0.1:0`.
 pub async fn start_local(engine: EngineArgs) -> anyhow::Result<LocalServer> {
-    let engine = tokio::task::spawn_blocking(move || engine.load())
+    let (provider, _) = tokio::task::spawn_blocking(move || engine.provider())
         .await
         .context("loading the model")??;
-    let state = AppState::new(
-        std::sync::Arc::new(agentd::provider::LocalProvider::new(engine)),
-        ServerOptions::default(),
-    );
+    let state = AppState::new(provider, ServerOptions::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding a loopback port for the local server")?;

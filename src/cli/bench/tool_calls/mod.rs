@@ -79,6 +79,7 @@ pub struct ToolCallsBenchArgs {
     #[arg(long, default_value = "auto")]
     device: String,
     /// --local: how quantized weights are kept (auto | native | q8_0).
+    #[cfg(feature = "local")]
     #[arg(long, default_value = "auto")]
     weights: agentd::engine::WeightFormat,
     /// --local: use only the model cache; fetch nothing.
@@ -178,6 +179,7 @@ impl Config {
             model,
             model_path,
             device: self.args.device.clone(),
+            #[cfg(feature = "local")]
             weights: self.args.weights,
             offline: self.args.offline,
             chat_template: self.args.chat_template.clone(),

@@ -23,6 +23,7 @@ impl Tool for OneFileRead {
 
 /// End to end with the real local model: a forced tool call runs the real `read` tool, and its result is in the
 /// transcript the model sees on the next turn.
+#[cfg(feature = "local")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_model_forced_read_reaches_the_next_turn() {
     use agentd::provider::{LocalProvider, ToolChoice};

@@ -1,7 +1,9 @@
 //! Issue 6: session trees (JSONL v3), durability, the exact context budget and compaction, grounding, the
 //! response cache and structured logs.
 
+#[cfg(feature = "local")]
 mod budget;
+#[cfg(feature = "local")]
 mod cache;
 mod compaction;
 mod export;
