@@ -374,9 +374,18 @@ mod tests {
 
     #[test]
     fn shipped_configs_parse() {
-        let local = Config::load(&configs_dir().join("default.toml")).unwrap();
-        assert_eq!(local.provider, ProviderKind::Local);
-        assert_eq!(local.engine, EngineConfig::default());
+        #[cfg(feature = "local")]
+        {
+            let local = Config::load(&configs_dir().join("default.toml")).unwrap();
+            assert_eq!(local.provider, ProviderKind::Local);
+            assert_eq!(local.engine, EngineConfig::default());
+        }
+        // Without the engine the local configuration parses, then is refused by name.
+        #[cfg(not(feature = "local"))]
+        {
+            let err = Config::load(&configs_dir().join("default.toml")).unwrap_err();
+            assert!(err.to_string().contains(NO_LOCAL_ENGINE), "{err}");
+        }
         let remote = Config::load(&configs_dir().join("remote-vllm.toml")).unwrap();
         assert_eq!(remote.provider, ProviderKind::Remote);
         let r = remote.remote.unwrap();
@@ -393,8 +402,12 @@ mod tests {
         let cases = [
             ("provider = \"cloud\"", "unknown variant `cloud`"),
             ("[engine]\nmodle = \"x\"", "unknown field `modle`"),
+            #[cfg(feature = "local")]
             ("[engine]\ndevice = \"tpu\"", "engine.device"),
+            #[cfg(feature = "local")]
             ("[engine]\nweights = \"q2\"", "engine.weights"),
+            #[cfg(not(feature = "local"))]
+            ("[engine]\ndevice = \"cpu\"", "built without the local engine"),
             ("provider = \"remote\"", "needs a [remote] section"),
             ("provider = \"remote\"\n[remote]\nbase_url = \"http://h/v1\"", "remote.model"),
             (

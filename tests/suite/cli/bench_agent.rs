@@ -54,6 +54,7 @@ const MUST_PASS: &[&str] = &[
     "count_lines",
 ];
 
+#[cfg(feature = "local")]
 #[test]
 fn qwen_finishes_real_jobs_under_agentds_harness() {
     let model = crate::suite::common::qwen_path();

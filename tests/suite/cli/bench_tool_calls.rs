@@ -547,6 +547,7 @@ async fn agent_scenario_grows_the_transcript_with_real_tool_results() {
     assert!(plot.starts_with("<svg") && plot.contains("polyline"));
 }
 
+#[cfg(feature = "local")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_servers_own_split_is_reported_and_fits_in_the_clients_total() {
     crate::suite::common::smollm2_path();

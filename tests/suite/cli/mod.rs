@@ -3,5 +3,6 @@
 mod bench_agent;
 mod bench_tool_calls;
 mod chat;
+#[cfg(feature = "local")]
 mod flags;
 pub mod run;

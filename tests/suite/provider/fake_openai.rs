@@ -106,6 +106,7 @@ impl FakeServer {
             vec![json!({"id": "fake-model", "object": "model", "max_model_len": 4096})];
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/completions", post(completions))
             .route("/v1/models", get(models))
             .route("/tokenize", post(tokenize))
             .with_state(inner.clone());
@@ -153,6 +154,20 @@ fn record(inner: &Inner, path: &str, headers: HeaderMap, body: &str) {
 
 async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: String) -> Response {
     record(&inner, "/v1/chat/completions", headers, &body);
+    next_reply(&inner).await
+}
+
+/// The legacy `/v1/completions` (raw text), answered from the same queue of replies.
+async fn completions(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    record(&inner, "/v1/completions", headers, &body);
+    next_reply(&inner).await
+}
+
+async fn next_reply(inner: &Inner) -> Response {
     let reply = inner.replies.lock().unwrap().pop_front();
     match reply {
         None => Response::builder()
@@ -266,6 +281,20 @@ pub fn text_reply(pieces: &[&str], prompt: u64, completion: u64) -> Vec<Value> {
     chunks.extend(pieces.iter().map(|p| chunk(json!({"content": p}), None)));
     chunks.push(chunk(json!({}), Some("stop")));
     chunks.push(usage_chunk(prompt, completion, 0));
+    chunks
+}
+
+/// A raw-text reply as vLLM's `/v1/completions` streams it: the text in pieces, `stop`, then usage.
+pub fn completion_reply(pieces: &[&str], prompt: u64, completion: u64) -> Vec<Value> {
+    let piece = |text: &str, finish: Option<&str>| {
+        json!({"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "fake-model",
+               "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]})
+    };
+    let mut chunks: Vec<Value> = pieces.iter().map(|p| piece(p, None)).collect();
+    chunks.push(piece("", Some("stop")));
+    let mut usage = usage_chunk(prompt, completion, 0);
+    usage["object"] = json!("text_completion");
+    chunks.push(usage);
     chunks
 }
 

@@ -1,14 +1,14 @@
 //! Every door of `agentd serve` in front of a remote OpenAI-compatible server, as this build's binary runs it —
 //! the build without the `local` feature runs these too: the model lists, Chat Completions (whole and streamed),
-//! Responses, Anthropic Messages and Ollama's chat answer from a fake vLLM; and an agent session (`agentd run`)
-//! writes a file through a tool call the remote model made.
+//! raw completions, Responses, Anthropic Messages and Ollama's chat answer from a fake vLLM; and an agent session
+//! (`agentd run`) writes a file through a tool call the remote model made.
 
 use serde_json::{json, Value};
 
 use super::{client, get, post, ServeProcess};
 use crate::suite::cli::run::{run, Sandbox};
 use crate::suite::provider::fake_openai::{
-    call_delta, chunk, text_reply, usage_chunk, FakeServer, Reply,
+    call_delta, chunk, completion_reply, text_reply, usage_chunk, FakeServer, Reply,
 };
 
 /// `agentd serve --port 0 --config FILE` with `provider = "remote"` pointed at `fake`.
@@ -116,7 +116,26 @@ async fn every_chat_door_answers_from_the_remote_server() {
     assert_eq!(status, 200, "{ollama}");
     assert_eq!(ollama["message"]["content"], "Hello from vLLM.", "{ollama}");
 
-    // Each door sent the conversation on to the remote server, under its model's name.
+    fake.push(Reply::sse(completion_reply(&["def", " add(a, b):"], 4, 2)));
+    let (status, completion) = post(
+        &format!("{root}/v1/completions"),
+        &json!({"model": "fake-model", "prompt": "# add two numbers\n", "max_tokens": 16}),
+    )
+    .await;
+    assert_eq!(status, 200, "{completion}");
+    assert_eq!(
+        completion["choices"][0]["text"], "def add(a, b):",
+        "{completion}"
+    );
+    let raw: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/completions")
+        .collect();
+    assert_eq!(raw.len(), 1, "{raw:?}");
+    assert_eq!(raw[0].body["prompt"], "# add two numbers\n");
+
+    // Each chat door sent the conversation on to the remote server, under its model's name.
     let sent = fake.chat_requests();
     assert_eq!(sent.len(), 5, "{sent:?}");
     for r in &sent {
@@ -181,4 +200,93 @@ async fn an_agent_session_writes_a_file_through_a_remote_models_tool_call() {
         .cloned()
         .unwrap();
     assert_eq!(tool["tool_call_id"], "call_1", "{tool}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_agent_session_reads_a_file_through_the_remote_model() {
+    let call = vec![
+        chunk(json!({"role": "assistant", "content": ""}), None),
+        chunk(
+            call_delta(0, Some("call_r"), Some("read"), r#"{"path": "a.txt"}"#),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+        usage_chunk(30, 8, 0),
+    ];
+    let fake = FakeServer::start(vec![
+        Reply::sse(call),
+        Reply::sse(text_reply(&["It says hi."], 50, 4)),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("work");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("a.txt"), "hi from the file\n").unwrap();
+    let serve = serve_remote(&fake, dir.path());
+    let (status, created) = post(
+        &format!("{}/v1/sessions", serve.root),
+        &json!({"workspace": workspace, "tools": ["read"], "policy": "read_only"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let resp = client()
+        .post(format!("{}/v1/sessions/{id}/prompt", serve.root))
+        .json(&json!({"content": "What does a.txt say?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let events = resp.text().await.unwrap();
+    assert!(events.contains("It says hi."), "{events}");
+    let sent = fake.chat_requests();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let tool = sent[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    assert!(
+        tool["content"].to_string().contains("hi from the file"),
+        "{tool}"
+    );
+}
+
+/// Without the engine, asking for it is refused with a message that says what to do instead; the engine's own
+/// commands are not there at all.
+#[cfg(not(feature = "local"))]
+#[test]
+fn a_build_without_the_engine_refuses_the_local_provider_by_name() {
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .args(["serve", "--port", "0"])
+        .env("AGENTD_HOME", home.path())
+        .env_remove("AGENTD_MODEL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("built without the local engine"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("provider = \"remote\""), "{stderr}");
+    for cmd in [
+        &["generate", "hi"][..],
+        &["tokenize", "hi"],
+        &["bench", "engine"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+            .args(cmd)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{cmd:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("unrecognized subcommand"),
+            "{cmd:?}: {stderr}"
+        );
+    }
 }
