@@ -8,13 +8,9 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::arch::weights::WeightFormat;
-use agentd::engine::cpu::forward::CpuModel;
 use agentd::engine::files::fetch::{self, FetchOptions, ModelSelector};
-use agentd::engine::gguf::GgufFile;
-use agentd::engine::kv::BatchSeq;
-use agentd::engine::kv::{KvBlocks, KvDtype};
-use agentd::engine::Model;
+use agentd::engine::microbench::{BatchSeq, CpuModel, KvBlocks};
+use agentd::engine::{GgufFile, KvDtype, Model, WeightFormat};
 use candle_core::Device;
 
 const MODELS: [&str; 2] = ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"];

@@ -14,11 +14,13 @@
 //! files/       where a model file comes from: manifest, fetch, sources, staging, HF folders, synth → arch
 //! request.rs   requests, events, FinishReason, validation; parity.rs  logits against a reference model
 //! leaves:      error, device, gguf (tensors mapped; metadata in text's types), sampler, speculative
+//! microbench.rs  the entry points `benches/` time, re-exported (nothing imports it)
 //! ```
 //!
 //! **The engine's API is the list of names re-exported below**, plus two public concerns, `files` (resolving,
 //! fetching, listing and synthesising model files) and `parity` (logits against a reference model, for `bench
-//! parity`). Other layers of the crate use only those (`tests/suite/layers/` checks it). The folders are
+//! parity`), and `microbench`, the few internals the micro-benchmarks time (a bench's surface, not an API).
+//! Other layers of the crate use only those (`tests/suite/layers/` checks it). The folders are
 //! reachable from outside only so the integration tests and benches can test the parts one by one; they are
 //! hidden from the docs and are not an API. Inside them, a module nothing outside the engine names is `pub(crate)`.
 
@@ -44,6 +46,7 @@ pub mod files;
 pub mod gguf;
 #[doc(hidden)]
 pub mod kv;
+pub mod microbench;
 pub mod parity;
 #[doc(hidden)]
 pub mod request;
@@ -83,16 +86,18 @@ pub use crate::text::fim::{
 pub use crate::text::reasoning::{Piece as ReasoningPiece, ReasoningSplitter};
 pub use crate::text::{chat_prompt_tokens, ChatTemplate, Tokenizer};
 
-// The model and the machine it runs on.
+// The model and the machine it runs on. `Model`: one loaded model driven by hand (`parity`, tests), whose
+// `config` is a `DecoderConfig` and whose `forward` gives the logits `argmax` reads greedily.
 pub use arch::weights::WeightFormat;
-pub use arch::Architecture;
+pub use arch::{Architecture, DecoderConfig};
+pub use backend::Model;
 pub use candle::fused::{check as kernel_check, Kernels};
 pub use device::{
     auto_summary as device_summary, cpu_threads, init_threads, select as select_device, DeviceSpec,
 };
 pub use gguf::GgufFile;
+pub use sampler::argmax;
 
 // Encoders: text → one vector (embeddings).
-pub use backend::Model;
 pub use encoder::worker::{EncoderHandle, MAX_BATCH as ENCODER_MAX_BATCH};
 pub use encoder::{is_encoder_folder, Encoder, EncoderInfo, Pooling, PoolingConfig};

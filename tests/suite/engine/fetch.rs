@@ -194,7 +194,7 @@ fn listing(dir: &Path) -> Vec<String> {
     names
 }
 
-fn fetch_error_attempts(result: agentd::engine::error::Result<ResolvedModel>) -> Vec<String> {
+fn fetch_error_attempts(result: agentd::engine::Result<ResolvedModel>) -> Vec<String> {
     match result {
         Err(EngineError::Fetch { attempts, .. }) => attempts,
         other => panic!("expected a Fetch error, got {other:?}"),
@@ -252,7 +252,7 @@ fn embedded_manifests_parse_and_the_default_exists() {
             continue;
         }
         assert!(
-            agentd::engine::arch::Architecture::SUPPORTED.contains(&m.architecture.as_str())
+            agentd::engine::Architecture::SUPPORTED.contains(&m.architecture.as_str())
                 || ["gemma3", "phi3"].contains(&m.architecture.as_str()),
             "{}: {}",
             m.name,
