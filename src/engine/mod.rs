@@ -56,6 +56,8 @@ pub mod runtime;
 pub mod sampler;
 #[doc(hidden)]
 pub mod speculative;
+#[cfg(test)]
+mod test_models;
 #[doc(hidden)]
 pub mod tool_calls;
 

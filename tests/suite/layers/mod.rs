@@ -1,8 +1,8 @@
 //! The library's layering (`../shared/DESIGN.md`): arrows between the top-level modules of `src/` point one way
-//! (every `crate::<module>` path outside comments counts as an arrow; the leaves `schema` and `env` import
-//! nothing of ours, and nothing imports `server`); no two files import each other, directly or around a loop
-//! (`graph.rs`); inside the engine the folders point down as `src/engine/mod.rs` draws them; and the rest of the
-//! crate reaches the engine only through the names `engine/mod.rs` re-exports.
+//! (every `crate::<module>` path outside comments and test code counts as an arrow; the leaves `schema` and `env`
+//! import nothing of ours, and nothing imports `server`); no two files import each other, directly or around a
+//! loop (`graph.rs`); inside the engine the folders point down as `src/engine/mod.rs` draws them; and the rest of
+//! the crate reaches the engine only through the names `engine/mod.rs` re-exports.
 
 mod file_access;
 mod graph;
@@ -47,36 +47,27 @@ fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Module → the other top-level modules its code names as `crate::<module>`.
+/// Module → the other top-level modules its code (tests left out, as in [`Graph`]) names as `crate::<module>`.
 fn arrows() -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules();
-    let mut graph = BTreeMap::new();
-    for m in &mods {
-        let mut files = Vec::new();
-        let dir = src().join(m);
-        if dir.is_dir() {
-            rust_files(&dir, &mut files);
-        } else {
-            files.push(src().join(format!("{m}.rs")));
-        }
-        let mut to = BTreeSet::new();
-        for f in files {
-            let text = std::fs::read_to_string(&f).unwrap();
-            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-                let mut rest = line;
-                while let Some(at) = rest.find("crate::") {
-                    rest = &rest[at + "crate::".len()..];
-                    let name: String = rest
-                        .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                        .collect();
-                    if &name != m && mods.contains(&name) {
-                        to.insert(name);
-                    }
-                }
+    let g = Graph::read(&src());
+    let mut graph: BTreeMap<String, BTreeSet<String>> =
+        mods.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
+    for (file, text) in &g.texts {
+        let Some(to) = file.first().and_then(|m| graph.get_mut(m)) else {
+            continue;
+        };
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name != file[0] && mods.contains(&name) {
+                to.insert(name);
             }
         }
-        graph.insert(m.clone(), to);
     }
     graph
 }
@@ -292,8 +283,10 @@ fn the_reader_follows_re_exports_and_skips_tests_and_comments() {
         ("a/mod.rs", "pub mod inner;\npub use crate::b::leaf::Thing;\n"),
         ("a/inner.rs", "use super::super::b::leaf::Other;\n"),
         ("b/mod.rs", "pub mod leaf;\npub mod user;\n"),
-        ("b/leaf.rs", "pub struct Thing;\npub struct Other;\n// use crate::b::user::X;\n#[cfg(test)]\nmod tests {\n    use crate::b::user::X;\n}\n"),
-        ("b/user.rs", "use crate::a::{Thing, inner};\npub struct X;\n"),
+        ("b/leaf.rs", "pub struct Thing;\npub struct Other;\n// use crate::b::user::X;\n#[cfg(test)]\nmod tests {\n    use crate::b::user::X;\n}\n#[cfg(test)]\nmod leaf_tests;\n"),
+        ("b/leaf/leaf_tests.rs", "use crate::b::user::X;\n"),
+        ("b/user.rs", "use crate::a::{Thing, inner};\npub struct X;\n#[cfg(test)]\n#[path = \"user_tests.rs\"]\nmod tests;\n"),
+        ("b/user_tests.rs", "use crate::b::leaf::Thing;\n"),
     ]);
     let g = Graph::read(dir.path());
     let m = |p: &str| graph::module_of(p);
@@ -314,6 +307,11 @@ fn the_reader_follows_re_exports_and_skips_tests_and_comments() {
         g.edges[&m("b/leaf.rs")]
     );
     assert!(g.cycles().is_empty());
+    // Files only a `#[cfg(test)] mod` declares (`#[path]` followed) are not in the graph.
+    for test_file in ["b/leaf/leaf_tests.rs", "b/user_tests.rs"] {
+        assert!(!g.files.contains_key(&m(test_file)), "{test_file}");
+    }
+    assert!(g.files.contains_key(&m("b/user.rs")));
 }
 
 #[test]
