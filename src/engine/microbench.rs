@@ -1,6 +1,6 @@
 //! The micro-benchmark surface: exactly the entry points `benches/*.rs` time (`cargo bench --bench NAME`, see
-//! `benches/README.md`), re-exported from the engine's folders. It is not an API: nothing else in or out of the
-//! crate uses it, and a bench that needs another kernel adds its name here.
+//! `benches/README.md`), re-exported from the engine's folders, which are otherwise private. It is not an API:
+//! nothing else in or out of the crate uses it, and a bench that needs another kernel adds its name here.
 
 // `cpu_matmul`: the CPU engine's quantized matmul (weights from raw GGUF bytes, activations quantized once, rows
 // split over the thread pool).

@@ -19,47 +19,32 @@
 //!
 //! **The engine's API is the list of names re-exported below**, plus two public concerns, `files` (resolving,
 //! fetching, listing and synthesising model files) and `parity` (logits against a reference model, for `bench
-//! parity`), and `microbench`, the few internals the micro-benchmarks time (a bench's surface, not an API).
-//! Other layers of the crate use only those (`tests/suite/layers/` checks it). The folders are
-//! reachable from outside only so the integration tests and benches can test the parts one by one; they are
-//! hidden from the docs and are not an API. Inside them, a module nothing outside the engine names is `pub(crate)`.
+//! parity`), and `microbench`, the few internals the micro-benchmarks time (a bench's surface, not an API). The
+//! folders are private, so the compiler holds the rest of the crate, the binary, the integration tests and the
+//! benches to those names; a part tested on its own is tested beside its code, in `#[cfg(test)]` modules (those
+//! that need a real model find it through `test_models`).
 
-#[doc(hidden)]
-pub mod arch;
-#[doc(hidden)]
-pub mod backend;
-#[doc(hidden)]
-pub mod candle;
-#[doc(hidden)]
-pub mod constraint;
-#[doc(hidden)]
-pub mod cpu;
+mod arch;
+mod backend;
+mod candle;
+mod constraint;
+mod cpu;
 mod decoder_embed;
-#[doc(hidden)]
-pub mod device;
-#[doc(hidden)]
-pub mod encoder;
-#[doc(hidden)]
-pub mod error;
+mod device;
+mod encoder;
+mod error;
 pub mod files;
-#[doc(hidden)]
-pub mod gguf;
-#[doc(hidden)]
-pub mod kv;
+mod gguf;
+mod kv;
 pub mod microbench;
 pub mod parity;
-#[doc(hidden)]
-pub mod request;
-#[doc(hidden)]
-pub mod runtime;
-#[doc(hidden)]
-pub mod sampler;
-#[doc(hidden)]
-pub mod speculative;
+mod request;
+mod runtime;
+mod sampler;
+mod speculative;
 #[cfg(test)]
 mod test_models;
-#[doc(hidden)]
-pub mod tool_calls;
+mod tool_calls;
 
 // The engine thread and what one asks of it.
 pub use error::{EngineError, Result};
