@@ -1,5 +1,6 @@
-//! `cargo bench --bench constraint_mask`: the llguidance side of one constrained decode step through
-//! `engine::constraint`, with the real SmolLM2-135M tokenizer (49,152 tokens) read from the cached GGUF:
+//! `cargo bench --bench constraint_mask`: the llguidance side of one constrained decode step through the
+//! engine's `Constraint` (reached through `engine::microbench`), with the real SmolLM2-135M tokenizer (49,152
+//! tokens) read from the cached GGUF:
 //!
 //! - `reject_and_mask`: `Constraint::sample` when the sampled token is not allowed — the check, a full mask,
 //!   −∞ written into the logits, and the resample (what a rejected token costs the decode loop);
@@ -17,11 +18,10 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use agentd::engine::constraint::{Constraint, ConstraintSpec, GrammarFactory, ToolChoice};
-use agentd::engine::gguf::GgufFile;
-use agentd::engine::sampler::{Sampler, SamplingParams};
+use agentd::engine::microbench::{Constraint, Sampler};
+use agentd::engine::{ConstraintSpec, GgufFile, GrammarFactory, SamplingParams};
 use agentd::model_files::fetch::{self, FetchOptions, ModelSelector};
-use agentd::schema::ToolSpec;
+use agentd::schema::{ToolChoice, ToolSpec};
 use agentd::text::call_format::ToolCallFormat;
 use agentd::text::tokenizer::Tokenizer;
 

@@ -1,8 +1,8 @@
-//! `cargo bench --bench cpu_matmul`: the CPU engine's matmul (`engine::cpu::qmatrix`: the weights repacked into
-//! row-interleaved tiles of 8 rows, activations quantized once, rows split over the thread pool, 4 tokens per
-//! tile call for prefill)
-//! against candle's `QMatMul` on the same weights, for the types of the shipped models (Q4_1, Q5_0, Q8_0, Q4_K,
-//! Q6_K), on SmolLM2's MLP shapes (`1536x576`, `576x1536`) for one decode token and a 32-token prefill chunk.
+//! `cargo bench --bench cpu_matmul`: the CPU engine's matmul (`src/engine/cpu/qmatrix.rs`, reached through
+//! `engine::microbench`: the weights repacked into row-interleaved tiles of 8 rows, activations quantized once,
+//! rows split over the thread pool, 4 tokens per tile call for prefill) against candle's `QMatMul` on the same
+//! weights, for the types of the shipped models (Q4_1, Q5_0, Q8_0, Q4_K, Q6_K), on SmolLM2's MLP shapes
+//! (`1536x576`, `576x1536`) for one decode token and a 32-token prefill chunk.
 //! Random weights, quantized once. Threads: `AGENTD_THREADS` (default 1) for ours, `RAYON_NUM_THREADS` for
 //! candle. The K-quants need 256-column rows, so they run on `1536x768`-style shapes rounded up.
 // A bench is a test harness: a failed setup ends it with the reason (`expect`), as a test would.
@@ -11,11 +11,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use agentd::engine::cpu::act::Acts;
-use agentd::engine::cpu::isa::Isa;
-use agentd::engine::cpu::pool::ThreadPool;
-use agentd::engine::cpu::qmatrix::{matmul_many, QMatrix};
-use agentd::engine::gguf::SharedBytes;
+use agentd::engine::microbench::{matmul_many, Acts, Isa, QMatrix, SharedBytes, ThreadPool};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 

@@ -1,13 +1,15 @@
-//! `cargo bench --bench sampler`: one sampling step of `engine::sampler` over a 49,152-entry logits vector
-//! (SmolLM2's vocabulary): greedy (argmax), the engine's default temperature draw, top-k + top-p, top-p alone,
-//! min-p, and the repetition / presence / frequency penalties (`Sampler::adjust`). The logits are synthetic:
-//! normal with σ = 3 plus a few strong candidates, so top-p has a realistic head to cut.
+//! `cargo bench --bench sampler`: one sampling step of the engine's `Sampler` (through `engine::microbench`)
+//! over a 49,152-entry logits vector (SmolLM2's vocabulary): greedy (argmax), the engine's default temperature
+//! draw, top-k + top-p, top-p alone, min-p, and the repetition / presence / frequency penalties
+//! (`Sampler::adjust`). The logits are synthetic: normal with σ = 3 plus a few strong candidates, so top-p has a
+//! realistic head to cut.
 // A bench is a test harness: a failed setup ends it with the reason (`expect`), as a test would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
-use agentd::engine::sampler::{Sampler, SamplingParams};
+use agentd::engine::microbench::Sampler;
+use agentd::engine::SamplingParams;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

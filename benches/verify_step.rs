@@ -8,12 +8,8 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::arch::weights::WeightFormat;
-use agentd::engine::cpu::forward::CpuModel;
-use agentd::engine::gguf::GgufFile;
-use agentd::engine::kv::BatchSeq;
-use agentd::engine::kv::{KvBlocks, KvDtype};
-use agentd::engine::Model;
+use agentd::engine::microbench::{BatchSeq, CpuModel, KvBlocks};
+use agentd::engine::{GgufFile, KvDtype, Model, WeightFormat};
 use agentd::model_files::fetch::{self, FetchOptions, ModelSelector};
 use candle_core::Device;
 

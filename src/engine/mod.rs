@@ -15,47 +15,37 @@
 //! files/       model files the engine writes: HF folders converted to GGUF, synthetic models → arch, gguf
 //! request.rs   requests, events, FinishReason, validation; parity.rs  logits against a reference model
 //! leaves:      error, device, gguf (tensors mapped; metadata in text's types), sampler, speculative
+//! microbench.rs  the entry points `benches/` time, re-exported (nothing imports it)
 //! ```
 //!
-//! **The engine's API is the list of names re-exported below**, plus two public concerns, `files` (resolving a
-//! model to the GGUF the engine loads, converting folders, synthesising models) and `parity` (logits against a reference model, for `bench
-//! parity`). Other layers of the crate use only those (`tests/suite/layers/` checks it). The folders are
-//! reachable from outside only so the integration tests and benches can test the parts one by one; they are
-//! hidden from the docs and are not an API. Inside them, a module nothing outside the engine names is `pub(crate)`.
+//! **The engine's API is the list of names re-exported below**, plus three public concerns: `files` (resolving a
+//! model to the GGUF the engine loads, converting folders, synthesising models) and `parity` (logits against a
+//! reference model, for `bench parity`), and `microbench`, the few internals the micro-benchmarks time (a bench's
+//! surface, not an API). The folders are private, so the compiler holds the rest of the crate, the binary, the
+//! integration tests and the benches to those names; a part tested on its own is tested beside its code, in
+//! `#[cfg(test)]` modules (those that need a real model find it through `test_models`).
 
-#[doc(hidden)]
-pub mod arch;
-#[doc(hidden)]
-pub mod backend;
-#[doc(hidden)]
-pub mod candle;
-#[doc(hidden)]
-pub mod constraint;
-#[doc(hidden)]
-pub mod cpu;
+mod arch;
+mod backend;
+mod candle;
+mod constraint;
+mod cpu;
 mod decoder_embed;
-#[doc(hidden)]
-pub mod device;
-#[doc(hidden)]
-pub mod encoder;
-#[doc(hidden)]
-pub mod error;
+mod device;
+mod encoder;
+mod error;
 pub mod files;
-#[doc(hidden)]
-pub mod gguf;
-#[doc(hidden)]
-pub mod kv;
+mod gguf;
+mod kv;
+pub mod microbench;
 pub mod parity;
-#[doc(hidden)]
-pub mod request;
-#[doc(hidden)]
-pub mod runtime;
-#[doc(hidden)]
-pub mod sampler;
-#[doc(hidden)]
-pub mod speculative;
-#[doc(hidden)]
-pub mod tool_calls;
+mod request;
+mod runtime;
+mod sampler;
+mod speculative;
+#[cfg(test)]
+mod test_models;
+mod tool_calls;
 
 // The engine thread and what one asks of it.
 pub use error::{EngineError, Result};
@@ -84,16 +74,18 @@ pub use crate::text::fim::{
 pub use crate::text::reasoning::{Piece as ReasoningPiece, ReasoningSplitter};
 pub use crate::text::{chat_prompt_tokens, ChatTemplate, Tokenizer};
 
-// The model and the machine it runs on.
+// The model and the machine it runs on. `Model`: one loaded model driven by hand (`parity`, tests), whose
+// `config` is a `DecoderConfig` and whose `forward` gives the logits `argmax` reads greedily.
 pub use arch::weights::WeightFormat;
-pub use arch::Architecture;
+pub use arch::{Architecture, DecoderConfig};
+pub use backend::Model;
 pub use candle::fused::{check as kernel_check, Kernels};
 pub use device::{
     auto_summary as device_summary, cpu_threads, init_threads, select as select_device, DeviceSpec,
 };
 pub use gguf::GgufFile;
+pub use sampler::argmax;
 
 // Encoders: text → one vector (embeddings).
-pub use backend::Model;
 pub use encoder::worker::{EncoderHandle, MAX_BATCH as ENCODER_MAX_BATCH};
 pub use encoder::{is_encoder_folder, Encoder, EncoderInfo, Pooling, PoolingConfig};

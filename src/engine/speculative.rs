@@ -456,6 +456,9 @@ impl StepCost {
 }
 
 #[cfg(test)]
+mod replay_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

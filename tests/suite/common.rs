@@ -45,7 +45,7 @@ pub fn engine() -> &'static agentd::engine::Engine {
 pub fn cpu_engine(path: PathBuf) -> agentd::engine::Engine {
     agentd::engine::Engine::load(agentd::engine::EngineOptions {
         model: ModelSelector::Path(path.clone()),
-        device: agentd::engine::device::DeviceSpec::Cpu,
+        device: agentd::engine::DeviceSpec::Cpu,
         ..Default::default()
     })
     .unwrap_or_else(|e| panic!("load {}: {e}", path.display()))
@@ -63,10 +63,10 @@ pub fn read_tool() -> agentd::schema::ToolSpec {
 
 /// A greedy request for `max_tokens` tokens after `prompt`.
 #[cfg(feature = "local")]
-pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> agentd::engine::request::GenerateRequest {
-    agentd::engine::request::GenerateRequest {
+pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> agentd::engine::GenerateRequest {
+    agentd::engine::GenerateRequest {
         prompt,
-        sampling: agentd::engine::sampler::SamplingParams::greedy(),
+        sampling: agentd::engine::SamplingParams::greedy(),
         max_tokens: Some(max_tokens),
         ..Default::default()
     }

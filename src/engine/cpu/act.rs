@@ -256,11 +256,14 @@ fn quantize_q8k_generic(x: &[f32], out: &mut [BlockQ8K]) {
 pub trait ActBlock: Copy + Default + Send + Sync + 'static {
     /// Values per block.
     const ELEMS: usize;
+    /// Quantizes `x` into blocks (the kernels' test harness builds its activations with it).
+    #[cfg(test)]
     fn quantize(x: &[f32], out: &mut [Self]);
 }
 
 impl ActBlock for BlockQ8 {
     const ELEMS: usize = QK8;
+    #[cfg(test)]
     fn quantize(x: &[f32], out: &mut [Self]) {
         quantize_q8(x, out)
     }
@@ -268,6 +271,7 @@ impl ActBlock for BlockQ8 {
 
 impl ActBlock for BlockQ8K {
     const ELEMS: usize = QK_K;
+    #[cfg(test)]
     fn quantize(x: &[f32], out: &mut [Self]) {
         quantize_q8k(x, out)
     }

@@ -10,6 +10,8 @@
 
 use std::sync::Mutex;
 
+#[cfg(test)]
+mod batch_tests;
 mod load;
 mod shapes;
 

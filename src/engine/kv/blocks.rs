@@ -141,6 +141,7 @@ impl BlockManager {
     }
 
     /// Blocks referenced by a sequence.
+    #[cfg(test)]
     pub fn used(&self) -> usize {
         self.used
     }
@@ -151,6 +152,7 @@ impl BlockManager {
     }
 
     /// Cached blocks nobody references (kept for later prompts).
+    #[cfg(test)]
     pub fn cached_idle(&self) -> usize {
         self.evictable.len()
     }

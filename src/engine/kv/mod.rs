@@ -10,7 +10,6 @@ pub(crate) mod dtype;
 pub(crate) mod host;
 pub(crate) mod standalone;
 
-pub use blocks::{BlockManager, PrefixCacheStats};
 pub use device::DeviceBlocks;
 pub use dtype::KvDtype;
 pub use host::KvBlocks;

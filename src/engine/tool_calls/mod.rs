@@ -8,4 +8,4 @@ pub(crate) mod delta;
 pub(crate) mod trigger;
 
 pub use assembler::OutputAssembler;
-pub use delta::{new_call_id, OutputDelta, ToolCall};
+pub use delta::{OutputDelta, ToolCall};

@@ -2,9 +2,8 @@
 //! calls of offered tools, JSON that is not a call) fed tokenized strings of both real tokenizers, the output
 //! assembler on the same strings, every format of the table, and the shortest close of a cut call.
 
-use agentd::engine::constraint::{ConstraintSpec, ToolChoice};
-use agentd::engine::request::FinishReason;
-use agentd::engine::{OutputAssembler, OutputDelta};
+use agentd::engine::{ConstraintSpec, FinishReason, OutputAssembler, OutputDelta};
+use agentd::schema::ToolChoice;
 use agentd::text::call_format::ToolCallFormat;
 use serde_json::Value;
 
@@ -336,7 +335,7 @@ mod with_the_model {
 
 #[test]
 fn a_json_reply_starting_with_name_is_not_taken_for_a_call() {
-    use agentd::engine::constraint::ResponseFormat;
+    use agentd::schema::ResponseFormat;
     let spec = ConstraintSpec {
         response_format: ResponseFormat::JsonSchema {
             name: "person".into(),

@@ -6,10 +6,10 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest, GenerateSummary};
-use agentd::engine::runtime::scheduler::SchedulerConfig;
-use agentd::engine::sampler::SamplingParams;
-use agentd::engine::{Engine, EngineError, EngineOptions, KvDtype};
+use agentd::engine::{
+    Engine, EngineError, EngineOptions, FinishReason, GenerateEvent, GenerateRequest,
+    GenerateSummary, KvDtype, SamplingParams, SchedulerConfig,
+};
 use agentd::schema::ToolChoice;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
@@ -20,7 +20,7 @@ use crate::suite::common::greedy;
 fn engine_with(scheduler: SchedulerConfig) -> Engine {
     Engine::load(EngineOptions {
         model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
-        device: agentd::engine::device::DeviceSpec::Cpu,
+        device: agentd::engine::DeviceSpec::Cpu,
         scheduler,
         ..Default::default()
     })
@@ -302,8 +302,8 @@ fn prefix_blocks_are_shared_between_sessions_with_a_common_system_prompt() {
 fn candle_backend_runs_concurrent_requests_too() {
     let engine = Engine::load(EngineOptions {
         model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
-        device: agentd::engine::device::DeviceSpec::Cpu,
-        weight_format: agentd::engine::arch::weights::WeightFormat::Native,
+        device: agentd::engine::DeviceSpec::Cpu,
+        weight_format: agentd::engine::WeightFormat::Native,
         ..Default::default()
     })
     .unwrap();
@@ -329,17 +329,14 @@ fn candle_backend_runs_concurrent_requests_too() {
 /// may part at near-ties: activations are quantized for the matmuls, so 1e-6 apart in f32 can round apart.)
 #[test]
 fn both_candle_paths_batch_over_the_paged_store() {
-    use agentd::engine::arch::weights::WeightFormat;
-    use agentd::engine::candle::fused::Kernels;
-    use agentd::engine::gguf::GgufFile;
-    use agentd::engine::Model;
+    use agentd::engine::{GgufFile, Kernels, Model, WeightFormat};
     let gguf = GgufFile::open(&common::smollm2_path()).unwrap();
     // Our fused CUDA-style ops and candle's own ops (what Metal and `--weights native` run): both over the one
     // paged store, batched, with prefix reuse — and the same tokens as a plain greedy loop.
     for kernels in [Kernels::Fused, Kernels::Candle] {
         let engine = Engine::load(EngineOptions {
             model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
-            device: agentd::engine::device::DeviceSpec::Cpu,
+            device: agentd::engine::DeviceSpec::Cpu,
             weight_format: WeightFormat::Native,
             kernels: Some(kernels),
             scheduler: SchedulerConfig {
@@ -363,7 +360,7 @@ fn both_candle_paths_batch_over_the_paged_store() {
             let mut logits: Vec<f32> = model.forward(prompt, &mut kv).unwrap().to_vec1().unwrap();
             let mut out = Vec::new();
             for _ in 0..n {
-                let t = agentd::engine::sampler::argmax(&logits).unwrap();
+                let t = agentd::engine::argmax(&logits).unwrap();
                 if eos.contains(&t) {
                     break;
                 }
@@ -440,8 +437,8 @@ fn every_kv_cache_dtype_serves_a_batch_and_candle_refuses_the_reduced_ones() {
     for dtype in [KvDtype::F16, KvDtype::Q8_0] {
         let err = Engine::load(EngineOptions {
             model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
-            device: agentd::engine::device::DeviceSpec::Cpu,
-            weight_format: agentd::engine::arch::weights::WeightFormat::Native,
+            device: agentd::engine::DeviceSpec::Cpu,
+            weight_format: agentd::engine::WeightFormat::Native,
             scheduler: SchedulerConfig {
                 kv_cache_dtype: dtype,
                 ..SchedulerConfig::default()

@@ -4,13 +4,13 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::constraint::{ConstraintSpec, GrammarFactory, ResponseFormat, ToolChoice};
-use agentd::engine::gguf::GgufFile;
-use agentd::engine::request::FinishReason;
-use agentd::engine::EngineError;
-use agentd::engine::{OutputAssembler, OutputDelta};
+use agentd::engine::{
+    ConstraintSpec, EngineError, FinishReason, GgufFile, GrammarFactory, OutputAssembler,
+    OutputDelta,
+};
 use agentd::schema::SchemaError;
 use agentd::schema::ToolSpec;
+use agentd::schema::{ResponseFormat, ToolChoice};
 use agentd::text::call_format::ToolCallFormat;
 use agentd::text::tokenizer::Tokenizer;
 use serde_json::{json, Value};

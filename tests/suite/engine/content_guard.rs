@@ -4,11 +4,11 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::constraint::ToolChoice;
-use agentd::engine::gguf::GgufFile;
+use agentd::engine::GgufFile;
 use agentd::provider::{
     AssistantMessage, CompletionRequest, ContentBlock, LocalProvider, Message, Provider, ToolCall,
 };
+use agentd::schema::ToolChoice;
 use agentd::schema::ToolSpec;
 use agentd::text::call_format::ToolCallFormat;
 use agentd::text::chat_prompt::{chat_prompt_tokens, render_chat};

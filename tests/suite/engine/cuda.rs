@@ -5,12 +5,10 @@
 //! always runs, and is shown to fail on a different model. `agentd model vocab` carries a tokenizer without
 //! its weights.
 
-use agentd::engine::arch::weights::WeightFormat;
-use agentd::engine::candle::fused::{check, Kernels};
-use agentd::engine::device::{select, DeviceSpec};
-use agentd::engine::gguf::GgufFile;
 use agentd::engine::parity::{compare, ParityOptions};
-use agentd::engine::Model;
+use agentd::engine::{
+    kernel_check, select_device, DeviceSpec, GgufFile, Kernels, Model, WeightFormat,
+};
 use candle_core::Device;
 
 use super::cpu_engine::synthetic;
@@ -26,12 +24,12 @@ fn cuda_logits_and_kernels_match_the_cpu() {
         );
         return;
     }
-    let selected = select(DeviceSpec::Cuda(0));
+    let selected = select_device(DeviceSpec::Cuda(0));
     if let Some(note) = selected.fallback_note {
         eprintln!("skipped: no CUDA device is visible ({note})");
         return;
     }
-    for kernel in check::against_twins(&selected.device).unwrap() {
+    for kernel in kernel_check::against_twins(&selected.device).unwrap() {
         assert!(kernel.passed, "{kernel:?}");
     }
     // Qwen2 (bias, GQA, NeoX rotary) and Gemma 3 (256-wide heads, a window of 8, post-norms).

@@ -1,12 +1,10 @@
 //! Generation with the real SmolLM2 model: greedy agreement with llama.cpp, streaming, stops, cancellation and
 //! the bad inputs of the engine boundary.
 
-use agentd::engine::arch::weights::WeightFormat;
-use agentd::engine::gguf::GgufFile;
-use agentd::engine::request::{FinishReason, GenerateRequest};
-use agentd::engine::sampler::{argmax, SamplingParams};
-use agentd::engine::Model;
-use agentd::engine::{EngineError, EngineOptions};
+use agentd::engine::{
+    argmax, EngineError, EngineOptions, FinishReason, GenerateRequest, GgufFile, Model,
+    SamplingParams, WeightFormat,
+};
 use candle_core::Device;
 use tokio_util::sync::CancellationToken;
 
@@ -249,7 +247,7 @@ fn dropped_receiver_frees_the_engine() {
 /// 2-core CPU machines, so the generous bound below still fails if the cancel waited for the whole prefill.
 #[test]
 fn cancel_during_long_prefill_frees_the_engine() {
-    use agentd::engine::request::GenerateEvent;
+    use agentd::engine::GenerateEvent;
     use std::time::{Duration, Instant};
 
     let engine = common::engine();
@@ -460,7 +458,7 @@ fn qwen_greedy_reply_matches_llama_cpp() {
     let reference = common::refdata("qwen25coder_reference.json");
     let engine = agentd::engine::Engine::load(EngineOptions {
         model: agentd::model_files::fetch::ModelSelector::Path(common::qwen_path()),
-        device: agentd::engine::device::DeviceSpec::Cpu,
+        device: agentd::engine::DeviceSpec::Cpu,
         ..Default::default()
     })
     .unwrap();
@@ -489,14 +487,14 @@ fn qwen_greedy_reply_matches_llama_cpp() {
 fn run_to_end(
     engine: &agentd::engine::Engine,
     req: GenerateRequest,
-) -> (Vec<u32>, agentd::engine::request::GenerateSummary) {
+) -> (Vec<u32>, agentd::engine::GenerateSummary) {
     let mut rx = engine.generate(req, CancellationToken::new());
     let mut ids = Vec::new();
     while let Some(ev) = rx.blocking_recv() {
         match ev {
-            agentd::engine::request::GenerateEvent::Token(t) => ids.push(t.id),
-            agentd::engine::request::GenerateEvent::Done(s) => return (ids, s),
-            agentd::engine::request::GenerateEvent::Error(e) => panic!("{e}"),
+            agentd::engine::GenerateEvent::Token(t) => ids.push(t.id),
+            agentd::engine::GenerateEvent::Done(s) => return (ids, s),
+            agentd::engine::GenerateEvent::Error(e) => panic!("{e}"),
         }
     }
     panic!("no final event")
@@ -535,8 +533,8 @@ fn prefix_reuse_gives_identical_greedy_output() {
     // The same prompt on an engine that keeps nothing.
     let cold = agentd::engine::Engine::load(EngineOptions {
         model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
-        device: agentd::engine::device::DeviceSpec::Cpu,
-        scheduler: agentd::engine::runtime::scheduler::SchedulerConfig {
+        device: agentd::engine::DeviceSpec::Cpu,
+        scheduler: agentd::engine::SchedulerConfig {
             prefix_caching: false,
             ..Default::default()
         },

@@ -6,9 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use agentd::engine::arch::weights::WeightFormat;
-use agentd::engine::gguf::GgufFile;
-use agentd::engine::Model;
+use agentd::engine::{GgufFile, Model, WeightFormat};
 use agentd::model_files::fetch::{FetchOptions, ModelSelector};
 use agentd::text::template::ChatTemplate;
 use agentd::text::tokenizer::Tokenizer;
@@ -259,8 +257,8 @@ fn folder_matches_its_gguf(spec: &str, arch: &str, tokenizer_from: PathBuf) {
             sorted.sort_by(|x, y| y.total_cmp(x));
             if sorted[0] - sorted[1] > 0.5 {
                 assert_eq!(
-                    agentd::engine::sampler::argmax(&lb),
-                    agentd::engine::sampler::argmax(&la),
+                    agentd::engine::argmax(&lb),
+                    agentd::engine::argmax(&la),
                     "{spec} {format}: position {i}"
                 );
             }

@@ -6,11 +6,7 @@
 
 use std::path::Path;
 
-use agentd::engine::arch::weights::WeightFormat;
-use agentd::engine::candle::fused::Kernels;
-use agentd::engine::gguf::GgufFile;
-use agentd::engine::request::GenerateEvent;
-use agentd::engine::Model;
+use agentd::engine::{GenerateEvent, GgufFile, Kernels, Model, WeightFormat};
 use agentd::text::tokenizer::Tokenizer;
 use serde_json::Value;
 
@@ -150,7 +146,7 @@ fn compare_logits(model: &Model, reference: &Value, bounds: Bounds, spot: bool, 
         steps += 1;
         if want[0].1 - want[1].1 > bounds.tie {
             assert_eq!(
-                agentd::engine::sampler::argmax(ours),
+                agentd::engine::argmax(ours),
                 Some(want[0].0 as u32),
                 "{label}: {at}: argmax (llama.cpp's top 5: {want:?})"
             );
@@ -210,7 +206,7 @@ fn compare_logits(model: &Model, reference: &Value, bounds: Bounds, spot: bool, 
 fn compare_greedy_text(path: &Path, reference: &Value, weights: WeightFormat, tie: f32) {
     let engine = agentd::engine::Engine::load(agentd::engine::EngineOptions {
         model: agentd::model_files::fetch::ModelSelector::Path(path.to_path_buf()),
-        device: agentd::engine::device::DeviceSpec::Cpu,
+        device: agentd::engine::DeviceSpec::Cpu,
         weight_format: weights,
         ..Default::default()
     })

@@ -143,9 +143,7 @@ fn bench_engine_measures_a_dummy_model() {
 /// reference was made from (its sha256), llama.cpp's top-5 logits at every position must be ours within
 /// `TOLERANCE`, and our argmax must be llama.cpp's wherever its top two are further apart than twice that.
 fn matches_llama_cpp(reference: &str, tokenizer_from: std::path::PathBuf) {
-    use agentd::engine::arch::weights::WeightFormat;
-    use agentd::engine::gguf::GgufFile;
-    use agentd::engine::Model;
+    use agentd::engine::{GgufFile, Model, WeightFormat};
     use sha2::Digest as _;
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/synth")
@@ -164,7 +162,7 @@ fn matches_llama_cpp(reference: &str, tokenizer_from: std::path::PathBuf) {
     let gguf = GgufFile::open(&file).unwrap();
     // Every forward pass: the CPU engine's; candle's with candle's ops (Metal's); candle's with our fused ops
     // (CUDA's; here their CPU twins).
-    use agentd::engine::candle::fused::Kernels;
+    use agentd::engine::Kernels;
     for (format, kernels) in [
         (WeightFormat::Auto, None),
         (WeightFormat::Native, Some(Kernels::Candle)),
@@ -222,7 +220,7 @@ fn compare_with(model: &agentd::engine::Model, reference: &Value, label: &str) {
         }
         if top[0].1 - top[1].1 > 2.0 * TOLERANCE {
             assert_eq!(
-                agentd::engine::sampler::argmax(&ours),
+                agentd::engine::argmax(&ours),
                 Some(top[0].0 as u32),
                 "{label}: position {i}: argmax"
             );
@@ -269,8 +267,8 @@ fn synthetic_mistral_matches_llama_cpp() {
     matches_llama_cpp("llama-mistral-tiny.json", common::smollm2_path());
     let (_dir, file) =
         super::cpu_engine::synthetic("llama:mistral-tiny", 0, common::smollm2_path());
-    let gguf = agentd::engine::gguf::GgufFile::open(&file).unwrap();
-    let cfg = agentd::engine::arch::llama::config(&gguf).unwrap();
+    let gguf = agentd::engine::GgufFile::open(&file).unwrap();
+    let cfg = agentd::engine::DecoderConfig::read(&gguf).unwrap();
     let window = cfg.sliding_window.expect("the window is read");
     assert_eq!(window.size, 4096);
     assert!(window.layers.iter().all(|&l| l) && window.rope_theta.is_none());
@@ -282,8 +280,8 @@ fn synthetic_mistral_matches_llama_cpp() {
 fn synthetic_gemma3_matches_llama_cpp() {
     matches_llama_cpp("gemma3-tiny.json", common::smollm2_path());
     let (_dir, file) = super::cpu_engine::synthetic("gemma3:tiny", 0, common::smollm2_path());
-    let gguf = agentd::engine::gguf::GgufFile::open(&file).unwrap();
-    let cfg = agentd::engine::arch::gemma3::config(&gguf).unwrap();
+    let gguf = agentd::engine::GgufFile::open(&file).unwrap();
+    let cfg = agentd::engine::DecoderConfig::read(&gguf).unwrap();
     let window = cfg.sliding_window.clone().unwrap();
     assert_eq!((window.size, window.layers.clone()), (8, vec![true, false]));
     assert_eq!(window.rope_theta, Some(10_000.0));
@@ -297,8 +295,8 @@ fn synthetic_gemma3_matches_llama_cpp() {
 fn synthetic_phi3_matches_llama_cpp() {
     matches_llama_cpp("phi3-tiny.json", common::smollm2_path());
     let (_dir, file) = super::cpu_engine::synthetic("phi3:tiny", 0, common::smollm2_path());
-    let gguf = agentd::engine::gguf::GgufFile::open(&file).unwrap();
-    let cfg = agentd::engine::arch::phi3::config(&gguf).unwrap();
+    let gguf = agentd::engine::GgufFile::open(&file).unwrap();
+    let cfg = agentd::engine::DecoderConfig::read(&gguf).unwrap();
     assert_eq!((cfg.rope_dims, cfg.head_dim), (48, 64));
     let factors = cfg.rope_freq_factors.unwrap();
     assert_eq!(factors.len(), 24);
@@ -312,8 +310,8 @@ fn synthetic_phi3_matches_llama_cpp() {
 fn synthetic_qwen3moe_matches_llama_cpp() {
     matches_llama_cpp("qwen3moe-tiny.json", common::qwen_path());
     let (_dir, file) = super::cpu_engine::synthetic("qwen3moe:tiny", 0, common::qwen_path());
-    let gguf = agentd::engine::gguf::GgufFile::open(&file).unwrap();
-    let cfg = agentd::engine::arch::qwen2::qwen3moe_config(&gguf).unwrap();
+    let gguf = agentd::engine::GgufFile::open(&file).unwrap();
+    let cfg = agentd::engine::DecoderConfig::read(&gguf).unwrap();
     let moe = cfg.moe.unwrap();
     assert_eq!((moe.experts, moe.used, moe.ff), (8, 2, 256));
     let routed = moe.route(&[0.0, 3.0, 1.0, 2.5, -1.0, 0.0, 0.0, 0.0]);
@@ -332,9 +330,7 @@ fn synthetic_qwen3_matches_llama_cpp() {
 /// each frequency by its factor (high frequencies kept, the lowest divided by 8). The logits match llama.cpp.
 #[test]
 fn llama3_rope_scaling_is_read_and_applied() {
-    use agentd::engine::arch::weights::WeightFormat;
-    use agentd::engine::gguf::GgufFile;
-    use agentd::engine::Model;
+    use agentd::engine::{GgufFile, Model, WeightFormat};
     let (_dir, file) = super::cpu_engine::synthetic("llama:tiny3", 0, common::smollm2_path());
     let gguf = GgufFile::open(&file).unwrap();
     let model = Model::load(&gguf, &candle_core::Device::Cpu, WeightFormat::Auto).unwrap();
@@ -389,7 +385,7 @@ async fn constrained_call(spec: &str, tokenizer: std::path::PathBuf) {
     let engine = tokio::task::spawn_blocking(move || {
         agentd::engine::Engine::load(agentd::engine::EngineOptions {
             model: agentd::model_files::fetch::ModelSelector::Path(file),
-            device: agentd::engine::device::DeviceSpec::Cpu,
+            device: agentd::engine::DeviceSpec::Cpu,
             ..Default::default()
         })
     })

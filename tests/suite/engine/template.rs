@@ -2,7 +2,7 @@
 //! models (templates taken from the real GGUFs and from the reference files), and the Hugging Face
 //! environment's extras (`tojson`, `raise_exception`, Python methods, whitespace control).
 
-use agentd::engine::gguf::GgufFile;
+use agentd::engine::GgufFile;
 use agentd::text::template::{ChatTemplate, CHATML_TEMPLATE};
 use agentd::text::tokenizer::Tokenizer;
 use agentd::text::TextError;

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::gguf::GgufFile;
+use agentd::engine::GgufFile;
 use agentd::text::tokenizer::{pretokenizer_for, Tokenizer, SUPPORTED_PRETOKENIZERS};
 use agentd::text::TextError;
 use serde_json::Value;

@@ -4,14 +4,14 @@
 
 use std::sync::OnceLock;
 
-use agentd::engine::constraint::{ConstraintSpec, ResponseFormat, ToolChoice};
-use agentd::engine::request::{FinishReason, GenerateEvent, GenerateRequest};
-use agentd::engine::sampler::SamplingParams;
-use agentd::engine::OutputDelta;
-use agentd::engine::{Completion, Engine, EngineError, EngineOptions};
+use agentd::engine::{
+    Completion, ConstraintSpec, Engine, EngineError, EngineOptions, FinishReason, GenerateEvent,
+    GenerateRequest, OutputDelta, SamplingParams,
+};
 use agentd::schema::compile::{validator, violations};
 use agentd::schema::SchemaError;
 use agentd::schema::ToolSpec;
+use agentd::schema::{ResponseFormat, ToolChoice};
 use agentd::text::chat_prompt::render_chat;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -24,7 +24,7 @@ fn qwen() -> &'static Engine {
     E.get_or_init(|| {
         Engine::load(EngineOptions {
             model: agentd::model_files::fetch::ModelSelector::Path(common::qwen_path()),
-            device: agentd::engine::device::DeviceSpec::Cpu,
+            device: agentd::engine::DeviceSpec::Cpu,
             ..Default::default()
         })
         .expect("load Qwen2.5")

@@ -2,7 +2,8 @@
 //! `old_text` must be a substring of the file its `path` names (one grammar branching on the path), escapes
 //! round-trip, text from another file or from an error message is impossible, and a 50 KB file compiles.
 
-use agentd::engine::constraint::{ConstraintSpec, ToolChoice};
+use agentd::engine::ConstraintSpec;
+use agentd::schema::ToolChoice;
 use agentd::schema::ToolSpec;
 use agentd::text::call_format::ToolCallFormat;
 use serde_json::{json, Value};

@@ -1,8 +1,10 @@
 //! The library's file-level import graph, read from the source: every `use` tree and every `crate::…`,
 //! `super::…`, `self::…` or `child::…` path outside comments and `#[cfg(test)]` modules is an arrow from its
-//! file to the file that defines the module it names. A name re-exported with `pub use` counts as the file it
-//! comes from (a folder's `mod.rs` that re-exports is a door, not a dependency). A module owns its children:
-//! its arrows into them are left out (the children's arrows out are not).
+//! file to the file that defines the module it names. A file that only a `#[cfg(test)] mod x;` declares (unit
+//! tests beside their code, and their helpers) is not in the graph: a test may reach whatever it tests with. A
+//! name re-exported with `pub use` counts as the file it comes from (a folder's `mod.rs` that re-exports is a
+//! door, not a dependency). A module owns its children: its arrows into them are left out (the children's arrows
+//! out are not).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -13,6 +15,8 @@ pub type ModPath = Vec<String>;
 pub struct Graph {
     /// Module → its file, relative to `src/`.
     pub files: BTreeMap<ModPath, String>,
+    /// Module → its text without comments and test modules.
+    pub texts: BTreeMap<ModPath, String>,
     /// Module → the modules it imports.
     pub edges: BTreeMap<ModPath, BTreeSet<ModPath>>,
     /// Module → the paths of its `pub use` items, read once.
@@ -48,16 +52,54 @@ pub fn module_of(rel: &str) -> ModPath {
     parts
 }
 
-/// The text with line comments and `#[cfg(test)]` modules (inline or declared) cut out.
-pub fn strip(text: &str) -> String {
-    let no_comments: String = text
-        .lines()
+fn no_comments(text: &str) -> String {
+    text.lines()
         .map(|l| match l.find("//") {
             Some(at) => &l[..at],
             None => l,
         })
         .collect::<Vec<_>>()
-        .join("\n");
+        .join("\n")
+}
+
+/// The modules whose files the file `rel` declares test-only (`#[cfg(test)] mod x;`, `#[path = "…"]` followed).
+pub fn test_only(rel: &str, text: &str) -> Vec<ModPath> {
+    let text = no_comments(text);
+    let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("#[cfg(test)]") {
+        let mut item = text[at + "#[cfg(test)]".len()..].trim_start();
+        let mut path = None;
+        while let Some(attr) = item.strip_prefix("#[") {
+            let Some(end) = attr.find(']') else { break };
+            path = attr[..end]
+                .strip_prefix("path = \"")
+                .and_then(|p| p.strip_suffix('"'))
+                .or(path);
+            item = attr[end + 1..].trim_start();
+        }
+        let item = item
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub ");
+        let Some(decl) = item.strip_prefix("mod ") else {
+            continue;
+        };
+        let name: String = decl.chars().take_while(|&c| is_ident(c)).collect();
+        if !decl[name.len()..].trim_start().starts_with(';') {
+            continue;
+        }
+        out.push(match path {
+            Some(p) if dir.is_empty() => module_of(p),
+            Some(p) => module_of(&format!("{dir}/{p}")),
+            None => [module_of(rel), vec![name]].concat(),
+        });
+    }
+    out
+}
+
+/// The text with line comments and `#[cfg(test)]` modules (inline or declared) cut out.
+pub fn strip(text: &str) -> String {
+    let no_comments = no_comments(text);
     let mut out = String::new();
     let mut rest = no_comments.as_str();
     while let Some(at) = rest.find("#[cfg(test)]") {
@@ -209,29 +251,34 @@ pub fn paths(text: &str, heads: &BTreeSet<String>) -> Vec<String> {
 }
 
 impl Graph {
-    /// The graph of the library under `src` (the binary's `main.rs` and `cli/` are another crate).
+    /// The graph of the library under `src` (the binary's `main.rs` and `cli/` are another crate), without
+    /// test-only files.
     pub fn read(src: &Path) -> Graph {
         let mut rels = Vec::new();
         collect(src, src, &mut rels);
         let mut files = BTreeMap::new();
         let mut texts = BTreeMap::new();
+        let mut tests = Vec::new();
         for rel in rels {
             if rel == "main.rs" || rel.starts_with("cli/") {
                 continue;
             }
             let m = module_of(&rel);
-            texts.insert(
-                m.clone(),
-                strip(&std::fs::read_to_string(src.join(&rel)).unwrap()),
-            );
+            let raw = std::fs::read_to_string(src.join(&rel)).unwrap();
+            tests.extend(test_only(&rel, &raw));
+            texts.insert(m.clone(), strip(&raw));
             files.insert(m, rel);
         }
+        let test_code = |m: &ModPath| tests.iter().any(|t| m.starts_with(t));
+        files.retain(|m, _| !test_code(m));
+        texts.retain(|m, _| !test_code(m));
         let reexports = texts
             .iter()
             .map(|(m, text)| (m.clone(), use_items(text, true)))
             .collect();
         let mut g = Graph {
             files,
+            texts: BTreeMap::new(),
             edges: BTreeMap::new(),
             reexports,
         };
@@ -256,6 +303,7 @@ impl Graph {
             }
             g.edges.insert(m, to);
         }
+        g.texts = texts;
         g
     }
 

@@ -1,8 +1,9 @@
 //! The library's layering (`../shared/DESIGN.md`): arrows between the top-level modules of `src/` point one way
-//! (every `crate::<module>` path outside comments counts as an arrow; the leaves `schema` and `env` import
-//! nothing of ours, and nothing imports `server`); no two files import each other, directly or around a loop
-//! (`graph.rs`); inside the engine the folders point down as `src/engine/mod.rs` draws them; and the rest of the
-//! crate reaches the engine only through the names `engine/mod.rs` re-exports.
+//! (every `crate::<module>` path outside comments and test code counts as an arrow; the leaves `schema` and `env`
+//! import nothing of ours, and nothing imports `server`); no two files import each other, directly or around a
+//! loop (`graph.rs`); and inside the engine the folders point down as `src/engine/mod.rs` draws them. That the
+//! rest of the crate, the tests and the benches reach the engine only through the names `engine/mod.rs`
+//! re-exports is the compiler's to check: the engine's folders are private.
 
 mod file_access;
 mod graph;
@@ -47,36 +48,27 @@ fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Module → the other top-level modules its code names as `crate::<module>`.
+/// Module → the other top-level modules its code (tests left out, as in [`Graph`]) names as `crate::<module>`.
 fn arrows() -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules();
-    let mut graph = BTreeMap::new();
-    for m in &mods {
-        let mut files = Vec::new();
-        let dir = src().join(m);
-        if dir.is_dir() {
-            rust_files(&dir, &mut files);
-        } else {
-            files.push(src().join(format!("{m}.rs")));
-        }
-        let mut to = BTreeSet::new();
-        for f in files {
-            let text = std::fs::read_to_string(&f).unwrap();
-            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-                let mut rest = line;
-                while let Some(at) = rest.find("crate::") {
-                    rest = &rest[at + "crate::".len()..];
-                    let name: String = rest
-                        .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                        .collect();
-                    if &name != m && mods.contains(&name) {
-                        to.insert(name);
-                    }
-                }
+    let g = Graph::read(&src());
+    let mut graph: BTreeMap<String, BTreeSet<String>> =
+        mods.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
+    for (file, text) in &g.texts {
+        let Some(to) = file.first().and_then(|m| graph.get_mut(m)) else {
+            continue;
+        };
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name != file[0] && mods.contains(&name) {
+                to.insert(name);
             }
         }
-        graph.insert(m.clone(), to);
     }
     graph
 }
@@ -159,9 +151,10 @@ fn no_two_files_import_each_other() {
 }
 
 /// The engine's groups (a folder, or a file directly under `src/engine/`) and the groups each may import.
-/// `None`: anything below it.
+/// `None`: anything below it. Nothing imports `runtime` or `microbench` (the benches' re-exports).
 const ENGINE_ARROWS: &[(&str, Option<&[&str]>)] = &[
     ("runtime", None),
+    ("microbench", None),
     ("tool_calls", Some(&["constraint", "request", "error"])),
     (
         "request",
@@ -222,7 +215,8 @@ fn engine_folders_point_down() {
             if gt == gf {
                 continue;
             }
-            if gt == "runtime" || allowed.is_some_and(|a| !a.contains(&gt.as_str())) {
+            let top = matches!(gt.as_str(), "runtime" | "microbench");
+            if top || allowed.is_some_and(|a| !a.contains(&gt.as_str())) {
                 wrong.push(format!("{} → {}", g.files[from], g.files[t]));
             }
         }
@@ -231,50 +225,6 @@ fn engine_folders_point_down() {
     assert!(
         wrong.is_empty(),
         "arrows that point up or sideways in the engine: {wrong:#?}"
-    );
-}
-
-#[test]
-fn other_layers_use_the_engines_api() {
-    // The binary's files too: `agentd::engine::…` there is the same API.
-    let root = src();
-    let mut files = Vec::new();
-    rust_files(&root, &mut files);
-    let engine = root.join("engine");
-    let modules: BTreeSet<String> = std::fs::read_dir(&engine)
-        .unwrap()
-        .flatten()
-        .map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".rs").map(str::to_string).unwrap_or(name)
-        })
-        .filter(|m| m != "mod")
-        .collect();
-    assert!(
-        modules.contains("runtime") && modules.contains("kv"),
-        "{modules:?}"
-    );
-    let mut wrong = Vec::new();
-    for f in files.iter().filter(|f| !f.starts_with(&engine)) {
-        let text = graph::strip(&std::fs::read_to_string(f).unwrap());
-        let heads: BTreeSet<String> = ["crate", "agentd"].map(String::from).into();
-        let mut found = graph::use_items(&text, false);
-        found.extend(graph::paths(&text, &heads));
-        for p in found {
-            let segs: Vec<&str> = p.split("::").map(str::trim).collect();
-            if segs.len() >= 3
-                && matches!(segs[0], "crate" | "agentd")
-                && segs[1] == "engine"
-                && modules.contains(segs[2])
-                && !matches!(segs[2], "files" | "parity")
-            {
-                wrong.push(format!("{}: {p}", f.strip_prefix(&root).unwrap().display()));
-            }
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "engine internals named outside the engine (re-export the name in engine/mod.rs): {wrong:#?}"
     );
 }
 
@@ -297,8 +247,10 @@ fn the_reader_follows_re_exports_and_skips_tests_and_comments() {
         ("a/mod.rs", "pub mod inner;\npub use crate::b::leaf::Thing;\n"),
         ("a/inner.rs", "use super::super::b::leaf::Other;\n"),
         ("b/mod.rs", "pub mod leaf;\npub mod user;\n"),
-        ("b/leaf.rs", "pub struct Thing;\npub struct Other;\n// use crate::b::user::X;\n#[cfg(test)]\nmod tests {\n    use crate::b::user::X;\n}\n"),
-        ("b/user.rs", "use crate::a::{Thing, inner};\npub struct X;\n"),
+        ("b/leaf.rs", "pub struct Thing;\npub struct Other;\n// use crate::b::user::X;\n#[cfg(test)]\nmod tests {\n    use crate::b::user::X;\n}\n#[cfg(test)]\nmod leaf_tests;\n"),
+        ("b/leaf/leaf_tests.rs", "use crate::b::user::X;\n"),
+        ("b/user.rs", "use crate::a::{Thing, inner};\npub struct X;\n#[cfg(test)]\n#[path = \"user_tests.rs\"]\nmod tests;\n"),
+        ("b/user_tests.rs", "use crate::b::leaf::Thing;\n"),
     ]);
     let g = Graph::read(dir.path());
     let m = |p: &str| graph::module_of(p);
@@ -319,6 +271,11 @@ fn the_reader_follows_re_exports_and_skips_tests_and_comments() {
         g.edges[&m("b/leaf.rs")]
     );
     assert!(g.cycles().is_empty());
+    // Files only a `#[cfg(test)] mod` declares (`#[path]` followed) are not in the graph.
+    for test_file in ["b/leaf/leaf_tests.rs", "b/user_tests.rs"] {
+        assert!(!g.files.contains_key(&m(test_file)), "{test_file}");
+    }
+    assert!(g.files.contains_key(&m("b/user.rs")));
 }
 
 #[test]

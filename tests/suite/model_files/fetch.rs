@@ -253,7 +253,7 @@ fn embedded_manifests_parse_and_the_default_exists() {
         }
         #[cfg(feature = "local")]
         assert!(
-            agentd::engine::arch::Architecture::SUPPORTED.contains(&m.architecture.as_str())
+            agentd::engine::Architecture::SUPPORTED.contains(&m.architecture.as_str())
                 || ["gemma3", "phi3"].contains(&m.architecture.as_str()),
             "{}: {}",
             m.name,

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use agentd::engine::device::DeviceSpec;
+use agentd::engine::DeviceSpec;
 use agentd::provider::{EncoderProvider, Provider};
 use agentd::server::ServerOptions;
 use base64::Engine as _;

@@ -172,7 +172,7 @@ impl TestServer {
         let engine = tokio::task::spawn_blocking(|| {
             agentd::engine::Engine::load(agentd::engine::EngineOptions {
                 model: agentd::model_files::fetch::ModelSelector::Path(common::smollm2_path()),
-                device: agentd::engine::device::DeviceSpec::Cpu,
+                device: agentd::engine::DeviceSpec::Cpu,
                 ..Default::default()
             })
             .expect("load the default model")

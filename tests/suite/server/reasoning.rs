@@ -27,7 +27,7 @@ fn engine() -> &'static Engine {
     E.get_or_init(|| {
         Engine::load(EngineOptions {
             model: agentd::model_files::fetch::ModelSelector::Path(common::qwen_path()),
-            device: agentd::engine::device::DeviceSpec::Cpu,
+            device: agentd::engine::DeviceSpec::Cpu,
             chat_template: Some(THINKING_TEMPLATE.into()),
             ..Default::default()
         })

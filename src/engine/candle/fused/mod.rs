@@ -19,7 +19,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Device, Layout, Shape, Tensor};
 
 pub use crate::engine::candle::fused::paged::{kv_write, paged_attention, PagedBatch, PagedSeq};
-pub use crate::engine::candle::fused::twin::{PagedShape, RotaryShape};
+pub use crate::engine::candle::fused::twin::RotaryShape;
 use crate::engine::error::{EngineError, Result};
 
 /// Which ops candle's forward pass runs.

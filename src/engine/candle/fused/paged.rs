@@ -63,6 +63,7 @@ impl PagedBatch {
     }
 
     /// Query tokens in the step.
+    #[cfg(test)]
     pub fn tokens(&self) -> usize {
         self.t
     }
