@@ -19,8 +19,8 @@
 //! ```
 //!
 //! **The engine's API is the list of names re-exported below**, plus three public concerns: `files` (resolving a
-//! model to the GGUF the engine loads, converting folders, synthesising models) and `parity` (logits against a
-//! reference model, for `bench parity`), and `microbench`, the few internals the micro-benchmarks time (a bench's
+//! model to the GGUF the engine loads, converting folders, synthesising models), `parity` (logits against a
+//! reference model, for `bench parity`) and `microbench`, the few internals the micro-benchmarks time (a bench's
 //! surface, not an API). The folders are private, so the compiler holds the rest of the crate, the binary, the
 //! integration tests and the benches to those names; a part tested on its own is tested beside its code, in
 //! `#[cfg(test)]` modules (those that need a real model find it through `test_models`).
