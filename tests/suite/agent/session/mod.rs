@@ -6,6 +6,7 @@ mod budget;
 #[cfg(feature = "local")]
 mod cache;
 mod compaction;
+mod durability;
 mod export;
 mod logging;
 mod store;
