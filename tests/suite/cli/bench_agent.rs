@@ -35,7 +35,30 @@ fn every_task_check_fails_untouched_and_passes_on_its_solution() {
         })
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("{stdout}"));
-    assert!(n >= 30, "{n} tasks");
+    assert!(n >= 60, "{n} tasks");
+    // Both parts are there, and the held-out one has the twelve unseen medium tasks the goal is measured on.
+    let part = |name: &str| -> (usize, usize) {
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name} line in\n{stdout}"));
+        let nums: Vec<usize> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        (nums[0], nums[1])
+    };
+    let (dev, dev_medium) = part("dev");
+    let (heldout, heldout_medium) = part("heldout");
+    assert_eq!(dev + heldout, n);
+    assert!(
+        dev >= 40 && dev_medium >= 8,
+        "dev: {dev} tasks, {dev_medium} medium"
+    );
+    assert!(
+        heldout_medium >= 12,
+        "heldout: {heldout} tasks, {heldout_medium} medium"
+    );
 }
 
 /// Jobs a 0.5B model gets done here at temperature 0 in the file-blocks format (the local engine's default): a
