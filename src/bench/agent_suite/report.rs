@@ -164,6 +164,9 @@ fn cell(f: &Figures) -> String {
     )
 }
 
+/// One group of rows of the table: its figures in a pass.
+type Group = fn(&Pass) -> &BTreeMap<String, Figures>;
+
 /// A Markdown table, one column per (harness, setting): one row per category, then one per difficulty
 /// (`difficulty: simple`, `difficulty: medium`), then one per part when the runs span both; each cell is passes/runs
 /// (rate), mean tool calls, mean tool errors and mean seconds per run.
@@ -175,7 +178,7 @@ pub fn table(model: &str, passes: &[Pass]) -> String {
     out.push_str("\n|---|");
     out.push_str(&"---|".repeat(passes.len()));
     out.push('\n');
-    let groups: [(&str, fn(&Pass) -> &BTreeMap<String, Figures>); 3] = [
+    let groups: [(&str, Group); 3] = [
         ("", |p| &p.by_category),
         ("difficulty: ", |p| &p.by_difficulty),
         ("part: ", |p| &p.by_part),
