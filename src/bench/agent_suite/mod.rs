@@ -5,7 +5,7 @@
 //! - [`tasks`]: the task folders, workspaces, snapshots, checks and the self-test;
 //! - [`harness`]: the two harnesses and the parser of their JSON-lines events;
 //! - [`process`]: children with a deadline (their whole process group is killed);
-//! - [`report`]: figures per category and setting, the tables.
+//! - [`report`]: figures per category, difficulty and part for each setting, the tables.
 
 pub mod harness;
 pub mod process;
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 pub use harness::{Harness, Setting};
 pub use report::{passes, table, Figures, Pass, RunResult};
-pub use tasks::{load_tasks, Task};
+pub use tasks::{load_suite, Difficulty, Task, PARTS};
 
 use crate::bench::BenchError;
 
@@ -40,7 +40,9 @@ pub fn run_task(
     let (passed, check_output) = tasks::run_check(task, &ws);
     let mut r = RunResult::new(harness::parse_events(&finished.stdout));
     r.task = task.name.clone();
+    r.part = task.part.clone();
     r.category = task.category.clone();
+    r.difficulty = task.difficulty.name().to_string();
     r.harness = harness.name().to_string();
     r.setting = setting.label();
     r.attempt = attempt;

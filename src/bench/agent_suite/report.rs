@@ -1,5 +1,5 @@
-//! One run's record and the suite's figures: pass rate, tool calls, tool errors and time, per category and in
-//! all, for each harness and sampling setting; a Markdown table and a JSON document.
+//! One run's record and the suite's figures: pass rate, tool calls, tool errors and time, per category, per
+//! difficulty, per part and in all, for each harness and sampling setting; a Markdown table and a JSON document.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +11,11 @@ use super::harness::{CallRecord, RunEvents};
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
     pub task: String,
+    /// `dev` or `heldout`.
+    pub part: String,
     pub category: String,
+    /// `simple` or `medium`.
+    pub difficulty: String,
     pub harness: String,
     pub setting: String,
     pub attempt: usize,
@@ -38,7 +42,9 @@ impl RunResult {
     pub fn new(events: RunEvents) -> Self {
         Self {
             task: String::new(),
+            part: String::new(),
             category: String::new(),
+            difficulty: String::new(),
             harness: String::new(),
             setting: String::new(),
             attempt: 1,
@@ -103,6 +109,20 @@ pub struct Pass {
     pub setting: String,
     pub total: Figures,
     pub by_category: BTreeMap<String, Figures>,
+    pub by_difficulty: BTreeMap<String, Figures>,
+    pub by_part: BTreeMap<String, Figures>,
+}
+
+/// The figures of `runs` grouped by `key`.
+fn grouped(runs: &[&RunResult], key: impl Fn(&RunResult) -> &str) -> BTreeMap<String, Figures> {
+    let mut groups: BTreeMap<String, Vec<&RunResult>> = BTreeMap::new();
+    for r in runs {
+        groups.entry(key(r).to_string()).or_default().push(*r);
+    }
+    groups
+        .into_iter()
+        .map(|(k, rs)| (k, Figures::of(rs)))
+        .collect()
 }
 
 /// Groups `runs` by (harness, setting), in the order they first appear.
@@ -120,19 +140,11 @@ pub fn passes(runs: &[RunResult]) -> Vec<Pass> {
                 .iter()
                 .filter(|r| r.harness == harness && r.setting == setting)
                 .collect();
-            let mut by_category = BTreeMap::new();
-            for r in &mine {
-                by_category
-                    .entry(r.category.clone())
-                    .or_insert_with(Vec::new)
-                    .push(*r);
-            }
             Pass {
                 total: Figures::of(mine.iter().copied()),
-                by_category: by_category
-                    .into_iter()
-                    .map(|(c, rs)| (c, Figures::of(rs)))
-                    .collect(),
+                by_category: grouped(&mine, |r| &r.category),
+                by_difficulty: grouped(&mine, |r| &r.difficulty),
+                by_part: grouped(&mine, |r| &r.part),
                 harness,
                 setting,
             }
@@ -152,12 +164,13 @@ fn cell(f: &Figures) -> String {
     )
 }
 
-/// A Markdown table: one row per category, one column per (harness, setting); each cell is passes/runs (rate),
-/// mean tool calls, mean tool errors and mean seconds per run.
+/// One group of rows of the table: its figures in a pass.
+type Group = fn(&Pass) -> &BTreeMap<String, Figures>;
+
+/// A Markdown table, one column per (harness, setting): one row per category, then one per difficulty
+/// (`difficulty: simple`, `difficulty: medium`), then one per part when the runs span both; each cell is passes/runs
+/// (rate), mean tool calls, mean tool errors and mean seconds per run.
 pub fn table(model: &str, passes: &[Pass]) -> String {
-    let mut categories: Vec<&String> = passes.iter().flat_map(|p| p.by_category.keys()).collect();
-    categories.sort();
-    categories.dedup();
     let mut out = format!("Model: `{model}`\n\n| category |");
     for p in passes {
         out.push_str(&format!(" {} {} |", p.harness, p.setting));
@@ -165,15 +178,28 @@ pub fn table(model: &str, passes: &[Pass]) -> String {
     out.push_str("\n|---|");
     out.push_str(&"---|".repeat(passes.len()));
     out.push('\n');
-    for c in categories {
-        out.push_str(&format!("| {c} |"));
-        for p in passes {
-            match p.by_category.get(c) {
-                Some(f) => out.push_str(&format!(" {} |", cell(f))),
-                None => out.push_str(" — |"),
-            }
+    let groups: [(&str, Group); 3] = [
+        ("", |p| &p.by_category),
+        ("difficulty: ", |p| &p.by_difficulty),
+        ("part: ", |p| &p.by_part),
+    ];
+    for (prefix, group) in groups {
+        let mut keys: Vec<&String> = passes.iter().flat_map(|p| group(p).keys()).collect();
+        keys.sort();
+        keys.dedup();
+        if prefix == "part: " && keys.len() < 2 {
+            continue;
         }
-        out.push('\n');
+        for k in keys {
+            out.push_str(&format!("| {prefix}{k} |"));
+            for p in passes {
+                match group(p).get(k) {
+                    Some(f) => out.push_str(&format!(" {} |", cell(f))),
+                    None => out.push_str(" — |"),
+                }
+            }
+            out.push('\n');
+        }
     }
     out.push_str("| **all** |");
     for p in passes {

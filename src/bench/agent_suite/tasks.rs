@@ -1,7 +1,9 @@
-//! The coding tasks of `agentd bench agent` (`benches/agent_tasks/<name>/`): `task.toml` (prompt, category,
-//! check command, optional tools), `workspace/` (the starting files), `check.py` (copied in only after the agent
-//! finished, so the model never sees it) and `solution/` (hand-made fixed files, for `--selftest`). Workspaces are
-//! fresh copies in a temporary directory; a snapshot before and after tells which files the run changed.
+//! The coding tasks of `agentd bench agent` (`benches/agent_tasks/<part>/<name>/`, the parts `dev` and `heldout`):
+//! `task.toml` (prompt, category, difficulty, check command, optional tools), `workspace/` (the starting files),
+//! `check.py` (copied in only after the agent finished, so the model never sees it), `solution/` (hand-made fixed
+//! files, for `--selftest`) and optionally `wrong/<label>/` (plausible wrong answers the check must reject).
+//! Workspaces are fresh copies in a temporary directory; a snapshot before and after tells which files the run
+//! changed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,11 +20,35 @@ const IGNORED_DIRS: [&str; 2] = ["__pycache__", ".pytest_cache"];
 /// How long a task's check may run.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The two parts of the suite: `dev` is what the harness is tuned on, `heldout` is only measured (nobody reads its
+/// tasks or their runs while tuning).
+pub const PARTS: [&str; 2] = ["dev", "heldout"];
+
+/// How much a task asks: `simple` (one obvious edit in one small file) or `medium` (a multi-step job over 2–4 files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Difficulty {
+    Simple,
+    Medium,
+}
+
+impl Difficulty {
+    pub fn name(self) -> &'static str {
+        match self {
+            Difficulty::Simple => "simple",
+            Difficulty::Medium => "medium",
+        }
+    }
+}
+
 /// One task.
 #[derive(Debug, Clone)]
 pub struct Task {
     pub name: String,
+    /// `dev` or `heldout` (the folder it lies in).
+    pub part: String,
     pub category: String,
+    pub difficulty: Difficulty,
     pub prompt: String,
     /// A shell command run in the workspace after the agent; exit 0 is a pass.
     pub check: String,
@@ -39,12 +65,51 @@ struct TaskToml {
     #[serde(default)]
     category: Option<String>,
     #[serde(default)]
+    difficulty: Option<Difficulty>,
+    #[serde(default)]
     tools: Option<String>,
 }
 
-/// The tasks under `dir` (every subfolder with a `task.toml`), sorted by name; `only` keeps those names (an
-/// unknown name is an error).
-pub fn load_tasks(dir: &Path, only: &[String]) -> Result<Vec<Task>, BenchError> {
+/// The tasks of the given parts of the suite in `dir` (`dir/dev`, `dir/heldout`), sorted by part and name, with
+/// absolute folders; `only` keeps those names (an unknown name is an error, and so is a name found in two parts).
+pub fn load_suite(dir: &Path, parts: &[&str], only: &[String]) -> Result<Vec<Task>, BenchError> {
+    // Absolute, so that a check run in its workspace can find the task's folder ($TASK_DIR).
+    let dir = &std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut tasks = Vec::new();
+    for part in parts {
+        tasks.extend(load_part(&dir.join(part), part)?);
+    }
+    let mut names: Vec<&str> = tasks.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(BenchError::Dataset {
+            path: dir.display().to_string(),
+            message: format!("the task name {} is in two parts", w[0]),
+        });
+    }
+    if !only.is_empty() {
+        tasks.retain(|t| only.contains(&t.name));
+    }
+    let missing: Vec<&str> = only
+        .iter()
+        .filter(|n| !tasks.iter().any(|t| &&t.name == n))
+        .map(|s| s.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(BenchError::Dataset {
+            path: dir.display().to_string(),
+            message: format!(
+                "no such task in {}: {}",
+                parts.join(" or "),
+                missing.join(", ")
+            ),
+        });
+    }
+    Ok(tasks)
+}
+
+/// The tasks of one part folder (every subfolder with a `task.toml`), sorted by name.
+fn load_part(dir: &Path, part: &str) -> Result<Vec<Task>, BenchError> {
     let entries = std::fs::read_dir(dir).map_err(|e| BenchError::Dataset {
         path: dir.display().to_string(),
         message: format!("cannot list the task folder: {e}"),
@@ -57,9 +122,6 @@ pub fn load_tasks(dir: &Path, only: &[String]) -> Result<Vec<Task>, BenchError> 
             continue;
         }
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !only.is_empty() && !only.contains(&name) {
-            continue;
-        }
         let bad = |message: String| BenchError::Dataset {
             path: toml_path.display().to_string(),
             message,
@@ -73,7 +135,9 @@ pub fn load_tasks(dir: &Path, only: &[String]) -> Result<Vec<Task>, BenchError> 
             return Err(bad("no workspace/ folder beside it".into()));
         }
         tasks.push(Task {
+            part: part.to_string(),
             category: spec.category.unwrap_or_else(|| "other".into()),
+            difficulty: spec.difficulty.unwrap_or(Difficulty::Simple),
             prompt: spec.prompt,
             check: spec.check,
             tools: spec.tools,
@@ -82,23 +146,6 @@ pub fn load_tasks(dir: &Path, only: &[String]) -> Result<Vec<Task>, BenchError> 
         });
     }
     tasks.sort_by(|a, b| a.name.cmp(&b.name));
-    let missing: Vec<&String> = only
-        .iter()
-        .filter(|n| !tasks.iter().any(|t| &&t.name == n))
-        .collect();
-    if !missing.is_empty() {
-        return Err(BenchError::Dataset {
-            path: dir.display().to_string(),
-            message: format!(
-                "no such task: {}",
-                missing
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        });
-    }
     Ok(tasks)
 }
 
@@ -264,7 +311,8 @@ pub fn tail(text: &str, max: usize) -> String {
     text[start..].to_string()
 }
 
-/// One task's self-test: its check must fail on the untouched workspace and pass with `solution/` laid over it.
+/// One task's self-test: its check must fail on the untouched workspace, pass with `solution/` laid over it, and
+/// fail with each of the optional `wrong/<label>/` folders (plausible wrong or partial answers) laid over it.
 /// Returns the problems found (empty: the task is sound).
 pub fn selftest(task: &Task, root: &Path) -> Vec<String> {
     let mut problems = Vec::new();
@@ -297,6 +345,37 @@ pub fn selftest(task: &Task, root: &Path) -> Vec<String> {
             }
         }
         Err(e) => problems.push(e.to_string()),
+    }
+    let mut wrong: Vec<PathBuf> = std::fs::read_dir(task.dir.join("wrong"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    wrong.sort();
+    for answer in wrong {
+        let label = answer
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let laid = fresh_workspace(task, &root.join("wrong").join(&label)).and_then(|ws| {
+            copy_tree(&answer, &ws)
+                .map(|()| ws)
+                .map_err(|e| BenchError::Workload(format!("laying wrong/{label}: {e}")))
+        });
+        match laid {
+            Ok(ws) => {
+                if run_check(task, &ws).0 {
+                    problems.push(format!(
+                        "the check passes on the wrong answer wrong/{label}"
+                    ));
+                }
+            }
+            Err(e) => problems.push(e.to_string()),
+        }
     }
     problems
 }

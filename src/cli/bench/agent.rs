@@ -1,4 +1,4 @@
-//! `agentd bench agent`: the coding-task suite (`benches/agent_tasks`) under agentd's harness and/or Pi's, at the
+//! `agentd bench agent`: the coding-task suite (`benches/agent_tasks`, its `dev` part by default) under agentd's harness and/or Pi's, at the
 //! defaults (N seeds) and at temperature 0; prints pass rate, tool calls, tool errors and time per category (a
 //! Markdown table), optionally every run, and writes everything as JSON. `--selftest` checks the checks.
 
@@ -10,9 +10,13 @@ use anyhow::{bail, Context};
 
 #[derive(Debug, clap::Args)]
 pub struct AgentBenchArgs {
-    /// The task folder.
+    /// The task folder (with the parts `dev/` and `heldout/`).
     #[arg(long, value_name = "DIR", default_value = "benches/agent_tasks")]
     pub tasks: PathBuf,
+    /// Which part: `dev` (tune on it), `heldout` (measure only; do not read its tasks or runs while tuning) or
+    /// `all`.
+    #[arg(long, default_value = "dev", value_parser = ["dev", "heldout", "all"])]
+    pub part: String,
     /// The model (a known name or a GGUF file), loaded offline.
     #[arg(long, default_value = "qwen2.5-coder-0.5b-instruct")]
     pub model: String,
@@ -36,6 +40,9 @@ pub struct AgentBenchArgs {
     /// Only the tasks of these categories (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub category: Vec<String>,
+    /// Only the tasks of this difficulty.
+    #[arg(long, value_parser = ["simple", "medium"])]
+    pub difficulty: Option<String>,
     /// Seconds per agent run; the run's whole process group is killed after it.
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
@@ -109,10 +116,17 @@ fn find_pi(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
-    let mut tasks = agent_suite::load_tasks(&args.tasks, &args.only)
+    let parts: Vec<&str> = match args.part.as_str() {
+        "all" => agent_suite::PARTS.to_vec(),
+        one => vec![one],
+    };
+    let mut tasks = agent_suite::load_suite(&args.tasks, &parts, &args.only)
         .with_context(|| format!("loading the tasks in {}", args.tasks.display()))?;
     if !args.category.is_empty() {
         tasks.retain(|t| args.category.contains(&t.category));
+    }
+    if let Some(d) = &args.difficulty {
+        tasks.retain(|t| t.difficulty.name() == d);
     }
     if tasks.is_empty() {
         bail!("no task to run");
@@ -125,7 +139,13 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
         for task in &tasks {
             let problems = agent_suite::tasks::selftest(task, &root.path().join(&task.name));
             if problems.is_empty() {
-                println!("ok    {:28} {}", task.name, task.category);
+                println!(
+                    "ok    {:28} {:8} {:7} {}",
+                    task.name,
+                    task.part,
+                    task.difficulty.name(),
+                    task.category
+                );
             } else {
                 bad += 1;
                 println!("FAIL  {:28} {}", task.name, problems.join("; "));
@@ -133,6 +153,16 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
         }
         if bad > 0 {
             bail!("{bad} of {} tasks failed their self-test", tasks.len());
+        }
+        for part in agent_suite::PARTS {
+            let mine: Vec<_> = tasks.iter().filter(|t| t.part == part).collect();
+            if !mine.is_empty() {
+                let medium = mine
+                    .iter()
+                    .filter(|t| t.difficulty == agent_suite::Difficulty::Medium)
+                    .count();
+                println!("{part}: {} tasks, {medium} medium", mine.len());
+            }
         }
         println!(
             "{} tasks: every check fails untouched and passes on its solution",
@@ -210,7 +240,7 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
         println!("{}", report::runs_table(&results));
     }
     if let Some(path) = &args.json {
-        let doc = serde_json::json!({"model": args.model, "passes": passes, "runs": results});
+        let doc = serde_json::json!({"model": args.model, "part": args.part, "passes": passes, "runs": results});
         std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }

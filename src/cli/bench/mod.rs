@@ -17,8 +17,9 @@ mod tool_calls;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
-    /// The coding-task suite (benches/agent_tasks) under agentd's harness and/or Pi's: pass rate, tool calls,
-    /// tool errors and time per category, at the defaults and at temperature 0.
+    /// The coding-task suite (benches/agent_tasks, dev and held-out parts) under agentd's harness and/or Pi's:
+    /// pass rate, tool calls, tool errors and time per category and difficulty, at the defaults and at
+    /// temperature 0.
     Agent(agent::AgentBenchArgs),
     /// Prefill and decode speed of the local engine.
     #[cfg(feature = "local")]

@@ -1,7 +1,8 @@
-//! `agentd bench agent`: the checks of the task suite are sound (each fails on its untouched workspace and passes
-//! on its solution), and the assistant finishes a real job end to end: Qwen2.5-Coder-0.5B under agentd's own
-//! harness, at temperature 0, makes seven tasks' checks pass (the suite's CI subset; the whole suite is
-//! `agentd bench agent`).
+//! `agentd bench agent`: the checks of the task suite are sound (each fails on its untouched workspace and on its
+//! wrong answers and passes on its solution, in both parts: `dev` and `heldout`), the suite loads by part with its
+//! difficulties and the table has their rows, and the assistant finishes a real job end to end:
+//! Qwen2.5-Coder-0.5B under agentd's own harness, at temperature 0, makes seven tasks' checks pass (the suite's CI
+//! subset; the whole suite is `agentd bench agent`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -17,7 +18,7 @@ fn tasks() -> PathBuf {
 #[test]
 fn every_task_check_fails_untouched_and_passes_on_its_solution() {
     let out = Command::new(BIN)
-        .args(["bench", "agent", "--selftest", "--tasks"])
+        .args(["bench", "agent", "--selftest", "--part", "all", "--tasks"])
         .arg(tasks())
         .output()
         .unwrap();
@@ -34,7 +35,30 @@ fn every_task_check_fails_untouched_and_passes_on_its_solution() {
         })
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("{stdout}"));
-    assert!(n >= 30, "{n} tasks");
+    assert!(n >= 60, "{n} tasks");
+    // Both parts are there, and the held-out one has the twelve unseen medium tasks the goal is measured on.
+    let part = |name: &str| -> (usize, usize) {
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name} line in\n{stdout}"));
+        let nums: Vec<usize> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        (nums[0], nums[1])
+    };
+    let (dev, dev_medium) = part("dev");
+    let (heldout, heldout_medium) = part("heldout");
+    assert_eq!(dev + heldout, n);
+    assert!(
+        dev >= 40 && dev_medium >= 8,
+        "dev: {dev} tasks, {dev_medium} medium"
+    );
+    assert!(
+        heldout_medium >= 12,
+        "heldout: {heldout} tasks, {heldout_medium} medium"
+    );
 }
 
 /// Jobs a 0.5B model gets done here at temperature 0 in the file-blocks format (the local engine's default): a
@@ -87,4 +111,92 @@ fn qwen_finishes_real_jobs_under_agentds_harness() {
     for run in runs {
         assert_eq!(run["check_passed"], true, "{} failed: {run:#}", run["task"]);
     }
+}
+
+/// A suite folder with the given `part/name` tasks (`difficulty` line as given, empty for none).
+fn suite(tasks: &[(&str, &str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (part, name, difficulty) in tasks {
+        let t = dir.path().join(part).join(name);
+        std::fs::create_dir_all(t.join("workspace")).unwrap();
+        std::fs::write(
+            t.join("task.toml"),
+            format!("prompt = \"do it\"\ncheck = \"true\"\ncategory = \"c\"\n{difficulty}\n"),
+        )
+        .unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_suite_loads_by_part_with_difficulty_and_refuses_bad_folders() {
+    use agentd::bench::agent_suite::{load_suite, Difficulty, PARTS};
+
+    let dir = suite(&[
+        ("dev", "a", ""),
+        ("dev", "b", "difficulty = \"medium\""),
+        ("heldout", "c", "difficulty = \"medium\""),
+    ]);
+    let all = load_suite(dir.path(), &PARTS, &[]).unwrap();
+    let seen: Vec<(&str, &str, Difficulty)> = all
+        .iter()
+        .map(|t| (t.part.as_str(), t.name.as_str(), t.difficulty))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("dev", "a", Difficulty::Simple),
+            ("dev", "b", Difficulty::Medium),
+            ("heldout", "c", Difficulty::Medium)
+        ]
+    );
+    let dev = load_suite(dir.path(), &["dev"], &[]).unwrap();
+    assert_eq!(dev.len(), 2);
+    // --only looks in the chosen parts only.
+    let err = load_suite(dir.path(), &["dev"], &["c".to_string()]).unwrap_err();
+    assert!(err.to_string().contains("no such task in dev: c"), "{err}");
+    let only = load_suite(dir.path(), &PARTS, &["c".to_string()]).unwrap();
+    assert_eq!(only.len(), 1);
+
+    let twice = suite(&[("dev", "x", ""), ("heldout", "x", "")]);
+    let err = load_suite(twice.path(), &PARTS, &[]).unwrap_err();
+    assert!(err.to_string().contains("in two parts"), "{err}");
+    let bad = suite(&[("dev", "x", "difficulty = \"hard\"")]);
+    assert!(load_suite(bad.path(), &["dev"], &[]).is_err());
+    let no_heldout = suite(&[("dev", "x", "")]);
+    assert!(load_suite(no_heldout.path(), &PARTS, &[]).is_err());
+}
+
+#[test]
+fn the_table_has_rows_per_difficulty_and_per_part() {
+    use agentd::bench::agent_suite::{passes, table, RunResult};
+
+    let run = |part: &str, difficulty: &str, passed: bool| {
+        let mut r = RunResult::new(Default::default());
+        r.task = format!("{part}-{difficulty}");
+        r.part = part.into();
+        r.category = "bugfix".into();
+        r.difficulty = difficulty.into();
+        r.harness = "agentd".into();
+        r.setting = "t=0".into();
+        r.check_passed = passed;
+        r
+    };
+    let runs = [
+        run("dev", "simple", true),
+        run("dev", "medium", false),
+        run("heldout", "medium", true),
+    ];
+    let p = passes(&runs);
+    assert_eq!(p[0].by_difficulty["medium"].passed, 1);
+    assert_eq!(p[0].by_difficulty["medium"].runs, 2);
+    assert_eq!(p[0].by_part["heldout"].runs, 1);
+    let t = table("m", &p);
+    assert!(t.contains("| bugfix | 2/3 "), "{t}");
+    assert!(t.contains("| difficulty: medium | 1/2 "), "{t}");
+    assert!(t.contains("| difficulty: simple | 1/1 "), "{t}");
+    assert!(t.contains("| part: heldout | 1/1 "), "{t}");
+    // One part: no part rows.
+    let t = table("m", &passes(&runs[..2]));
+    assert!(!t.contains("part: "), "{t}");
 }

@@ -1,0 +1,5 @@
+"""shop-core: prices, carts and orders."""
+
+__version__ = "1.4.3"
+
+from .cart import Cart  # noqa: E402,F401
