@@ -3,7 +3,6 @@
 //! front of a remote server (the model's name, `--max-model-len`) and refuses to load a model.
 
 use std::path::PathBuf;
-
 use std::sync::Arc;
 
 #[cfg(feature = "local")]
