@@ -16,39 +16,9 @@
 use crate::bench::BenchError;
 use crate::provider::{CompletionRequest, Message, Sampling, ToolChoice};
 
-/// The file the `edit` and `rewrite` prompts show.
-pub const FILE: &str = r#"use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(path) = args.first() else {
-        eprintln!("usage: wordfreq FILE [--top N]");
-        return ExitCode::FAILURE;
-    };
-    let top = args
-        .iter()
-        .position(|a| a == "--top")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10);
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let words = wordfreq::top_words(&text, top);
-            if words.is_empty() {
-                println!("no words in {path}");
-            }
-            for (word, n) in words {
-                println!("{n:>6} {word}");
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{path}: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-"#;
+/// The file the `edit` and `rewrite` prompts show (a data file: the engine's drafting test replays an edit of it
+/// too).
+pub const FILE: &str = include_str!("copy_heavy_file.rs.txt");
 
 const EDIT_TASK: &str =
     "The error message should start with \"error: \". Reply with one SEARCH/REPLACE \

@@ -37,7 +37,8 @@ fn replay_steps(tokens: &[u32], prompt_len: usize, blank: Arc<[bool]>) -> usize 
 /// processor).
 #[test]
 fn a_reindented_copy_needs_fewer_steps_with_white_space_matched_loosely() {
-    let file = crate::bench::tool_calls::copy_heavy::FILE;
+    // The file `bench tool-calls`' edit workload shows.
+    let file = include_str!("../../bench/tool_calls/copy_heavy_file.rs.txt");
     let engine = test_models::cpu_engine(test_models::qwen_path());
     let user = format!(
         "Here is src/main.rs:\n\n```rust\n{file}```\n\nThe error message should start with \"error: \". Reply \

@@ -15,8 +15,6 @@ pub type ModPath = Vec<String>;
 pub struct Graph {
     /// Module → its file, relative to `src/`.
     pub files: BTreeMap<ModPath, String>,
-    /// Module → its text without comments and test modules.
-    pub texts: BTreeMap<ModPath, String>,
     /// Module → the modules it imports.
     pub edges: BTreeMap<ModPath, BTreeSet<ModPath>>,
     /// Module → the paths of its `pub use` items, read once.
@@ -278,7 +276,6 @@ impl Graph {
             .collect();
         let mut g = Graph {
             files,
-            texts: BTreeMap::new(),
             edges: BTreeMap::new(),
             reexports,
         };
@@ -303,7 +300,6 @@ impl Graph {
             }
             g.edges.insert(m, to);
         }
-        g.texts = texts;
         g
     }
 

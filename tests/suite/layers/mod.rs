@@ -1,6 +1,6 @@
 //! The library's layering (`../shared/DESIGN.md`): arrows between the top-level modules of `src/` point one way
-//! (every `crate::<module>` path outside comments and test code counts as an arrow; the leaves `schema` and `env`
-//! import nothing of ours, and nothing imports `server`); no two files import each other, directly or around a
+//! (every `crate::<module>` path outside comments counts as an arrow, in test code too; the leaves `schema` and
+//! `env` import nothing of ours, and nothing imports `server`); no two files import each other, directly or around a
 //! loop (`graph.rs`); and inside the engine the folders point down as `src/engine/mod.rs` draws them. That the
 //! rest of the crate, the tests and the benches reach the engine only through the names `engine/mod.rs`
 //! re-exports is the compiler's to check: the engine's folders are private.
@@ -48,27 +48,36 @@ fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Module → the other top-level modules its code (tests left out, as in [`Graph`]) names as `crate::<module>`.
+/// Module → the other top-level modules its code names as `crate::<module>`.
 fn arrows() -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules();
-    let g = Graph::read(&src());
-    let mut graph: BTreeMap<String, BTreeSet<String>> =
-        mods.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
-    for (file, text) in &g.texts {
-        let Some(to) = file.first().and_then(|m| graph.get_mut(m)) else {
-            continue;
-        };
-        let mut rest = text.as_str();
-        while let Some(at) = rest.find("crate::") {
-            rest = &rest[at + "crate::".len()..];
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if name != file[0] && mods.contains(&name) {
-                to.insert(name);
+    let mut graph = BTreeMap::new();
+    for m in &mods {
+        let mut files = Vec::new();
+        let dir = src().join(m);
+        if dir.is_dir() {
+            rust_files(&dir, &mut files);
+        } else {
+            files.push(src().join(format!("{m}.rs")));
+        }
+        let mut to = BTreeSet::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                let mut rest = line;
+                while let Some(at) = rest.find("crate::") {
+                    rest = &rest[at + "crate::".len()..];
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if &name != m && mods.contains(&name) {
+                        to.insert(name);
+                    }
+                }
             }
         }
+        graph.insert(m.clone(), to);
     }
     graph
 }

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::{client, get, post, ServeProcess};
 use crate::suite::cli::run::{run, Sandbox};
 use crate::suite::provider::fake_openai::{
-    call_delta, chunk, completion_reply, text_reply, usage_chunk, FakeServer, Reply,
+    call_delta, chunk, completion_reply, text_reply, usage_chunk, FakeServer, Recorded, Reply,
 };
 
 /// `agentd serve --port 0 --config FILE` with `provider = "remote"` pointed at `fake`.
@@ -29,6 +29,28 @@ fn serve_remote(fake: &FakeServer, dir: &std::path::Path) -> ServeProcess {
         .env("AGENTD_HOME", dir.join("home"))
         .env_remove("AGENTD_MODEL");
     ServeProcess::spawn(command)
+}
+
+/// One tool call as vLLM streams it: the name first, the arguments in the next chunk, then `tool_calls`.
+fn tool_call_reply(id: &str, name: &str, args: &str) -> Reply {
+    Reply::sse(vec![
+        chunk(json!({"role": "assistant", "content": ""}), None),
+        chunk(call_delta(0, Some(id), Some(name), ""), None),
+        chunk(call_delta(0, None, None, args), None),
+        chunk(json!({}), Some("tool_calls")),
+        usage_chunk(40, 12, 0),
+    ])
+}
+
+/// The tool result a request carries back to the model.
+fn tool_result(request: &Recorded) -> Value {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap()
 }
 
 fn hello() -> Reply {
@@ -152,23 +174,13 @@ async fn every_chat_door_answers_from_the_remote_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_session_writes_a_file_through_a_remote_models_tool_call() {
-    let call = vec![
-        chunk(json!({"role": "assistant", "content": ""}), None),
-        chunk(call_delta(0, Some("call_1"), Some("write"), ""), None),
-        chunk(
-            call_delta(
-                0,
-                None,
-                None,
-                r#"{"path": "greeting.txt", "content": "hello\n"}"#,
-            ),
-            None,
-        ),
-        chunk(json!({}), Some("tool_calls")),
-        usage_chunk(40, 12, 0),
-    ];
+    let call = tool_call_reply(
+        "call_1",
+        "write",
+        r#"{"path": "greeting.txt", "content": "hello\n"}"#,
+    );
     let fake = FakeServer::start(vec![
-        Reply::sse(call),
+        call,
         Reply::sse(text_reply(&["Wrote greeting.txt."], 60, 4)),
     ])
     .await;
@@ -192,32 +204,14 @@ async fn an_agent_session_writes_a_file_through_a_remote_models_tool_call() {
     // The second request carries the tool's result back to the model.
     let sent = fake.chat_requests();
     assert_eq!(sent.len(), 2, "{sent:?}");
-    let tool = sent[1].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .cloned()
-        .unwrap();
+    let tool = tool_result(&sent[1]);
     assert_eq!(tool["tool_call_id"], "call_1", "{tool}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_agent_session_reads_a_file_through_the_remote_model() {
-    let call = vec![
-        chunk(json!({"role": "assistant", "content": ""}), None),
-        chunk(
-            call_delta(0, Some("call_r"), Some("read"), r#"{"path": "a.txt"}"#),
-            None,
-        ),
-        chunk(json!({}), Some("tool_calls")),
-        usage_chunk(30, 8, 0),
-    ];
-    let fake = FakeServer::start(vec![
-        Reply::sse(call),
-        Reply::sse(text_reply(&["It says hi."], 50, 4)),
-    ])
-    .await;
+    let call = tool_call_reply("call_r", "read", r#"{"path": "a.txt"}"#);
+    let fake = FakeServer::start(vec![call, Reply::sse(text_reply(&["It says hi."], 50, 4))]).await;
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("work");
     std::fs::create_dir_all(&workspace).unwrap();
@@ -241,13 +235,7 @@ async fn an_http_agent_session_reads_a_file_through_the_remote_model() {
     assert!(events.contains("It says hi."), "{events}");
     let sent = fake.chat_requests();
     assert_eq!(sent.len(), 2, "{sent:?}");
-    let tool = sent[1].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .cloned()
-        .unwrap();
+    let tool = tool_result(&sent[1]);
     assert!(
         tool["content"].to_string().contains("hi from the file"),
         "{tool}"
