@@ -17,24 +17,31 @@ pub fn prompt_request(
     messages: &[AgentMessage],
     config: &AgentLoopConfig,
 ) -> CompletionRequest {
+    let harness = config.harness.as_deref();
+    let hidden = harness.map(|h| h.hidden_tools()).unwrap_or_default();
     let offered: Vec<&std::sync::Arc<dyn crate::tools::tool::Tool>> = context
         .tools
         .iter()
-        .filter(|t| !config.hidden_tools.contains(&t.spec().name))
+        .filter(|t| !hidden.contains(&t.spec().name))
         .collect();
     CompletionRequest {
         model: config.model.clone(),
         system: (!context.system_prompt.is_empty()).then(|| context.system_prompt.clone()),
-        messages: (config.convert_to_llm)(messages),
+        messages: harness
+            .and_then(|h| h.convert(messages))
+            .unwrap_or_else(|| (config.convert_to_llm)(messages)),
         tools: offered
             .iter()
             .map(|t| tool_spec(t.as_ref(), config))
             .collect(),
-        tool_choice: match &config.choose_tools {
+        tool_choice: match harness.and_then(|h| h.tool_choice(messages)) {
             _ if offered.is_empty() => ToolChoice::None,
-            Some(choose) => choose(messages),
+            Some(choice) => choice,
             None => ToolChoice::Auto,
         },
+        response_format: harness
+            .and_then(|h| h.response_format())
+            .unwrap_or_default(),
         sampling: config.sampling.clone(),
         max_tokens: config.max_tokens,
         parallel_tool_calls: (!offered.is_empty()).then_some(config.parallel_tool_calls),

@@ -20,9 +20,12 @@ pub enum AgentEndReason {
     Error,
     /// The run was aborted.
     Aborted,
-    /// A hook stopped the run (`AfterToolCall::stop`: e.g. the model kept rewriting one file, shrinking it);
-    /// the reason is the `agent_end` error. The job is not done.
+    /// The harness stopped the run (`RunEnd::Stopped`: e.g. the model kept rewriting one file, shrinking it, or
+    /// changed nothing on a task that asks for a change); the reason is the `agent_end` error. The job is not done.
     Stopped,
+    /// The run's own checks failed when it would have ended (`RunEnd::Failed`: a file no longer parses, a
+    /// definition went missing, the named test command fails); what failed is the `agent_end` error.
+    Failed,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -375,7 +375,7 @@ impl Agent {
                     AgentEndReason::MaxTurns => AgentStatus::Completed,
                     AgentEndReason::Error => AgentStatus::Failed,
                     AgentEndReason::Aborted => AgentStatus::Cancelled,
-                    AgentEndReason::Stopped => AgentStatus::Failed,
+                    AgentEndReason::Stopped | AgentEndReason::Failed => AgentStatus::Failed,
                 };
                 state.last_error = error.clone();
                 state.pending_tool_calls.clear();

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::compaction_record::Compaction;
-use crate::provider::{Message, Provider, Sampling, ToolCall, ToolChoice};
+use crate::provider::{Message, Provider, Sampling, ToolCall};
 use crate::tools::policy::Policy;
 use crate::tools::support::workspace::WorkspaceState;
 use crate::tools::tool::Tool;
@@ -26,45 +26,6 @@ pub type ConvertToLlm = Arc<dyn Fn(&[AgentMessage]) -> Vec<Message> + Send + Syn
 
 /// Messages queued by the user while the agent runs (steering, follow-ups).
 pub type MessageSource = Arc<dyn Fn() -> Vec<AgentMessage> + Send + Sync>;
-
-/// Picks the `tool_choice` of the next model call from the transcript so far (e.g. force a tool on the first
-/// turn). Without it every call is `auto` (or `none` when the agent has no tools).
-pub type ChooseTools = Arc<dyn Fn(&[AgentMessage]) -> ToolChoice + Send + Sync>;
-
-/// The calls a reply makes in its text rather than as tool calls (the file-blocks edit format: a fenced block
-/// under a path is a `write_block` call, `app::edit_format`). Asked when a turn ends; the calls are added to the
-/// turn's content (ids of their own) and run like any other call.
-pub type TextCalls = Arc<dyn Fn(&str) -> Vec<ToolCall> + Send + Sync>;
-
-/// A finished reply as the model produced it: its text, and for the tokens it generated (those after
-/// `generated_from`, a byte offset into `text`: an assistant prefill before it was given, not generated) each
-/// token with its most likely alternatives, when [`ReplyRevision::logprobs`] asked for them.
-#[derive(Debug, Clone, Default)]
-pub struct ReplyTrace {
-    pub text: String,
-    pub generated_from: usize,
-    pub tokens: Vec<crate::provider::TokenLogprob>,
-}
-
-/// Decides, after a turn's calls ran, whether the next reply starts from a given text (an assistant prefill,
-/// continued by the model) instead of from nothing: `(the reply, its calls' results)` → the prefill. Used by the
-/// file-blocks format to continue a block that changed nothing from the model's own second choice
-/// (`app::second_choice`).
-pub type NextReplyPrefill =
-    Arc<dyn Fn(&ReplyTrace, &[ToolCall], &[ToolResult]) -> Option<String> + Send + Sync>;
-
-/// Asked once per run, when a reply made no calls and the run would end: a note to add (as a user message) and
-/// the prefill of one more reply, when the hook sees the job is not done (a file the task asks for is missing).
-pub type BeforeEnd = Arc<dyn Fn() -> Option<(String, String)> + Send + Sync>;
-
-/// The loop's reply revision: how many alternatives per token a reply is traced with (top logprobs; asked of
-/// the provider only when it reports them), the decision that reads the trace, and the one before the end.
-#[derive(Clone)]
-pub struct ReplyRevision {
-    pub logprobs: usize,
-    pub next_prefill: NextReplyPrefill,
-    pub before_end: Option<BeforeEnd>,
-}
 
 /// What `before_tool_call` decides.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,11 +50,6 @@ pub struct AfterToolCall {
     pub content: Option<String>,
     pub details: Option<serde_json::Value>,
     pub is_error: Option<bool>,
-    /// End the run after this turn's results (`AgentEndReason::Stopped`, with this reason).
-    pub stop: Option<String>,
-    /// End the run after this turn's results as finished (`AgentEndReason::Completed`): the model said it has
-    /// nothing more to do in a call rather than in text (a no-op edit right after its change landed).
-    pub finish: bool,
 }
 
 pub type AfterToolCallHook =
@@ -130,19 +86,13 @@ pub struct AgentLoopConfig {
     pub convert_to_llm: ConvertToLlm,
     pub steering: Option<MessageSource>,
     pub follow_up: Option<MessageSource>,
-    pub choose_tools: Option<ChooseTools>,
-    /// Calls the model makes in its text (`None`: only tool calls count).
-    pub text_calls: Option<TextCalls>,
-    /// Tools that run the calls made in text (`text_calls`) but are not offered to the model as JSON tools: the
-    /// request leaves them out (with none left, it carries no tools and no tool section in the prompt).
-    pub hidden_tools: Vec<String>,
     pub before_tool_call: Option<BeforeToolCallHook>,
     pub after_tool_call: Option<AfterToolCallHook>,
     /// The context budget: checked when a run starts and at every `turn_end`, and asked to compact once after a
     /// context-overflow error (see `agent::compaction::Compactor`). `None`: the transcript is sent as it is.
     pub context_policy: Option<SharedContextPolicy>,
-    /// Continue the next reply from a prefill the hook picks (see [`ReplyRevision`]).
-    pub reply_revision: Option<ReplyRevision>,
+    /// The coding harness around the loop (`app::harness`): `None` runs the bare loop.
+    pub harness: Option<std::sync::Arc<dyn super::harness::LoopHarness>>,
 }
 
 pub const DEFAULT_MAX_TURNS: usize = 50;
@@ -167,13 +117,10 @@ impl AgentLoopConfig {
             convert_to_llm: Arc::new(crate::transcript::convert_to_llm),
             steering: None,
             follow_up: None,
-            choose_tools: None,
-            text_calls: None,
-            hidden_tools: Vec::new(),
             before_tool_call: None,
             after_tool_call: None,
             context_policy: None,
-            reply_revision: None,
+            harness: None,
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod compaction_record;
 pub mod context;
 pub mod events;
 pub mod handle;
+pub mod harness;
 pub mod hooks;
 mod prefill;
 pub mod run;
@@ -17,9 +18,9 @@ pub use compaction::{CompactionSettings, Compactor};
 pub use compaction_record::{Compaction, CompactionDetails, CompactionReason};
 pub use events::{AgentEndReason, AgentEvent};
 pub use handle::{Agent, AgentError, AgentState, AgentStatus, Listener, QueueMode};
+pub use harness::{EndDecision, LoopHarness, ReplyTrace, ResultRevision, RunEnd};
 pub use hooks::{
     AfterToolCall, AfterToolCallHook, AgentContext, AgentLoopConfig, BeforeToolCall,
-    BeforeToolCallHook, ContextPolicy, NextReplyPrefill, ReplyRevision, ReplyTrace,
-    SharedContextPolicy,
+    BeforeToolCallHook, ContextPolicy, SharedContextPolicy,
 };
 pub use run::agent_loop;

@@ -1,10 +1,11 @@
-//! A reply that starts from a given text (an assistant prefill, see [`ReplyRevision`]): the request that asks
+//! A reply that starts from a given text (an assistant prefill, see [`super::harness::LoopHarness::next_prefill`]): the request that asks
 //! for its continuation, and the provider's stream of that continuation seen as the stream of the whole reply,
 //! so the loop, the events and the transcript hold one assistant message that begins with the prefill.
 
 use futures::StreamExt;
 
-use super::hooks::{AgentLoopConfig, ReplyRevision, ReplyTrace};
+use super::harness::ReplyTrace;
+use super::hooks::AgentLoopConfig;
 use crate::provider::{
     AssistantMessage, CompletionRequest, ContentBlock, Message, ProviderEvent, ProviderStream,
 };
@@ -22,10 +23,9 @@ pub(super) fn prepare(
         }));
         request.continue_final_message = true;
     }
-    if let Some(ReplyRevision { logprobs, .. }) = &config.reply_revision {
-        if *logprobs > 0 && config.provider.supports_logprobs() {
-            request.logprobs = Some(*logprobs);
-        }
+    let logprobs = config.harness.as_ref().map_or(0, |h| h.logprobs());
+    if logprobs > 0 && config.provider.supports_logprobs() {
+        request.logprobs = Some(logprobs);
     }
 }
 

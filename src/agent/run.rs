@@ -13,8 +13,9 @@ use super::compaction_record::Compaction;
 use super::context::prompt_request;
 use super::events::Emitter;
 use super::events::{AgentEndReason, AgentEvent};
+use super::harness::{EndDecision, RunEnd};
 use super::hooks::{AgentContext, AgentLoopConfig};
-use super::tool_exec::{execute_tool_calls, fail_all, FINISHED};
+use super::tool_exec::{execute_tool_calls, fail_all};
 use crate::env::now_ms;
 use crate::provider::{ContentBlock, ErrorKind, ErrorReason, ProviderEvent, StopReason, ToolCall};
 use crate::transcript::{AgentMessage, AssistantTurn};
@@ -59,10 +60,10 @@ pub(crate) async fn run(
     // Whether messages were added since the last budget check (the check runs at every turn_end and before a
     // model call that would send unchecked messages).
     let mut unchecked = true;
-    // Where the next reply starts (see `ReplyRevision`), decided after a turn's calls ran.
+    // Where the next reply starts (the harness's `next_prefill`), decided after a turn's calls ran.
     let mut prefill: Option<String> = None;
-    // Whether the revision's `before_end` was answered in this run (it is asked once).
-    let mut ended_once = false;
+    // How the run ends when nothing more comes (the harness's verdict when the model last stopped).
+    let mut verdict = RunEnd::Completed;
     loop {
         let mut more_tool_calls = true;
         while more_tool_calls || !pending.is_empty() {
@@ -123,10 +124,10 @@ pub(crate) async fn run(
                 results = done;
                 pending = steering;
                 stopped = stop;
-                if let Some(revision) = &config.reply_revision {
+                if let Some(harness) = &config.harness {
                     if pending.is_empty() && turn.stop_reason == StopReason::Stop {
                         trace.text = turn.text();
-                        prefill = (revision.next_prefill)(&trace, &calls, &results);
+                        prefill = harness.next_prefill(&trace, &calls, &results);
                     }
                 }
             }
@@ -143,25 +144,40 @@ pub(crate) async fn run(
             if cancel.is_cancelled() {
                 return end(em, AgentEndReason::Aborted, added, None).await;
             }
-            match stopped {
-                Some(why) if why == FINISHED => {
-                    return end(em, AgentEndReason::Completed, added, None).await
-                }
-                Some(why) => return end(em, AgentEndReason::Stopped, added, Some(why)).await,
-                None => {}
+            // A result that finished the job still goes past the harness's end check.
+            let ending = match (stopped, &config.harness) {
+                (Some(RunEnd::Completed), Some(harness)) => match harness.before_end().await {
+                    EndDecision::End(ending) => Some(ending),
+                    EndDecision::Continue {
+                        note,
+                        prefill: start,
+                    } => {
+                        pending.push(AgentMessage::user(note));
+                        prefill = start;
+                        None
+                    }
+                },
+                (other, _) => other,
+            };
+            if let Some(ending) = ending {
+                return end_as(em, ending, added).await;
             }
             if pending.is_empty() {
                 pending = config.steering.as_ref().map(|s| s()).unwrap_or_default();
             }
+            verdict = RunEnd::Completed;
             if !more_tool_calls && pending.is_empty() && turn.stop_reason == StopReason::Stop {
-                let before_end = config
-                    .reply_revision
-                    .as_ref()
-                    .and_then(|r| r.before_end.as_ref());
-                if let Some((note, start)) = before_end.filter(|_| !ended_once).and_then(|f| f()) {
-                    ended_once = true;
-                    pending.push(AgentMessage::user(note));
-                    prefill = Some(start);
+                if let Some(harness) = &config.harness {
+                    match harness.before_end().await {
+                        EndDecision::Continue {
+                            note,
+                            prefill: start,
+                        } => {
+                            pending.push(AgentMessage::user(note));
+                            prefill = start;
+                        }
+                        EndDecision::End(ending) => verdict = ending,
+                    }
                 }
             }
             if turns >= config.max_turns && (more_tool_calls || !pending.is_empty()) {
@@ -178,7 +194,16 @@ pub(crate) async fn run(
         }
         pending = follow_ups;
     }
-    end(em, AgentEndReason::Completed, added, None).await
+    end_as(em, verdict, added).await
+}
+
+/// Ends the run as the harness (or the loop) decided.
+async fn end_as(em: &Emitter, ending: RunEnd, messages: Vec<AgentMessage>) {
+    match ending {
+        RunEnd::Completed => end(em, AgentEndReason::Completed, messages, None).await,
+        RunEnd::Stopped(why) => end(em, AgentEndReason::Stopped, messages, Some(why)).await,
+        RunEnd::Failed(why) => end(em, AgentEndReason::Failed, messages, Some(why)).await,
+    }
 }
 
 async fn end(
@@ -266,7 +291,7 @@ async fn stream_assistant(
     em: &Emitter,
     defer_overflow: bool,
     prefill: Option<String>,
-    trace: &mut super::hooks::ReplyTrace,
+    trace: &mut super::harness::ReplyTrace,
 ) -> Result<AssistantTurn, AssistantTurn> {
     let defer_overflow = defer_overflow && config.context_policy.is_some();
     let messages = match &config.transform_context {
@@ -353,7 +378,7 @@ async fn stream_assistant(
                 turn.content = message.content.clone();
                 turn.stop_reason = *stop_reason;
                 turn.usage = *usage;
-                if let Some(text_calls) = &config.text_calls {
+                if let Some(harness) = &config.harness {
                     let text: String = turn
                         .content
                         .iter()
@@ -362,8 +387,12 @@ async fn stream_assistant(
                             _ => None,
                         })
                         .collect();
-                    turn.content
-                        .extend(text_calls(&text).into_iter().map(ContentBlock::ToolCall));
+                    turn.content.extend(
+                        harness
+                            .text_calls(&text)
+                            .into_iter()
+                            .map(ContentBlock::ToolCall),
+                    );
                 }
             }
             ProviderEvent::Error {

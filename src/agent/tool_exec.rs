@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::AgentEvent;
 use super::events::Emitter;
+use super::harness::RunEnd;
 use super::hooks::{AgentContext, AgentLoopConfig, BeforeToolCall};
 use crate::env::now_ms;
 use crate::provider::ToolCall;
@@ -19,8 +20,6 @@ use crate::transcript::{AgentMessage, ToolResult};
 pub const SKIPPED_FOR_STEERING: &str = "Skipped due to queued user message.";
 /// The result text of calls not run because the run was aborted.
 pub const SKIPPED_FOR_ABORT: &str = "Aborted: the run was cancelled before this tool call ran.";
-/// What a hook's `finish` leaves in the stop slot: the run ends as completed.
-pub(super) const FINISHED: &str = "\u{0}finished";
 /// The result text of calls not run because a hook stopped the run.
 pub const SKIPPED_FOR_STOP: &str = "Skipped: the run was stopped before this tool call ran.";
 /// The result text of calls the model did not finish (the reply hit `max_tokens`).
@@ -119,8 +118,17 @@ async fn prepare(
     config.policy.check_tags(&call.name, tool.tags())?;
     let mut args = call.arguments.clone();
     validate(&tool, &args)?;
-    if let Some(hook) = &config.before_tool_call {
-        match hook(call).await {
+    let by_harness = match &config.harness {
+        Some(harness) => Some(harness.before_call(call).await),
+        None => None,
+    };
+    let decided = match (by_harness, &config.before_tool_call) {
+        (Some(d), _) if d != BeforeToolCall::Proceed => Some(d),
+        (_, Some(hook)) => Some(hook(call).await),
+        (d, None) => d,
+    };
+    if let Some(decision) = decided {
+        match decision {
             BeforeToolCall::Proceed => {}
             BeforeToolCall::Block(reason) => return Err(format!("Tool call blocked: {reason}")),
             BeforeToolCall::Rewrite(new_args) => {
@@ -159,7 +167,7 @@ pub(super) async fn execute_tool_calls(
     config: &AgentLoopConfig,
     cancel: &CancellationToken,
     em: &Emitter,
-) -> (Vec<ToolResult>, Vec<AgentMessage>, Option<String>) {
+) -> (Vec<ToolResult>, Vec<AgentMessage>, Option<RunEnd>) {
     let read_only = |c: &ToolCall| {
         context
             .tools
@@ -204,7 +212,7 @@ async fn run_batch(
     config: &AgentLoopConfig,
     cancel: &CancellationToken,
     em: &Emitter,
-    stop: &mut Option<String>,
+    stop: &mut Option<RunEnd>,
 ) -> Vec<ToolResult> {
     let (updates_tx, mut updates) = crate::tools::support::update_channel::update_channel();
     let mut prepared = Vec::new();
@@ -327,11 +335,17 @@ async fn run_batch(
             if let Some(e) = change.is_error {
                 r.is_error = e;
             }
-            if let Some(why) = change.stop {
-                stop.get_or_insert(why);
+        }
+        if let Some(harness) = &config.harness {
+            let revision = harness.after_call(call, &r).await;
+            if let Some(c) = revision.content {
+                r.content = c;
             }
-            if change.finish {
-                stop.get_or_insert_with(|| FINISHED.to_string());
+            if let Some(e) = revision.is_error {
+                r.is_error = e;
+            }
+            if let Some(ending) = revision.end {
+                stop.get_or_insert(ending);
             }
         }
         out.push(finish(call, r, em).await);

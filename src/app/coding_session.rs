@@ -39,7 +39,7 @@ use build::with_recall;
 pub use build::{text_or_file, SessionSettings, SetupReport, DEFAULT_TOOLS, RECALL_TOOL};
 
 use super::approvals::Approvals;
-use super::edit_format::{self, EditFormat};
+use super::harness::{blocks, EditFormat, Harness};
 use super::sessions::SessionChoice;
 use super::{templates, AppError, Backend, Recorder};
 
@@ -72,11 +72,8 @@ struct Inner {
     report: SetupReport,
     /// What the session knows of its files (`None`: the workspace grammar is off).
     workspace_state: Option<WorkspaceState>,
-    edit_format: EditFormat,
-    /// The files the running prompt named (blocks: asked about after a block lands).
-    named_files: super::named_files::NamedFiles,
-    /// `bash` blocks run (file blocks with the `bash` tool offered).
-    bash_blocks: bool,
+    /// The coding harness around the session's agents: told of every prompt.
+    harness: Arc<Harness>,
 }
 
 /// A session file being recorded.
@@ -152,21 +149,20 @@ impl CodingSession {
             &self.inner.cwd,
             self.inner.workspace.as_deref(),
         )?;
-        match &self.inner.workspace_state {
+        let harness = &self.inner.harness;
+        let prompt = match &self.inner.workspace_state {
             // File blocks: the named files first, in the format the model writes them back in.
-            Some(state) if self.inner.edit_format == EditFormat::Blocks => {
+            Some(state) if harness.format() == EditFormat::Blocks => {
                 let files = super::mentions::named_files(text, state);
-                self.inner.named_files.set(text, &files);
-                let mut prompt = edit_format::prompt_with_files(&expanded, &files);
-                if self.inner.bash_blocks && edit_format::asks_for_a_command(text) {
-                    prompt.push('\n');
-                    prompt.push_str(edit_format::COMMAND_CUE);
-                }
-                Ok(prompt)
+                harness.start_prompt(text, &files, blocks::prompt_with_files(&expanded, &files))
             }
-            Some(state) => Ok(super::mentions::attach_named_files(&expanded, text, state)),
-            None => Ok(expanded),
-        }
+            Some(state) => {
+                let attached = super::mentions::attach_named_files(&expanded, text, state);
+                harness.start_prompt(text, &[], attached)
+            }
+            None => harness.start_prompt(text, &[], expanded),
+        };
+        Ok(prompt)
     }
 
     /// If `line` is `/name args…` for one of the prompt templates, the prompt it expands to.

@@ -6,9 +6,8 @@
 //!
 //! Files: `approvals` (allow / ask / deny per tool tag, and the requests a door answers), `coding_session` ([`CodingSession`] and its tree operations), `backend` ([`Backend`]: the provider
 //! built from a [`crate::config::Config`], or one the caller made), `prompt` (the system prompt, the workspace's file tree and context
-//! files), `loop_rules` (repeats answered, a shrinking rewrite stopped), `edit_format` (JSON tool calls or file blocks in
-//! the reply), `block_owner` (the file a block written without its path rewrites), `named_files` (the running
-//! prompt's task and named files, as the blocks hooks use them), `skills` (`SKILL.md` discovery), `lookup` (where context files, skills, templates and project settings are
+//! files), `harness` (the coding harness around the loop, chosen per model: JSON tools or file blocks, the rules
+//! with typed outcomes, the self-check), `skills` (`SKILL.md` discovery), `lookup` (where context files, skills, templates and project settings are
 //! looked for, and through which file scope each is read), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
 //! `settings.toml`), `recorder`
 //! ([`Recorder`]: the glue between an `Agent` and a `SessionStore`), `error` ([`AppError`]).
@@ -23,21 +22,17 @@
 
 pub mod approvals;
 pub mod backend;
-pub mod block_owner;
 pub mod coding_session;
-pub mod edit_format;
 mod error;
 pub mod export;
+pub mod harness;
 pub mod local_engine;
 pub mod lookup;
-pub mod loop_rules;
 pub mod mcp_servers;
 pub mod mentions;
 #[cfg(feature = "local")]
 pub mod model_catalog;
-pub mod named_files;
 pub mod recorder;
-pub mod second_choice;
 pub mod sessions;
 pub mod settings;
 pub mod skills;

@@ -126,7 +126,7 @@ pub struct FileSettings {
     pub max_turns: Option<Sourced<usize>>,
     pub temperature: Option<Sourced<f32>>,
     /// `Some(None)`: `auto` written out.
-    pub edit_format: Option<Sourced<Option<super::edit_format::EditFormat>>>,
+    pub edit_format: Option<Sourced<Option<super::harness::EditFormat>>>,
     /// Per tag, in the order the files set them (an `all` expands to every tag).
     pub approvals: Vec<(Policy, Sourced<Approval>)>,
     pub compaction_enabled: Option<Sourced<bool>>,
@@ -203,7 +203,7 @@ pub fn read_within(scope: &FileScope, path: &Path) -> Result<Option<SettingsFile
     if let Some(format) = file.edit_format.as_deref().map(str::trim) {
         if format != "auto" {
             format
-                .parse::<super::edit_format::EditFormat>()
+                .parse::<super::harness::EditFormat>()
                 .map_err(|e| AppError::usage(format!("{}: edit_format: {e}", path.display())))?;
         }
     }

@@ -92,7 +92,7 @@ pub struct PromptInputs {
     /// `YYYY-MM-DD`.
     pub date: String,
     /// How the model changes files: with blocks, the default base prompt is the blocks format's instructions.
-    pub edit_format: super::edit_format::EditFormat,
+    pub edit_format: super::harness::EditFormat,
 }
 
 /// Tool guidance lines for the offered tools.
@@ -123,8 +123,8 @@ fn guidelines(tools: &[String]) -> Vec<&'static str> {
 pub fn build(inputs: &PromptInputs) -> String {
     let mut prompt = match &inputs.custom {
         Some(custom) => custom.trim_end().to_string(),
-        None if inputs.edit_format == super::edit_format::EditFormat::Blocks => {
-            super::edit_format::instructions(inputs.tools.iter().any(|t| t == "bash"))
+        None if inputs.edit_format == super::harness::EditFormat::Blocks => {
+            super::harness::blocks::instructions(inputs.tools.iter().any(|t| t == "bash"))
         }
         None => {
             let mut base = DEFAULT_BASE.to_string();

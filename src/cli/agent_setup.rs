@@ -183,6 +183,13 @@ pub struct AgentArgs {
     /// Run every call as the model sends it: no answer for a repeated call, no stop for a shrinking rewrite.
     #[arg(long)]
     pub no_loop_rules: bool,
+    /// The harness profile: `small` (file blocks, every rule) or `capable` (JSON tools, the self-check and the
+    /// repeat guard only). Default: the model's.
+    #[arg(long, value_name = "PROFILE")]
+    pub harness_profile: Option<String>,
+    /// Turn one harness rule off (repeatable; `agentd bench agent --ablate` measures what each buys).
+    #[arg(long, value_name = "RULE")]
+    pub ablate: Vec<agentd::app::harness::RuleId>,
     /// How the model changes files: `blocks` (it writes a file's path, then its new text in a fenced block;
     /// fenced `bash` blocks run), `tools` (JSON tool calls: edit, write, …) or `auto` (blocks on the local
     /// engine, tools on a remote server).
@@ -267,7 +274,16 @@ impl AgentArgs {
         settings.context_files = !self.no_context_files;
         settings.skills = !self.no_skills;
         settings.workspace_grammar = !self.no_workspace_grammar;
-        settings.loop_rules = !self.no_loop_rules;
+        if self.no_loop_rules {
+            settings
+                .harness_off
+                .extend(agentd::app::harness::profile::LOOP_GUARDS);
+        }
+        settings.harness_off.extend(self.ablate.iter().copied());
+        if let Some(name) = &self.harness_profile {
+            settings.harness =
+                Some(agentd::app::harness::Profile::named(name).map_err(Failure::usage)?);
+        }
         settings.edit_format = eff.edit_format.value;
         settings.mcp_servers = eff.mcp_servers.clone();
         settings.max_tokens = Some(eff.max_tokens.value);

@@ -228,6 +228,14 @@ async fn prompt_all(session: &CodingSession, prompts: &[String], json: bool) -> 
                 code = exit::FAILED;
                 break;
             }
+            AgentEndReason::Failed => {
+                eprintln!(
+                    "error: the run's checks failed: {}",
+                    state.last_error.as_deref().unwrap_or("a check failed")
+                );
+                code = exit::FAILED;
+                break;
+            }
             AgentEndReason::Aborted => {
                 eprintln!("aborted");
                 code = exit::ABORTED;

@@ -120,6 +120,9 @@ pub struct ModelManifest {
     /// The fetched file is a zip of a model folder, unpacked beside it (see [`super::unpack`]).
     #[serde(default)]
     pub unpack: Option<Unpack>,
+    /// The coding harness profile the model gets (`small`, `capable`: `app::harness::profile`); absent: small.
+    #[serde(default)]
+    pub harness: Option<String>,
     /// A Jinja chat template that replaces the one in the GGUF metadata.
     #[serde(default)]
     pub chat_template: Option<String>,

@@ -1,5 +1,5 @@
 //! `write_block {path, content}`: a file block the model wrote in its reply (the "file blocks" edit format,
-//! `app::edit_format`), applied. A new file is created with the block as its text; in an existing file the block
+//! `app::harness::blocks`), applied. A new file is created with the block as its text; in an existing file the block
 //! is placed by [`super::support::block_place`] (the run of lines it rewrites is replaced, the lines it left out at its ends
 //! are kept), so a block holding only the fixed function does not delete the rest of the file. The write is
 //! atomic like `write`'s, and refused like `edit`'s when it would break the syntax of a JSON or Python file

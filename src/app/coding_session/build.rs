@@ -21,8 +21,7 @@ use crate::tools::tool::Tool;
 
 use super::Inner;
 use crate::app::approvals::{ApprovalPolicy, Approvals, HookContext};
-use crate::app::edit_format::{self, EditFormat};
-use crate::app::loop_rules::{mutating_tools, LoopRules};
+use crate::app::harness::{self, EditFormat, Harness, HarnessSetup, Profile, RuleId};
 use crate::app::sessions::{self, SessionChoice};
 use crate::app::system_prompt::{self, PromptInputs};
 use crate::app::{skills, templates, AppError, Backend};
@@ -74,10 +73,13 @@ pub struct SessionSettings {
     /// Workspace-aware calls: the system prompt shows the file tree, and on the local engine the built-in tools'
     /// arguments are constrained to calls that can work here (existing paths, `old_text` from the file).
     pub workspace_grammar: bool,
-    /// The loop rules of [`crate::app::loop_rules`] (repeats answered, a shrinking rewrite stopped).
-    pub loop_rules: bool,
-    /// How the model changes files: JSON tool calls, or file blocks in its reply ([`crate::app::edit_format`]).
-    /// `None`: [`EditFormat::for_backend`] (blocks on the local engine).
+    /// The harness profile ([`crate::app::harness`]); `None`: the model's (its manifest's on the local engine,
+    /// `capable` for a remote server).
+    pub harness: Option<Profile>,
+    /// Harness rules turned off (ablation; `--no-loop-rules` turns off the loop's guards).
+    pub harness_off: Vec<RuleId>,
+    /// How the model changes files: JSON tool calls, or file blocks in its reply ([`crate::app::harness::blocks`]).
+    /// `None`: the profile's (blocks for small local models).
     pub edit_format: Option<EditFormat>,
     /// MCP servers whose tools join the session's ([`crate::app::mcp_servers`]).
     pub mcp_servers: std::collections::BTreeMap<String, crate::app::mcp_servers::McpServerConfig>,
@@ -105,7 +107,8 @@ impl SessionSettings {
             sessions_dir: None,
             bash_timeout: None,
             workspace_grammar: true,
-            loop_rules: true,
+            harness: None,
+            harness_off: Vec::new(),
             edit_format: None,
             mcp_servers: Default::default(),
         }
@@ -213,14 +216,12 @@ pub(super) async fn assemble(
         return Err(AppError::usage("max_turns must be at least 1"));
     }
     let denied_free = settings.approvals.policy();
-    let edit_format = settings
-        .edit_format
-        .unwrap_or_else(|| EditFormat::for_backend(&backend.kind));
-    // File blocks (the small local models' format) decode greedily unless a temperature is set, as Aider runs
-    // its models at temperature 0: sampling a small model's long tail breaks code it would otherwise copy right.
+    let profile = choose_profile(&settings, &backend);
+    let edit_format = settings.edit_format.unwrap_or(profile.edit_format);
+    // The profile's temperature is for its own edit format.
     let mut sampling = settings.sampling.clone();
-    if edit_format == EditFormat::Blocks && sampling.temperature.is_none() {
-        sampling.temperature = Some(0.0);
+    if edit_format == profile.edit_format && sampling.temperature.is_none() {
+        sampling.temperature = profile.temperature;
     }
     let settings = SessionSettings {
         policy: Policy::from_tags(settings.policy.allowed().filter(|t| denied_free.allows(*t))),
@@ -311,22 +312,28 @@ pub(super) async fn assemble(
     });
     config.before_tool_call = Some(approve);
     config.workspace_state = workspace_state.clone();
-    if settings.workspace_grammar {
-        config.choose_tools = Some(Arc::new(crate::app::loop_rules::act_on_named_files));
-    }
-    let named_files = crate::app::named_files::NamedFiles::new(scope.clone());
-    let bash_blocks =
-        edit_format == EditFormat::Blocks && tools.iter().any(|t| t.spec().name == "bash");
-    if edit_format == EditFormat::Blocks {
-        edit_format::install(&mut config, workspace_state.clone(), bash_blocks);
-        named_files.install(&mut config);
-    }
-    if settings.loop_rules {
-        LoopRules::new(mutating_tools(&tools), scope.clone()).install(&mut config);
-        if edit_format == EditFormat::Blocks {
-            crate::app::second_choice::install(&mut config, &named_files);
+    let bash = tools.iter().find(|t| t.spec().name == "bash").cloned();
+    // Check commands run only where a command runs without asking.
+    let commands = match (bash, &workspace_state) {
+        (Some(bash), Some(state)) if denied_free.allows(crate::tools::tool::PolicyTag::Exec) => {
+            Some(harness::rules::self_check::CommandRunner {
+                bash,
+                cwd: cwd.clone(),
+                workspace: workspace.clone(),
+                state: state.clone(),
+            })
         }
-    }
+        _ => None,
+    };
+    let harness = Harness::new(HarnessSetup {
+        profile,
+        format: edit_format,
+        scope: scope.clone(),
+        state: workspace_state.clone(),
+        tools: harness::mutating_tools(&tools),
+        commands,
+    });
+    config.harness = Some(harness.clone());
     let agent = Agent::new(config, system_prompt, tools);
     let inner = Inner {
         agent: Mutex::new(agent.clone()),
@@ -342,9 +349,7 @@ pub(super) async fn assemble(
         resources: Mutex::new(resources),
         approvals,
         workspace_state,
-        edit_format,
-        named_files,
-        bash_blocks,
+        harness,
         report: SetupReport {
             context_files: context_files.into_iter().map(|f| f.path).collect(),
             skills: found,
@@ -353,4 +358,17 @@ pub(super) async fn assemble(
         },
     };
     Ok((inner, agent, store))
+}
+
+/// The harness profile of a session: the one the settings name, else the model's (its manifest's on the local
+/// engine; a remote server or a provider the caller built is `capable` unless the session asks for file blocks,
+/// the small models' format), less the rules the settings turn off.
+fn choose_profile(settings: &SessionSettings, backend: &Backend) -> Profile {
+    let profile = match (&settings.harness, &backend.kind) {
+        (Some(p), _) => p.clone(),
+        (None, crate::app::BackendKind::Local) => Profile::for_local_model(&backend.model),
+        (None, _) if settings.edit_format == Some(EditFormat::Blocks) => Profile::small(),
+        (None, _) => Profile::capable(),
+    };
+    profile.without(&settings.harness_off)
 }

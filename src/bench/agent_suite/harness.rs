@@ -36,6 +36,8 @@ pub enum Harness {
         bin: PathBuf,
         model: String,
         extra: Vec<String>,
+        /// The name its runs are reported under (`agentd`, or `agentd -RULE` for an ablation).
+        label: String,
     },
     Pi {
         pi: PathBuf,
@@ -130,9 +132,9 @@ impl Harness {
         })
     }
 
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
-            Harness::Agentd { .. } => "agentd",
+            Harness::Agentd { label, .. } => label,
             Harness::Pi { .. } => "pi",
         }
     }
@@ -146,7 +148,9 @@ impl Harness {
         setting: Setting,
     ) -> Command {
         match self {
-            Harness::Agentd { bin, model, extra } => {
+            Harness::Agentd {
+                bin, model, extra, ..
+            } => {
                 let mut c = Command::new(bin);
                 c.args(["run", "--no-session", "--model", model, "--mode", "json"])
                     .args(["--allow", "all", "--offline", "--workspace"])

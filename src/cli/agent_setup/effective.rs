@@ -7,7 +7,7 @@ use std::path::Path;
 
 use agentd::agent::CompactionSettings;
 use agentd::app::approvals::{Approval, ApprovalPolicy};
-use agentd::app::edit_format::EditFormat;
+use agentd::app::harness::EditFormat;
 use agentd::app::settings::{self, FileSettings, Source, Sourced};
 use agentd::provider::Thinking;
 use agentd::tools::tool::PolicyTag;

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use agentd::app::harness::RuleId;
 use agentd::bench::agent_suite::{self, report, Harness, Setting};
 use anyhow::{bail, Context};
 
@@ -61,6 +62,10 @@ pub struct AgentBenchArgs {
     /// One more argument for `agentd run` (repeatable).
     #[arg(long = "extra", value_name = "ARG", allow_hyphen_values = true)]
     pub extra: Vec<String>,
+    /// Also run agentd with each of these harness rules turned off, one at a time (comma-separated rule names,
+    /// or `all`): one column per rule, beside the run with every rule, shows what each buys.
+    #[arg(long, value_delimiter = ',', value_name = "RULE")]
+    pub ablate: Vec<String>,
     /// Check the checks instead: each must fail on the untouched workspace and pass on solution/. Runs no model.
     #[arg(long)]
     pub selftest: bool,
@@ -172,11 +177,15 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
     }
     let settings = parse_settings(&args.settings, args.repeat)?;
     let bin = std::env::current_exe().context("locating this agentd binary")?;
-    let harnesses: Vec<&str> = match args.harness.as_str() {
-        "both" => vec!["agentd", "pi"],
-        one => vec![one],
+    let ablations = ablations(&args.ablate)?;
+    let mut harnesses: Vec<(&str, Option<RuleId>)> = match args.harness.as_str() {
+        "both" => vec![("agentd", None), ("pi", None)],
+        one => vec![(one, None)],
     };
-    let pi = if harnesses.contains(&"pi") {
+    if harnesses.iter().any(|(h, _)| *h == "agentd") {
+        harnesses.extend(ablations.into_iter().map(|r| ("agentd", Some(r))));
+    }
+    let pi = if harnesses.iter().any(|(h, _)| *h == "pi") {
         Some(find_pi(args.pi.clone())?)
     } else {
         None
@@ -186,7 +195,7 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
     }
     let timeout = Duration::from_secs(args.timeout.max(1));
     let mut results = Vec::new();
-    for name in &harnesses {
+    for (name, off) in &harnesses {
         for setting in &settings {
             let harness = match (*name, &pi) {
                 ("pi", Some(pi)) => {
@@ -202,11 +211,20 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
                     }
                     Harness::pi(&bin, pi.clone(), &args.model, &serve)?
                 }
-                _ => Harness::Agentd {
-                    bin: bin.clone(),
-                    model: args.model.clone(),
-                    extra: args.extra.clone(),
-                },
+                _ => {
+                    let mut extra = args.extra.clone();
+                    let mut label = "agentd".to_string();
+                    if let Some(rule) = off {
+                        extra.extend(["--ablate".to_string(), rule.name().to_string()]);
+                        label = format!("agentd -{}", rule.name());
+                    }
+                    Harness::Agentd {
+                        bin: bin.clone(),
+                        model: args.model.clone(),
+                        extra,
+                        label,
+                    }
+                }
             };
             let attempt = setting.seed.map_or(1, |s| s as usize);
             for task in &tasks {
@@ -249,4 +267,18 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
         eprintln!("workspaces kept in {}", kept.display());
     }
     Ok(())
+}
+
+/// The rules `--ablate` names (`all`: every rule, in the order the harness asks them).
+fn ablations(names: &[String]) -> anyhow::Result<Vec<RuleId>> {
+    let mut out = Vec::new();
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        if name == "all" {
+            out.extend(RuleId::ORDER);
+            continue;
+        }
+        out.push(name.parse::<RuleId>().map_err(anyhow::Error::msg)?);
+    }
+    out.dedup();
+    Ok(out)
 }

@@ -389,7 +389,6 @@ async fn hooks_block_rewrite_and_replace() {
                     content: Some("replaced".into()),
                     details: Some(json!({"hooked": true})),
                     is_error: Some(true),
-                    ..AfterToolCall::default()
                 }
             } else {
                 AfterToolCall::default()

@@ -1,4 +1,4 @@
-//! The file-blocks edit format (`app::edit_format`) through the real agent loop, the real `write_block` and
+//! The file-blocks edit format (`app::harness::blocks`) through the real agent loop, the real `write_block` and
 //! `bash` tools and real files, with a scripted provider whose replies are text: a file block is placed in its
 //! file (the lines it leaves out at its ends are kept), a new file is created, a `bash` block runs, the model
 //! sees no JSON tools, the examples first and the results as one user message; a block that would break a
@@ -11,9 +11,9 @@ use std::sync::Arc;
 use agentd::agent::{
     agent_loop, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig, AgentMessage,
 };
-use agentd::app::edit_format::{self, EditFormat, TEXT_CALL_PREFIX};
-use agentd::app::loop_rules::{mutating_tools, LoopRules};
-use agentd::app::BackendKind;
+use agentd::app::harness::blocks::{self as edit_format, TEXT_CALL_PREFIX};
+use agentd::app::harness::rules::command_cue::COMMAND_CUE;
+use agentd::app::harness::{EditFormat, Profile, RuleId};
 use agentd::provider::{Message, ScriptedProvider, ScriptedReply, ToolChoice};
 use agentd::tools::bash::BashTool;
 use agentd::tools::support::workspace::WorkspaceState;
@@ -48,20 +48,11 @@ async fn run_named(
     for rel in state.listing().files {
         state.saw(&dir.join(rel));
     }
-    config.workspace_state = Some(state.clone());
     let tools: Vec<Arc<dyn Tool>> =
         vec![Arc::new(WriteBlockTool::new()), Arc::new(BashTool::new())];
-    edit_format::install(&mut config, Some(state), true);
-    let named_files = agentd::app::named_files::NamedFiles::new(
-        agentd::tools::policy::FileScope::unconfined(dir),
-    );
-    named_files.set("fix it", named);
-    named_files.install(&mut config);
-    LoopRules::new(
-        mutating_tools(&tools),
-        agentd::tools::policy::FileScope::unconfined(dir),
-    )
-    .install(&mut config);
+    // The format and the rules around blocks; the reply revision and the self-check have their own tests.
+    let off = [RuleId::SecondChoice, RuleId::MissingFile, RuleId::SelfCheck];
+    super::blocks_harness(&mut config, dir, state, &tools, &off, ("fix it", named));
     let context = AgentContext {
         system_prompt: edit_format::instructions(true),
         messages: vec![],
@@ -487,17 +478,16 @@ async fn a_block_for_a_file_never_shown_gets_its_text_first() {
 }
 
 #[test]
-fn the_local_engine_gets_blocks_and_other_backends_tools() {
+fn small_models_get_blocks_and_capable_ones_tools() {
     assert_eq!(
-        EditFormat::for_backend(&BackendKind::Local),
+        Profile::for_local_model("qwen2.5-coder-0.5b-instruct").edit_format,
         EditFormat::Blocks
     );
     assert_eq!(
-        EditFormat::for_backend(&BackendKind::Remote {
-            base_url: "http://x".into()
-        }),
+        Profile::for_local_model("qwen3-8b").edit_format,
         EditFormat::Tools
     );
+    assert_eq!(Profile::capable().edit_format, EditFormat::Tools);
     assert_eq!("blocks".parse::<EditFormat>(), Ok(EditFormat::Blocks));
     assert!("diff".parse::<EditFormat>().is_err());
 }
@@ -551,11 +541,11 @@ async fn a_prompt_that_asks_to_run_something_is_cued_to_write_the_command_first(
         .expand_mentions("Run compute.py with python3 and write what it prints into out.txt.")
         .unwrap();
     assert!(run.contains("compute.py\n```\nprint(6 * 7)\n```"), "{run}");
-    assert!(run.ends_with(edit_format::COMMAND_CUE), "{run}");
+    assert!(run.ends_with(COMMAND_CUE), "{run}");
     let plain = with_bash
         .expand_mentions("Add a docstring to compute.py.")
         .unwrap();
-    assert!(!plain.contains(edit_format::COMMAND_CUE), "{plain}");
+    assert!(!plain.contains(COMMAND_CUE), "{plain}");
     // Without the bash tool no command can run: no cue.
     let without = session(Some(vec!["read".into(), "write".into()]))
         .await
@@ -563,5 +553,5 @@ async fn a_prompt_that_asks_to_run_something_is_cued_to_write_the_command_first(
     let run = without
         .expand_mentions("Run compute.py with python3 and write what it prints into out.txt.")
         .unwrap();
-    assert!(!run.contains(edit_format::COMMAND_CUE), "{run}");
+    assert!(!run.contains(COMMAND_CUE), "{run}");
 }

@@ -1,4 +1,4 @@
-//! The loop rules (`app::loop_rules`) through the real agent loop, the real file tools and real files, with a
+//! The loop rules (`app::harness::rules::repeats`) through the real agent loop, the real file tools and real files, with a
 //! scripted provider: a repeated failed call is answered with its earlier error, a repeated change "already
 //! done", a no-op after a change ends the run as completed, a shrinking rewrite and endless repeats stop it, an
 //! edit of an unread file gets the file's text (and may then be sent again), and the rules leave the session's
@@ -12,7 +12,7 @@ use agentd::agent::{
     agent_loop, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig, AgentMessage,
     BeforeToolCall,
 };
-use agentd::app::loop_rules::{mutating_tools, LoopRules};
+use agentd::app::harness::{EditFormat, Profile, RuleId};
 use agentd::provider::{ScriptedProvider, ScriptedReply};
 use agentd::tools::edit::EditTool;
 use agentd::tools::read::ReadTool;
@@ -29,6 +29,20 @@ fn tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(EditTool::new()),
         Arc::new(WriteTool::new()),
     ]
+}
+
+/// The loop's guards (JSON tools; the self-check has its own tests) around `config`.
+fn loop_guards(config: &mut AgentLoopConfig, dir: &Path, tools: &[Arc<dyn Tool>]) {
+    let off = [RuleId::SelfCheck, RuleId::ActOnNamedFiles];
+    super::install_harness(
+        config,
+        dir,
+        tools,
+        Profile::small(),
+        EditFormat::Tools,
+        &off,
+        ("go", &[]),
+    );
 }
 
 /// Runs `calls` (tool, arguments) one per turn, then a text reply, in `dir` with the rules (and the workspace
@@ -53,11 +67,7 @@ async fn run(
         config.workspace_state = Some(WorkspaceState::new(dir));
     }
     let tools = tools();
-    LoopRules::new(
-        mutating_tools(&tools),
-        agentd::tools::policy::FileScope::unconfined(dir),
-    )
-    .install(&mut config);
+    loop_guards(&mut config, dir, &tools);
     let context = AgentContext {
         system_prompt: "test".into(),
         messages: vec![],
@@ -310,11 +320,7 @@ async fn the_rules_leave_other_calls_to_the_next_hook() {
         Box::pin(async { BeforeToolCall::Block("denied by the user".into()) })
     }));
     let tools = tools();
-    LoopRules::new(
-        mutating_tools(&tools),
-        agentd::tools::policy::FileScope::unconfined(dir.path()),
-    )
-    .install(&mut config);
+    loop_guards(&mut config, dir.path(), &tools);
     let context = AgentContext {
         system_prompt: "test".into(),
         messages: vec![],

@@ -10,10 +10,9 @@ use std::sync::Arc;
 use agentd::agent::{
     agent_loop, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig, AgentMessage,
 };
-use agentd::app::edit_format;
-use agentd::app::loop_rules::{mutating_tools, LoopRules};
-use agentd::app::named_files::NamedFiles;
-use agentd::app::second_choice::{self, ALTERNATIVES};
+use agentd::app::harness::blocks as edit_format;
+use agentd::app::harness::rules::second_choice::ALTERNATIVES;
+use agentd::app::harness::RuleId;
 use agentd::provider::{
     ContentBlock, Message, ScriptedProvider, ScriptedReply, TokenLogprob, TopLogprob,
 };
@@ -45,19 +44,11 @@ async fn run(
         let text = std::fs::read_to_string(dir.join(&rel)).unwrap();
         named.push((rel, text));
     }
-    config.workspace_state = Some(state.clone());
     let tools: Vec<Arc<dyn Tool>> =
         vec![Arc::new(WriteBlockTool::new()), Arc::new(BashTool::new())];
-    edit_format::install(&mut config, Some(state), true);
-    let named_files = NamedFiles::new(agentd::tools::policy::FileScope::unconfined(dir));
-    named_files.set(task, &named);
-    named_files.install(&mut config);
-    LoopRules::new(
-        mutating_tools(&tools),
-        agentd::tools::policy::FileScope::unconfined(dir),
-    )
-    .install(&mut config);
-    second_choice::install(&mut config, &named_files);
+    // The self-check has its own tests.
+    let off = [RuleId::SelfCheck];
+    super::blocks_harness(&mut config, dir, state, &tools, &off, (task, &named));
     let context = AgentContext {
         system_prompt: edit_format::instructions(true),
         messages: vec![],

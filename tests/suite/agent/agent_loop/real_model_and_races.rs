@@ -26,7 +26,7 @@ impl Tool for OneFileRead {
 #[cfg(feature = "local")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_model_forced_read_reaches_the_next_turn() {
-    use agentd::provider::{LocalProvider, ToolChoice};
+    use agentd::provider::LocalProvider;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("notes.txt"),
@@ -40,18 +40,7 @@ async fn real_model_forced_read_reaches_the_next_turn() {
     cfg.sampling = agentd::provider::Sampling::greedy();
     cfg.max_tokens = Some(48);
     // Force `read` until a tool result exists, then let the model answer in text.
-    cfg.choose_tools = Some(Arc::new(|messages: &[AgentMessage]| {
-        if messages
-            .iter()
-            .any(|m| matches!(m, AgentMessage::ToolResult(_)))
-        {
-            ToolChoice::None
-        } else {
-            ToolChoice::Tool {
-                name: "read".into(),
-            }
-        }
-    }));
+    cfg.harness = Some(Arc::new(ReadFirst));
     let seen: Arc<Mutex<Vec<Vec<AgentMessage>>>> = Arc::default();
     let s = seen.clone();
     cfg.transform_context = Some(Arc::new(move |messages: Vec<AgentMessage>| {
@@ -137,4 +126,24 @@ async fn a_steer_that_arrives_as_the_run_ends_is_delivered_and_an_idle_one_waits
     assert_eq!(reqs.len(), 3);
     assert_eq!(reqs[2].messages.last(), Some(&Message::user("while idle")));
     assert!(!agent.has_queued());
+}
+
+/// Forces `read` until a tool result exists, then lets the model answer in text.
+struct ReadFirst;
+
+#[async_trait::async_trait]
+impl agentd::agent::LoopHarness for ReadFirst {
+    fn tool_choice(&self, messages: &[AgentMessage]) -> Option<agentd::provider::ToolChoice> {
+        use agentd::provider::ToolChoice;
+        let read = messages
+            .iter()
+            .any(|m| matches!(m, AgentMessage::ToolResult(_)));
+        Some(if read {
+            ToolChoice::None
+        } else {
+            ToolChoice::Tool {
+                name: "read".into(),
+            }
+        })
+    }
 }

@@ -14,46 +14,43 @@
 //! continued reply is the model's next turn, checked and run like any other (a wrong change still fails the
 //! task's check, and the loop rules still stop a run that repeats itself).
 
-use std::sync::Arc;
-
-use super::named_files::NamedFiles;
-use crate::agent::{AgentLoopConfig, ReplyRevision, ReplyTrace};
-use crate::provider::{TokenLogprob, ToolCall};
-use crate::tools::write_block::WRITE_BLOCK;
-use crate::transcript::ToolResult;
+use super::{Cx, Rule};
+use crate::agent::ReplyTrace;
+use crate::app::harness::outcome::{Call, Outcome};
+use crate::app::harness::profile::RuleId;
+use crate::provider::TokenLogprob;
 
 /// Alternatives traced per token.
 pub const ALTERNATIVES: usize = 5;
 
-/// Installs the revision of a blocks session on `config`: a block that changed nothing is continued from the
-/// model's second choice, and a run about to end without a file the task asks for gets one more turn that
-/// starts with that file's block ([`NamedFiles::missing_file_turn`]).
-pub fn install(config: &mut AgentLoopConfig, named: &NamedFiles) {
-    let named = named.clone();
-    config.reply_revision = Some(ReplyRevision {
-        logprobs: ALTERNATIVES,
-        next_prefill: Arc::new(next_prefill),
-        before_end: Some(Arc::new(move || named.missing_file_turn())),
-    });
-}
+/// See the module docs.
+pub struct SecondChoice;
 
-/// The prefill of the reply after `trace`'s turn: its first block whose result says it changed nothing,
-/// written up to its least certain token, then the runner-up there.
-pub fn next_prefill(
-    trace: &ReplyTrace,
-    calls: &[ToolCall],
-    results: &[ToolResult],
-) -> Option<String> {
-    results
-        .iter()
-        .filter(|r| r.is_error && r.details.get("noop").and_then(|v| v.as_bool()) == Some(true))
-        .filter_map(|r| calls.iter().find(|c| c.id == r.tool_call_id))
-        .filter(|c| c.name == WRITE_BLOCK)
-        .find_map(|call| {
-            let content = call.arguments.get("content")?.as_str()?;
-            let start = trace.text.find(content)?;
-            flip(trace, start..start + content.len())
-        })
+impl Rule for SecondChoice {
+    fn id(&self) -> RuleId {
+        RuleId::SecondChoice
+    }
+
+    /// The reply after a turn whose first block changed nothing (before any change landed): that block as the
+    /// model wrote it up to its least certain token, then the runner-up there.
+    fn next_prefill(
+        &self,
+        trace: &ReplyTrace,
+        turn: &[(Call, Outcome)],
+        cx: &Cx<'_>,
+    ) -> Option<String> {
+        if cx.task.landed() {
+            return None;
+        }
+        turn.iter()
+            .find_map(|(call, outcome)| match (call, outcome) {
+                (Call::Block { content, .. }, Outcome::NoOp { .. }) => {
+                    let start = trace.text.find(content.as_str())?;
+                    flip(trace, start..start + content.len())
+                }
+                _ => None,
+            })
+    }
 }
 
 /// The reply up to its least certain generated token whose start lies in `span` (byte offsets), with that
@@ -100,7 +97,10 @@ fn runner_up(token: &TokenLogprob) -> Option<(f32, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::harness::profile::{EditFormat, Profile};
+    use crate::app::harness::rules::Task;
     use crate::provider::TopLogprob;
+    use crate::tools::policy::FileScope;
 
     fn token(text: &str, logprob: f32, top: &[(&str, f32)]) -> TokenLogprob {
         TokenLogprob {
@@ -128,21 +128,35 @@ mod tests {
         }
     }
 
-    fn noop(content: &str) -> (Vec<ToolCall>, Vec<ToolResult>) {
-        let call = ToolCall::new(
-            "text_1",
-            WRITE_BLOCK,
-            serde_json::json!({"path": "stats.py", "content": content}),
-        );
-        let result = ToolResult {
-            tool_call_id: "text_1".into(),
-            tool_name: WRITE_BLOCK.into(),
-            content: "Your block for stats.py is the same as the file".into(),
-            details: serde_json::json!({"noop": true}),
-            is_error: true,
-            timestamp: 0,
-        };
-        (vec![call], vec![result])
+    fn noop(content: &str) -> Vec<(Call, Outcome)> {
+        vec![(
+            Call::Block {
+                path: "stats.py".into(),
+                content: content.into(),
+            },
+            Outcome::NoOp {
+                path: "stats.py".into(),
+            },
+        )]
+    }
+
+    fn prefill(trace: &ReplyTrace, turn: &[(Call, Outcome)], landed: bool) -> Option<String> {
+        let mut task = Task::default();
+        if landed {
+            task.changed.push(("stats.py".into(), None));
+        }
+        let profile = Profile::small();
+        let scope = FileScope::unconfined(".");
+        SecondChoice.next_prefill(
+            trace,
+            turn,
+            &Cx {
+                task: &task,
+                scope: &scope,
+                profile: &profile,
+                format: EditFormat::Blocks,
+            },
+        )
     }
 
     fn stats_reply() -> ReplyTrace {
@@ -166,26 +180,32 @@ mod tests {
 
     #[test]
     fn the_least_certain_code_token_of_the_unchanged_block_is_flipped() {
-        let (calls, results) = noop("if x < best:\n");
-        let got = next_prefill(&stats_reply(), &calls, &results);
+        let got = prefill(&stats_reply(), &noop("if x < best:\n"), false);
         assert_eq!(got.as_deref(), Some("stats.py\n```\nif x >"));
     }
 
     #[test]
     fn nothing_without_an_unchanged_block_or_when_tokens_do_not_spell_the_reply() {
-        let (calls, mut results) = noop("if x < best:\n");
-        results[0].details = serde_json::json!({"noop": false});
-        assert_eq!(next_prefill(&stats_reply(), &calls, &results), None);
-        let (calls, results) = noop("if x < best:\n");
+        let turn = noop("if x < best:\n");
+        // After a change landed, a block that changes nothing is the model saying it is done.
+        assert_eq!(prefill(&stats_reply(), &turn, true), None);
+        let changed = vec![(
+            turn[0].0.clone(),
+            Outcome::Changed {
+                path: "stats.py".into(),
+                before: "a".into(),
+                after: "b".into(),
+            },
+        )];
+        assert_eq!(prefill(&stats_reply(), &changed, false), None);
         let mut trace = stats_reply();
         trace.text.insert(0, '!');
-        assert_eq!(next_prefill(&trace, &calls, &results), None);
+        assert_eq!(prefill(&trace, &turn, false), None);
         // Tokens before `generated_from` were given (a prefill): only later ones are candidates.
-        let (calls, results) = noop("if x < best:\n");
         let mut trace = stats_reply();
         let given = trace.tokens.drain(..3).map(|t| t.token).collect::<String>();
         trace.generated_from = given.len();
-        assert_eq!(next_prefill(&trace, &calls, &results), None);
+        assert_eq!(prefill(&trace, &turn, false), None);
     }
 
     #[test]

@@ -4,66 +4,30 @@
 //! a command to run. Small models write correct code in a fenced block far more often than inside a JSON string
 //! (README's agent table), and the tool-call section the chat template adds for JSON tools pulls them away from it.
 //!
-//! With blocks, the session offers the model no JSON tools. The agent loop asks this module for the calls a
+//! With blocks, the session offers the model no JSON tools. The harness asks this module for the calls a
 //! reply's text makes ([`text_calls`]): each file block becomes a `write_block` call (placed in the file by its
 //! matching lines, so a block holding only the fixed function keeps the rest), each `bash` block a `bash` call.
 //! They run like any call (approvals, loop rules, events, the session file); what the model sees next is its own
 //! text and the results as a user message ([`convert_to_llm`]), after two worked examples that show the format
 //! (Aider's example messages; not stored in the session).
 
-use std::sync::Arc;
-
 use serde_json::json;
 
-use crate::agent::hooks::{ConvertToLlm, TextCalls};
 use crate::provider::{AssistantMessage, ContentBlock, Message, ToolCall};
+use crate::tools::policy::FileScope;
 use crate::tools::write_block::{NEXT_STEP, WRITE_BLOCK};
 use crate::transcript::AgentMessage;
 
 /// Ids of calls made in text start with this, so the conversion can tell them from tool calls.
 pub const TEXT_CALL_PREFIX: &str = "text_";
 
-/// How the model changes files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EditFormat {
-    /// JSON tool calls (`edit`, `write`, …) as the chat template offers them.
-    #[default]
-    Tools,
-    /// File blocks and `bash` blocks in the reply's text; no JSON tools offered.
-    Blocks,
-}
-
-impl EditFormat {
-    /// The format a session on `backend` uses unless told: file blocks on the local engine (the small models it
-    /// runs do far better with them), tool calls on a remote server or a provider the caller built.
-    pub fn for_backend(backend: &super::BackendKind) -> Self {
-        match backend {
-            super::BackendKind::Local => EditFormat::Blocks,
-            _ => EditFormat::Tools,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            EditFormat::Tools => "tools",
-            EditFormat::Blocks => "blocks",
-        }
-    }
-}
-
-impl std::str::FromStr for EditFormat {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "tools" => Ok(EditFormat::Tools),
-            "blocks" => Ok(EditFormat::Blocks),
-            other => Err(format!(
-                "unknown edit format `{other}` (expected tools or blocks)"
-            )),
-        }
-    }
+/// The tools a blocks session runs from text and does not offer as JSON tools.
+pub fn hidden_tools() -> Vec<String> {
+    crate::tools::registry::BUILTIN_TOOL_NAMES
+        .iter()
+        .map(|n| n.to_string())
+        .chain([WRITE_BLOCK.to_string(), "recall".to_string()])
+        .collect()
 }
 
 /// The system prompt's instructions for file blocks (in place of the tool guidelines).
@@ -98,30 +62,6 @@ pub fn prompt_with_files(prompt: &str, files: &[(String, String)]) -> String {
     s.push_str("Task: ");
     s.push_str(prompt.trim());
     s
-}
-
-/// What a prompt that asks for a command's output gets appended, when `bash` blocks run.
-pub const COMMAND_CUE: &str =
-    "First write the command the task needs in a ```bash block; you will see its output before you go on.";
-
-/// Whether `prompt` asks to run something (`run`, `execute`, a `wc` count): small models otherwise guess the
-/// output instead of writing the command. The cue says no more than that: a longer one made the model repeat the
-/// command or skip its redirect.
-pub fn asks_for_a_command(prompt: &str) -> bool {
-    let is_word = |c: char| c.is_alphanumeric() || c == '_';
-    let mut rest = prompt;
-    while let Some(start) = rest.find(|c: char| is_word(c)) {
-        let tail = &rest[start..];
-        let end = tail.find(|c: char| !is_word(c)).unwrap_or(tail.len());
-        let (word, after) = tail.split_at(end);
-        // `run()`, `app.run`, `run.py`: code that names a `run`, not a request to run something.
-        let code = after.starts_with(['(', '.']) || rest[..start].ends_with('.');
-        if !code && matches!(word.to_ascii_lowercase().as_str(), "run" | "execute" | "wc") {
-            return true;
-        }
-        rest = after;
-    }
-    false
 }
 
 fn fenced(path: &str, text: &str) -> String {
@@ -310,72 +250,47 @@ pub(crate) fn path_word(word: &str, files: &[String]) -> Option<String> {
     (looks_like_file && plain).then(|| w.to_string())
 }
 
-/// The [`TextCalls`] of a blocks session: file blocks become `write_block` calls, `bash` blocks `bash` calls
-/// (when `bash` is offered), a block with no path a `write_block` call for the file it clearly rewrites, if any.
-/// `scope` is the workspace's (files are read through it); `files` lists its files when the reply is read.
+/// The calls a blocks reply's `text` makes: file blocks become `write_block` calls, `bash` blocks `bash` calls
+/// (when `bash` runs), and a block with no path a `write_block` call for the file it clearly rewrites, when
+/// `owner` (the workspace's scope, its files read through it) is given. `files` lists the workspace's files.
 pub fn text_calls(
-    scope: Option<crate::tools::policy::FileScope>,
-    files: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
+    text: &str,
+    files: &[String],
     bash: bool,
-) -> TextCalls {
-    Arc::new(move |text: &str| {
-        let listed = files();
-        parse_blocks(text, &listed, bash)
-            .into_iter()
-            .filter_map(|block| {
-                let id = format!("{TEXT_CALL_PREFIX}{}", uuid::Uuid::new_v4().simple());
-                let write = |path: String, content: String| {
-                    ToolCall::new(
-                        id.clone(),
-                        WRITE_BLOCK,
-                        json!({ "path": path, "content": content }),
-                    )
-                };
-                match block {
-                    Block::File { path, content } => Some(write(path, content)),
-                    Block::Command(command) => Some(ToolCall::new(
-                        id.clone(),
-                        "bash",
-                        json!({ "command": command }),
-                    )),
-                    Block::Unnamed(content) => {
-                        let path = super::block_owner::owner(scope.as_ref()?, &listed, &content)?;
-                        Some(write(path, content))
-                    }
+    owner: Option<&FileScope>,
+) -> Vec<ToolCall> {
+    parse_blocks(text, files, bash)
+        .into_iter()
+        .filter_map(|block| {
+            let id = format!("{TEXT_CALL_PREFIX}{}", uuid::Uuid::new_v4().simple());
+            let write = |path: String, content: String| {
+                ToolCall::new(
+                    id.clone(),
+                    WRITE_BLOCK,
+                    json!({ "path": path, "content": content }),
+                )
+            };
+            match block {
+                Block::File { path, content } => Some(write(path, content)),
+                Block::Command(command) => Some(ToolCall::new(
+                    id.clone(),
+                    "bash",
+                    json!({ "command": command }),
+                )),
+                Block::Unnamed(content) => {
+                    let path = super::block_owner::owner(owner?, files, &content)?;
+                    Some(write(path, content))
                 }
-            })
-            .collect()
-    })
-}
-
-/// Sets `config` up for file blocks: the built-in tools are not offered as JSON tools (other tools — an MCP
-/// server's — still are), calls are read from the reply's text (paths known from `state`'s listing), the
-/// transcript is shown after the examples. `bash`: whether `bash` blocks run.
-pub fn install(
-    config: &mut crate::agent::hooks::AgentLoopConfig,
-    state: Option<crate::tools::support::workspace::WorkspaceState>,
-    bash: bool,
-) {
-    config.hidden_tools = crate::tools::registry::BUILTIN_TOOL_NAMES
-        .iter()
-        .map(|n| n.to_string())
-        .chain([WRITE_BLOCK.to_string(), "recall".to_string()])
-        .collect();
-    let scope = state.as_ref().map(|s| s.scope().clone());
-    let files: Arc<dyn Fn() -> Vec<String> + Send + Sync> = match state {
-        Some(state) => Arc::new(move || state.listing().files),
-        None => Arc::new(Vec::new),
-    };
-    config.text_calls = Some(text_calls(scope, files, bash));
-    config.choose_tools = None;
-    config.convert_to_llm = convert_to_llm();
+            }
+        })
+        .collect()
 }
 
 /// What the model sees of a blocks session: the examples, then the transcript with the calls made in text left
 /// out of the assistant messages (their text shows them) and their results as one user message per turn,
 /// ending with what to do next.
-pub fn convert_to_llm() -> ConvertToLlm {
-    Arc::new(|messages: &[AgentMessage]| {
+pub fn convert(messages: &[AgentMessage]) -> Vec<Message> {
+    {
         let mut out = examples();
         let mut results: Vec<String> = Vec::new();
         let mut commands: std::collections::HashMap<String, String> = Default::default();
@@ -414,7 +329,7 @@ pub fn convert_to_llm() -> ConvertToLlm {
         }
         flush(&mut out, &mut results);
         out
-    })
+    }
 }
 
 /// The results gathered since the last assistant message, as one user message.
@@ -533,29 +448,6 @@ mod tests {
     }
 
     #[test]
-    fn prompts_that_ask_to_run_something() {
-        assert!(asks_for_a_command("Run python3 test_prices.py: it fails."));
-        assert!(asks_for_a_command(
-            "Count the lines (for example with wc -l)."
-        ));
-        assert!(asks_for_a_command(
-            "execute the script and record what it prints"
-        ));
-        assert!(!asks_for_a_command(
-            "Running python3 test_calc.py must succeed."
-        ));
-        assert!(!asks_for_a_command("Rename run_all to main in app.py"));
-        assert!(!asks_for_a_command("Fix the runner in rerun.py"));
-        assert!(!asks_for_a_command(
-            "Add double(x) to util.py, then use it in main.py so that run() returns double(21)."
-        ));
-        assert!(!asks_for_a_command(
-            "Call app.run with the new port; fix run.py too."
-        ));
-        assert!(asks_for_a_command("Run it. Then run python3 x.py."));
-    }
-
-    #[test]
     fn several_blocks_in_order() {
         let text = "a.py\n```\n1\n```\n\nb.py\n```\n2\n```\n";
         let got = parse_blocks(text, &files(), true);
@@ -601,7 +493,7 @@ mod tests {
                 timestamp: 0,
             }),
         ];
-        let out = convert_to_llm()(&messages);
+        let out = convert(&messages);
         let n = examples().len();
         assert_eq!(out.len(), n + 3);
         match &out[n + 1] {

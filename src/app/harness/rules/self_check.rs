@@ -1,0 +1,246 @@
+//! A run checks its own work before it says done. After each change the cheap checks run on the changed file
+//! (it still parses; the top-level definitions and exports it had are still there unless the task names them)
+//! and a failure is told with the result. When the run would end:
+//!
+//! - a task that asks for a change, with nothing changed, gets one more turn that says so, then the run ends
+//!   `Stopped`, never `Completed`;
+//! - the same checks run on every file the prompt changed, and the commands that check the work (one the task
+//!   names, a test file it names, the repository's test script: [`checks::check_commands`]) run through the
+//!   session's `bash` tool when commands run without asking;
+//! - a failure goes back to the model as a note, at most [`RETRIES`] times per prompt; after that the run ends
+//!   `Failed` with what still fails.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::json;
+
+use super::{Cx, Reply, Rule};
+use crate::agent::{EndDecision, RunEnd};
+use crate::app::harness::checks::{self, Verdict};
+use crate::app::harness::outcome::{Call, Outcome};
+use crate::app::harness::profile::RuleId;
+use crate::provider::ToolCall;
+use crate::tools::support::workspace::WorkspaceState;
+use crate::tools::tool::{Tool, ToolContext};
+
+/// Notes per prompt that send the model back to fix a failed check.
+pub const RETRIES: usize = 2;
+/// Check commands run per check.
+const MAX_COMMANDS: usize = 2;
+/// Seconds a check command may run.
+const COMMAND_TIMEOUT_S: u64 = 60;
+/// The end of a failed command's output the model is shown.
+const OUTPUT_TAIL_BYTES: usize = 1500;
+
+/// How the check commands run: the session's `bash` tool, in its working directory and confinement, and the
+/// workspace listing the commands are found in.
+#[derive(Clone)]
+pub struct CommandRunner {
+    pub bash: Arc<dyn Tool>,
+    pub cwd: PathBuf,
+    pub workspace: Option<PathBuf>,
+    pub state: WorkspaceState,
+}
+
+#[derive(Default)]
+struct CheckState {
+    /// The model was told it changed nothing.
+    nudged: bool,
+    /// Notes sent about failed checks.
+    retries: usize,
+}
+
+/// See the module docs.
+pub struct SelfCheck {
+    commands: Option<CommandRunner>,
+    state: Mutex<CheckState>,
+}
+
+impl SelfCheck {
+    pub fn new(commands: Option<CommandRunner>) -> Self {
+        Self {
+            commands,
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CheckState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What fails now in the files the prompt changed.
+    fn file_failures(&self, cx: &Cx<'_>) -> Vec<String> {
+        let mut failures = Vec::new();
+        for (path, original) in &cx.task.changed {
+            let Some(now) = cx.read(path) else { continue };
+            failures.extend(change_failures(
+                path,
+                original.as_deref(),
+                &now,
+                &cx.task.text,
+            ));
+        }
+        failures
+    }
+
+    /// The check commands that fail now, with the end of their output.
+    async fn command_failures(&self, cx: &Cx<'_>) -> Vec<String> {
+        let Some(runner) = &self.commands else {
+            return Vec::new();
+        };
+        runner.state.changed();
+        let files = runner.state.listing().files;
+        let read = |p: &str| cx.read(p);
+        let commands = checks::check_commands(&cx.task.text, &files, &read);
+        let mut failures = Vec::new();
+        for check in commands.into_iter().take(MAX_COMMANDS) {
+            if let Some(output) = runner.run(&check.command).await {
+                failures.push(format!(
+                    "`{}` ({}) fails:\n{}",
+                    check.command,
+                    check.why,
+                    tail(&output)
+                ));
+            }
+        }
+        failures
+    }
+}
+
+impl CommandRunner {
+    /// Runs `command`; its output when it fails.
+    async fn run(&self, command: &str) -> Option<String> {
+        let mut ctx = ToolContext::new(&self.cwd);
+        if let Some(w) = &self.workspace {
+            ctx = ctx.with_workspace(w);
+        }
+        let args = json!({ "command": command, "timeout": COMMAND_TIMEOUT_S });
+        match self.bash.call(args, &ctx).await {
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+}
+
+/// What is wrong with `path` now (`now`) that was right in `original` (`None`: the prompt created the file).
+pub fn change_failures(path: &str, original: Option<&str>, now: &str, task: &str) -> Vec<String> {
+    let p = Path::new(path);
+    let mut failures = Vec::new();
+    let broken = match original {
+        Some(before) => checks::breaks(p, before, now),
+        None => match checks::parse_verdict(p, now) {
+            Verdict::Broken(why) => Some(why),
+            _ => None,
+        },
+    };
+    if let Some(why) = broken {
+        failures.push(format!("{path} no longer parses: {why}"));
+    }
+    if let Some(before) = original {
+        let lost = checks::lost_unless_named(p, before, now, task);
+        if !lost.is_empty() {
+            failures.push(format!(
+                "{path} no longer defines {}, which it did before; the task does not ask to remove {}",
+                lost.join(", "),
+                if lost.len() == 1 { "it" } else { "them" }
+            ));
+        }
+    }
+    failures
+}
+
+fn tail(output: &str) -> String {
+    let output = output.trim_end();
+    if output.len() <= OUTPUT_TAIL_BYTES {
+        return output.to_string();
+    }
+    let mut at = output.len() - OUTPUT_TAIL_BYTES;
+    while !output.is_char_boundary(at) {
+        at += 1;
+    }
+    format!("…{}", &output[at..])
+}
+
+#[async_trait]
+impl Rule for SelfCheck {
+    fn id(&self) -> RuleId {
+        RuleId::SelfCheck
+    }
+
+    fn on_prompt(&self, _task: &str, _prompt: &mut String, _cx: &Cx<'_>) {
+        *self.lock() = CheckState::default();
+    }
+
+    fn after_call(
+        &self,
+        _raw: &ToolCall,
+        _call: &Call,
+        outcome: &Outcome,
+        cx: &Cx<'_>,
+        reply: &mut Reply,
+    ) {
+        let failures = match outcome {
+            Outcome::Changed {
+                path,
+                before,
+                after,
+            } => change_failures(path, Some(before), after, &cx.task.text),
+            Outcome::Created { path, text } => change_failures(path, None, text, &cx.task.text),
+            _ => return,
+        };
+        for failure in failures {
+            reply
+                .content
+                .push_str(&format!("\n\nCheck: {failure}. Fix it."));
+        }
+    }
+
+    async fn before_end(&self, cx: &Cx<'_>) -> Option<EndDecision> {
+        let task = cx.task;
+        if task.text.trim().is_empty() {
+            return None;
+        }
+        if !task.landed() && !task.ran_command {
+            if !cx.profile.words.asks_for_change(&task.text) {
+                return None;
+            }
+            let mut state = self.lock();
+            if state.nudged {
+                return Some(EndDecision::End(RunEnd::Stopped(
+                    "the task asks for a change, and the run changed no file".into(),
+                )));
+            }
+            state.nudged = true;
+            return Some(EndDecision::Continue {
+                note: format!(
+                    "Nothing in the project has changed yet, and the task asks for a change. The task: {}\nMake \
+                     the change now.",
+                    task.text
+                ),
+                prefill: None,
+            });
+        }
+        let mut failures = self.file_failures(cx);
+        if task.landed() {
+            failures.extend(self.command_failures(cx).await);
+        }
+        if failures.is_empty() {
+            return None;
+        }
+        let mut state = self.lock();
+        if state.retries >= RETRIES {
+            return Some(EndDecision::End(RunEnd::Failed(failures.join("; "))));
+        }
+        state.retries += 1;
+        let list: Vec<String> = failures.iter().map(|f| format!("- {f}")).collect();
+        Some(EndDecision::Continue {
+            note: format!(
+                "Not done yet: a check of your change failed.\n{}\nFix it.",
+                list.join("\n")
+            ),
+            prefill: None,
+        })
+    }
+}

@@ -1,0 +1,252 @@
+//! The harness as one component (`app::harness`): the rules run in their explicit order, per profile and edit
+//! format; a run checks its own work before it ends — a change task with nothing changed ends `Stopped`, a
+//! dropped export is told with the result and sends the model back, a failing test command the task names ends
+//! `Failed` after the retries — through the real agent loop, the real tools and real files, with a scripted
+//! model.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agentd::agent::{
+    agent_loop, AgentContext, AgentEndReason, AgentEvent, AgentLoopConfig, AgentMessage,
+};
+use agentd::app::harness::rules::self_check::{CommandRunner, RETRIES};
+use agentd::app::harness::{self, EditFormat, Harness, HarnessSetup, Profile, RuleId};
+use agentd::provider::{ScriptedProvider, ScriptedReply};
+use agentd::tools::bash::BashTool;
+use agentd::tools::policy::FileScope;
+use agentd::tools::support::workspace::WorkspaceState;
+use agentd::tools::tool::Tool;
+use agentd::tools::write_block::WriteBlockTool;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+/// Runs `task` as a blocks session in `dir` with only the self-check, the scripted model answering `replies`.
+async fn run(dir: &Path, task: &str, replies: &[&str]) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
+    let provider = Arc::new(ScriptedProvider::new(
+        replies.iter().map(|r| ScriptedReply::text_only(*r)),
+    ));
+    let mut config = AgentLoopConfig::new(provider.clone());
+    config.cwd = dir.to_path_buf();
+    let state = WorkspaceState::new(dir);
+    for rel in state.listing().files {
+        state.saw(&dir.join(rel));
+    }
+    config.workspace_state = Some(state.clone());
+    let bash: Arc<dyn Tool> = Arc::new(BashTool::new());
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(WriteBlockTool::new()), bash.clone()];
+    let only_checks = Profile {
+        rules: vec![RuleId::SelfCheck],
+        ..Profile::small()
+    };
+    let h = Harness::new(HarnessSetup {
+        profile: only_checks,
+        format: EditFormat::Blocks,
+        scope: FileScope::within(dir),
+        state: Some(state.clone()),
+        tools: harness::mutating_tools(&tools),
+        commands: Some(CommandRunner {
+            bash,
+            cwd: dir.to_path_buf(),
+            workspace: Some(dir.to_path_buf()),
+            state,
+        }),
+    });
+    h.start_prompt(task, &[], String::new());
+    config.harness = Some(h);
+    let context = AgentContext {
+        system_prompt: "test".into(),
+        messages: vec![],
+        tools,
+    };
+    let events = agent_loop(
+        vec![AgentMessage::user(task)],
+        context,
+        config,
+        CancellationToken::new(),
+    )
+    .collect()
+    .await;
+    (events, provider)
+}
+
+fn ending(events: &[AgentEvent]) -> (AgentEndReason, Option<String>) {
+    events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::AgentEnd { reason, error, .. } => Some((*reason, error.clone())),
+            _ => None,
+        })
+        .unwrap_or((AgentEndReason::Error, None))
+}
+
+/// The user messages the run added after the prompt (the harness's notes).
+fn notes(events: &[AgentEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::MessageStart {
+                message: AgentMessage::User { content, .. },
+            } => Some(content.clone()),
+            _ => None,
+        })
+        .skip(1)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_change_task_that_changes_nothing_is_told_once_then_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("calc.py"),
+        "def add(a, b):\n    return a - b\n",
+    )
+    .unwrap();
+    let (events, provider) = run(
+        dir.path(),
+        "Fix add in calc.py: it must return a + b.",
+        &["The task is done.", "Done, as I said."],
+    )
+    .await;
+    let notes = notes(&events);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("Nothing in the project has changed yet"),
+        "{}",
+        notes[0]
+    );
+    assert_eq!(provider.requests().len(), 2);
+    let (reason, why) = ending(&events);
+    assert_eq!(reason, AgentEndReason::Stopped);
+    assert!(why.unwrap().contains("changed no file"));
+}
+
+#[tokio::test]
+async fn a_question_ends_completed_without_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("calc.py"),
+        "def add(a, b):\n    return a + b\n",
+    )
+    .unwrap();
+    let (events, _) = run(
+        dir.path(),
+        "What does the function in calc.py return?",
+        &["It returns a + b."],
+    )
+    .await;
+    assert!(notes(&events).is_empty());
+    assert_eq!(ending(&events).0, AgentEndReason::Completed);
+}
+
+#[tokio::test]
+async fn a_dropped_export_is_told_and_the_model_goes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let module = "function clamp(x, lo, hi) {\n  return Math.min(Math.max(x, lo), hi);\n}\n\nfunction lerp(a, b, t) {\n  return a + (b - a) * t * 2;\n}\n\nmodule.exports = { clamp, lerp };\n";
+    std::fs::write(dir.path().join("mathx.js"), module).unwrap();
+    let dropped = "mathx.js\n```js\nfunction clamp(x, lo, hi) {\n  return Math.min(Math.max(x, lo), hi);\n}\n\nfunction lerp(a, b, t) {\n  return a + (b - a) * t;\n}\n\nmodule.exports = { lerp };\n```";
+    let kept = "mathx.js\n```js\nmodule.exports = { clamp, lerp };\n```";
+    let (events, _) = run(
+        dir.path(),
+        "Fix lerp in mathx.js: it doubles t.",
+        &[dropped, "Done.", kept, "Done."],
+    )
+    .await;
+    let told = events.iter().any(|e| {
+        matches!(e, AgentEvent::ToolExecutionEnd { result, .. } if result.content.contains("no longer defines clamp"))
+    });
+    assert!(told, "the result names the lost export");
+    let notes = notes(&events);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("clamp"), "{}", notes[0]);
+    assert_eq!(ending(&events).0, AgentEndReason::Completed);
+    let now = std::fs::read_to_string(dir.path().join("mathx.js")).unwrap();
+    assert!(
+        now.contains("{ clamp, lerp }") && now.contains("(b - a) * t;"),
+        "{now}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_test_the_task_names_ends_failed_after_the_retries() {
+    if std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("prices.py"),
+        "def total(xs):\n    return sum(xs) - 1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("test_prices.py"),
+        "from prices import total\n\nassert total([1, 2]) == 3, 'total is wrong'\nprint('ok')\n",
+    )
+    .unwrap();
+    // Each "fix" changes the file but keeps the bug.
+    let wrong =
+        |n: u32| format!("prices.py\n```python\ndef total(xs):\n    return sum(xs) - {n}\n```");
+    let replies: Vec<String> = (2..=5)
+        .flat_map(|n| [wrong(n), "Done.".to_string()])
+        .collect();
+    let replies: Vec<&str> = replies.iter().map(String::as_str).collect();
+    let (events, _) = run(
+        dir.path(),
+        "Run `python3 test_prices.py`: it fails. Fix prices.py.",
+        &replies,
+    )
+    .await;
+    let notes = notes(&events);
+    assert_eq!(notes.len(), RETRIES, "{notes:?}");
+    assert!(notes[0].contains("total is wrong"), "{}", notes[0]);
+    let (reason, why) = ending(&events);
+    assert_eq!(reason, AgentEndReason::Failed);
+    assert!(why.unwrap().contains("python3 test_prices.py"));
+}
+
+#[test]
+fn the_rules_run_in_their_explicit_order_per_profile_and_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = |profile: Profile, format: EditFormat| {
+        Harness::new(HarnessSetup {
+            profile,
+            format,
+            scope: FileScope::within(dir.path()),
+            state: None,
+            tools: vec![("bash".into(), true)],
+            commands: None,
+        })
+        .rule_ids()
+    };
+    let small = build(Profile::small(), EditFormat::Blocks);
+    let expected: Vec<RuleId> = RuleId::ORDER
+        .into_iter()
+        .filter(|r| !matches!(r, RuleId::ActOnNamedFiles | RuleId::BlockOwner))
+        .collect();
+    assert_eq!(small, expected);
+    // The blocks rules do not run on JSON tools; the capable profile keeps two rules.
+    let tools = build(Profile::small(), EditFormat::Tools);
+    assert_eq!(
+        tools,
+        vec![
+            RuleId::NoOpFinish,
+            RuleId::Undo,
+            RuleId::Repeats,
+            RuleId::Shrinking,
+            RuleId::SelfCheck
+        ]
+    );
+    assert_eq!(
+        build(Profile::capable(), EditFormat::Tools),
+        vec![RuleId::Repeats, RuleId::SelfCheck]
+    );
+    let ablated = build(
+        Profile::small().without(&[RuleId::Undo]),
+        EditFormat::Blocks,
+    );
+    assert!(!ablated.contains(&RuleId::Undo) && ablated.len() == expected.len() - 1);
+}
