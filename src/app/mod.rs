@@ -8,7 +8,8 @@
 //! built from a [`crate::config::Config`], or one the caller made), `prompt` (the system prompt, the workspace's file tree and context
 //! files), `loop_rules` (repeats answered, a shrinking rewrite stopped), `edit_format` (JSON tool calls or file blocks in
 //! the reply), `block_owner` (the file a block written without its path rewrites), `named_files` (the running
-//! prompt's task and named files, as the blocks hooks use them), `skills` (`SKILL.md` discovery), `lookup` (where context files, skills, templates and project settings are
+//! prompt's task and named files, as the blocks hooks use them), `skills` (`SKILL.md` discovery), `harness` (what a coding-agent run does around the model's turns: its
+//! self-checks before it says "done"), `lookup` (where context files, skills, templates and project settings are
 //! looked for, and through which file scope each is read), `sessions` (where sessions live and how one is picked), `settings` (the user's and the project's
 //! `settings.toml`), `recorder`
 //! ([`Recorder`]: the glue between an `Agent` and a `SessionStore`), `error` ([`AppError`]).

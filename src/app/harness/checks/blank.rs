@@ -48,6 +48,18 @@ pub fn blank(lang: Lang, text: &str) -> String {
             i = end;
         } else if lang == Lang::Rust && c == b'\'' {
             i = rust_quote(bytes, i, &mut out);
+        } else if c == b'/'
+            && matches!(lang, Lang::JavaScript | Lang::JsLike)
+            && regex_can_start(bytes, i)
+        {
+            // A regex literal (`/'/g`): its quotes must not open strings.
+            match regex_end(bytes, i + 1) {
+                Some(end) => {
+                    clear(&mut out, i + 1, end - 1);
+                    i = end;
+                }
+                None => i += 1,
+            }
         } else if c == b'"'
             || c == b'\''
             || (c == b'`' && lang != Lang::Python && lang != Lang::Rust)
@@ -63,6 +75,39 @@ pub fn blank(lang: Lang, text: &str) -> String {
         // Bytes of a character are never split: `i` only stops on ASCII bytes or the end.
     }
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Whether a `/` at `i` starts a regex rather than dividing: what comes before it on its line is nothing, an
+/// operator or an opening bracket.
+fn regex_can_start(bytes: &[u8], i: usize) -> bool {
+    let before = bytes[..i]
+        .iter()
+        .rev()
+        .take_while(|b| **b != b'\n')
+        .find(|b| !b.is_ascii_whitespace());
+    match before {
+        None => true,
+        Some(b) => b"(,=:[!&|?{};+-*%<>~^".contains(b),
+    }
+}
+
+/// The end (past the closing `/`) of a regex literal whose body starts at `from`, on the same line; a `/`
+/// inside a class (`[/]`) or escaped does not close it.
+fn regex_end(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    let mut class = false;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 1,
+            b'\n' => return None,
+            b'[' => class = true,
+            b']' => class = false,
+            b'/' if !class => return (i > from).then_some(i + 1),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {

@@ -98,7 +98,7 @@ fn toml_verdict(text: &str) -> Verdict {
             let shown = e.to_string();
             let mut lines = shown.lines().map(str::trim).filter(|l| !l.is_empty());
             let first = lines.next().unwrap_or("invalid TOML");
-            match lines.last() {
+            match lines.next_back() {
                 Some(what) if !what.starts_with('|') && !what.starts_with('^') => {
                     Verdict::Broken(format!("{first}: {what}"))
                 }
@@ -166,8 +166,14 @@ fn node_check(ext: &str, text: &str) -> Verdict {
 }
 
 /// Errors of the resolver and the macro expander, not the parser: a file read alone cannot find its crate's
-/// other modules, so these say nothing about its syntax.
-const NOT_SYNTAX: [&str; 2] = ["cannot find", "cannot determine"];
+/// other modules, macros, included files or build environment, so these say nothing about its syntax.
+const NOT_SYNTAX: [&str; 5] = [
+    "cannot find",
+    "cannot determine",
+    "couldn't read",
+    "environment variable",
+    "failed to resolve",
+];
 
 fn rust(text: &str) -> Verdict {
     let Some((dir, file)) = scratch("rs", text) else {
@@ -197,7 +203,7 @@ fn rust(text: &str) -> Verdict {
     let syntax = ran.stderr.lines().find_map(|l| {
         let (place, message) = l.split_once(": error: ")?;
         let line = place.split(':').nth(1)?.parse::<usize>().ok()?;
-        (!NOT_SYNTAX.iter().any(|p| message.starts_with(p))).then(|| (line, message))
+        (!NOT_SYNTAX.iter().any(|p| message.starts_with(p))).then_some((line, message))
     });
     match syntax {
         Some((line, message)) => Verdict::Broken(format!("{message} (line {line})")),

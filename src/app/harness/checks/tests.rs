@@ -103,7 +103,11 @@ fn rust_through_rustc() {
     let missing_brace = "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n\npub fn sub() {}\n";
     let why = broken("src/lib.rs", missing_brace);
     assert!(why.contains("unclosed delimiter"), "{why}");
-    // A module of a crate, read alone, still parses: its unresolved paths are not syntax errors.
+    // A module of a crate, read alone, still parses: its unresolved paths, derives and included files are not
+    // syntax errors.
+    let alone =
+        "#[derive(Serialize)]\npub struct S;\nconst DATA: &str = include_str!(\"data.txt\");\n";
+    assert_eq!(parse_verdict(p, alone), Verdict::Parses);
     let module =
         "mod util;\nuse crate::util::helper;\n\npub fn run() -> Config { helper(); todo!() }\n";
     assert_eq!(parse_verdict(p, module), Verdict::Parses);
@@ -161,6 +165,12 @@ fn lost_exports_of_javascript() {
         list(&names.exported),
         ["E", "a", "c", "d", "default", "h", "i", "j-k", "l", "m"]
     );
+    // A regex literal's quote opens no string: what follows is still read.
+    let names = top_level_names(
+        p,
+        "const QUOTE = /'/g;\nconst clean = (s) => s.replace(/[\"/]/g, '');\nfunction after() {}\n",
+    );
+    assert_eq!(list(&names.defined), ["QUOTE", "after", "clean"]);
     let ts = top_level_names(
         Path::new("t.ts"),
         "export interface Shape {}\nexport type Id = string;\nexport enum Color { Red }\n",
