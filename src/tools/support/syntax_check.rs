@@ -22,17 +22,20 @@ pub fn breaks_syntax(path: &Path, old: &str, new: &str) -> Option<String> {
     check(new).err().flatten()
 }
 
-fn json_error(text: &str) -> Result<(), Option<String>> {
+/// `Err(Some(why))` when `text` is not JSON.
+pub(crate) fn json_error(text: &str) -> Result<(), Option<String>> {
     serde_json::from_str::<serde_json::Value>(text)
         .map(|_| ())
         .map_err(|e| Some(format!("invalid JSON: {e}")))
 }
 
+/// The Python program that parses its stdin: exit 1 with `Kind: message (line N)` on stdout when it does not parse.
+pub(crate) const PYTHON_PARSE: &str = "import ast,sys\ntry:\n ast.parse(sys.stdin.read())\nexcept SyntaxError as e:\n print(f'{type(e).__name__}: {e.msg} (line {e.lineno})')\n sys.exit(1)\n";
+
 /// `Err(None)` when there is no Python to ask (nothing is judged then).
 fn python_error(text: &str) -> Result<(), Option<String>> {
-    const SCRIPT: &str = "import ast,sys\ntry:\n ast.parse(sys.stdin.read())\nexcept SyntaxError as e:\n print(f'{type(e).__name__}: {e.msg} (line {e.lineno})')\n sys.exit(1)\n";
     let mut child = Command::new("python3")
-        .args(["-c", SCRIPT])
+        .args(["-c", PYTHON_PARSE])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
