@@ -188,7 +188,8 @@ impl Words {
         let task = task.trim();
         let first = task.split_whitespace().next().unwrap_or("");
         let question = task.ends_with('?')
-            && !task[..task.len() - 1].contains(['?', '.'])
+            && !task.contains("? ")
+            && !task.contains(". ")
             && Self::any_in(&self.questions, first);
         if question && !Self::any_in(&self.making, task) {
             return false;
