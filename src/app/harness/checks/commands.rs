@@ -176,6 +176,12 @@ fn safe_command(command: &str, listed: &BTreeSet<&str>) -> Option<String> {
         if !listed.contains(script) {
             return None;
         }
+        // A source file written alone (`./cli.py`) is more likely named than run; a script or a test is run.
+        let name = basename(script);
+        let runnable = !name.contains('.') || name.ends_with(".sh") || is_test_file(script);
+        if args.is_empty() && !runnable {
+            return None;
+        }
     } else if !RUNNERS.contains(&program.as_str()) {
         return None;
     }

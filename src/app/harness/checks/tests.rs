@@ -406,4 +406,10 @@ fn dangerous_and_outside_commands_are_ignored() {
         ws.commands("`python3 test_app.py` and `python3 test_app.py` again"),
         ["python3 test_app.py"]
     );
+    // A source file written as `./app.py` is a mention, not a command; with arguments it is run.
+    assert_eq!(
+        ws.commands("The `./app.py` entry point; see `./run_tests.sh`."),
+        ["./run_tests.sh"]
+    );
+    assert_eq!(ws.commands("Try `./app.py --help`."), ["./app.py --help"]);
 }
