@@ -42,6 +42,11 @@ pub fn prompt_request(
         // One conversation is one tenant: its KV prefixes are shared with no other.
         cache_scope: config.cache_key.clone(),
         thinking: config.thinking,
+        response_format: config
+            .response_format
+            .as_ref()
+            .and_then(|format| format())
+            .unwrap_or_default(),
         ..CompletionRequest::default()
     }
 }

@@ -57,6 +57,9 @@ pub type NextReplyPrefill =
 /// the prefill of one more reply, when the hook sees the job is not done (a file the task asks for is missing).
 pub type BeforeEnd = Arc<dyn Fn() -> Option<(String, String)> + Send + Sync>;
 
+/// The `response_format` of the next model call (`None`: plain text), asked each time a request is built.
+pub type ResponseFormatHook = Arc<dyn Fn() -> Option<crate::schema::ResponseFormat> + Send + Sync>;
+
 /// The loop's reply revision: how many alternatives per token a reply is traced with (top logprobs; asked of
 /// the provider only when it reports them), the decision that reads the trace, and the one before the end.
 #[derive(Clone)]
@@ -143,6 +146,9 @@ pub struct AgentLoopConfig {
     pub context_policy: Option<SharedContextPolicy>,
     /// Continue the next reply from a prefill the hook picks (see [`ReplyRevision`]).
     pub reply_revision: Option<ReplyRevision>,
+    /// Constrains each reply to a format (the file-blocks grammar, `app::harness::blocks_grammar`); not applied
+    /// to a prefilled reply, whose grammar the engine would start after the prefill.
+    pub response_format: Option<ResponseFormatHook>,
 }
 
 pub const DEFAULT_MAX_TURNS: usize = 50;
@@ -174,6 +180,7 @@ impl AgentLoopConfig {
             after_tool_call: None,
             context_policy: None,
             reply_revision: None,
+            response_format: None,
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod coding_session;
 pub mod edit_format;
 mod error;
 pub mod export;
+pub mod harness;
 pub mod local_engine;
 pub mod lookup;
 pub mod loop_rules;
