@@ -79,6 +79,9 @@ pub struct SessionSettings {
     /// How the model changes files: JSON tool calls, or file blocks in its reply ([`crate::app::edit_format`]).
     /// `None`: [`EditFormat::for_backend`] (blocks on the local engine).
     pub edit_format: Option<EditFormat>,
+    /// On the local engine with file blocks, constrain each reply to the blocks grammar
+    /// ([`crate::app::harness::blocks_grammar`]). Off by default: an experiment.
+    pub blocks_grammar: bool,
     /// MCP servers whose tools join the session's ([`crate::app::mcp_servers`]).
     pub mcp_servers: std::collections::BTreeMap<String, crate::app::mcp_servers::McpServerConfig>,
 }
@@ -107,6 +110,7 @@ impl SessionSettings {
             workspace_grammar: true,
             loop_rules: true,
             edit_format: None,
+            blocks_grammar: false,
             mcp_servers: Default::default(),
         }
     }
@@ -320,6 +324,12 @@ pub(super) async fn assemble(
     if edit_format == EditFormat::Blocks {
         edit_format::install(&mut config, workspace_state.clone(), bash_blocks);
         named_files.install(&mut config);
+        if settings.blocks_grammar && backend.kind == crate::app::BackendKind::Local {
+            let state = workspace_state
+                .clone()
+                .unwrap_or_else(|| WorkspaceState::new(&cwd));
+            crate::app::harness::blocks_grammar::install(&mut config, state, bash_blocks);
+        }
     }
     if settings.loop_rules {
         LoopRules::new(mutating_tools(&tools), scope.clone()).install(&mut config);

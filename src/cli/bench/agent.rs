@@ -61,6 +61,9 @@ pub struct AgentBenchArgs {
     /// One more argument for `agentd run` (repeatable).
     #[arg(long = "extra", value_name = "ARG", allow_hyphen_values = true)]
     pub extra: Vec<String>,
+    /// Run agentd with `--blocks-grammar` (each reply constrained to the file-blocks grammar).
+    #[arg(long)]
+    pub blocks_grammar: bool,
     /// Check the checks instead: each must fail on the untouched workspace and pass on solution/. Runs no model.
     #[arg(long)]
     pub selftest: bool,
@@ -205,7 +208,12 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
                 _ => Harness::Agentd {
                     bin: bin.clone(),
                     model: args.model.clone(),
-                    extra: args.extra.clone(),
+                    extra: args
+                        .extra
+                        .iter()
+                        .cloned()
+                        .chain(args.blocks_grammar.then(|| "--blocks-grammar".to_string()))
+                        .collect(),
                 },
             };
             let attempt = setting.seed.map_or(1, |s| s as usize);
