@@ -9,7 +9,14 @@
 //! extended past its newline, so lines never run into each other), except the reply's last line, which may end
 //! without one. Body lines exclude the closing fence by intersection with a complement, so a body never
 //! swallows its close. Opt-in (`--blocks-grammar`): [`install`] sets the grammar as each model call's
-//! `response_format`, with the files listed when the call is made.
+//! `response_format`, with the files listed when the call is made. A prefilled reply goes unconstrained (the
+//! engine would start the grammar after the prefill, as if the reply began there).
+//!
+//! Why it stays off: small models like to quote a result in an unnamed fence (`It now reads:` then ```` ``` ````)
+//! when they are done. The grammar forbids that fence, so the model writes a partial fence instead, or (with
+//! bash blocks) gets its ```` ``` ```` completed to ```` ```bash ```` and runs the quoted text as a command.
+//! Also, the engine's budget close (the last 64 tokens of `max_tokens`) looks for a short way out made for
+//! JSON; under this grammar it finds none and ends the reply where the grammar last accepted it.
 
 use std::sync::Arc;
 
