@@ -22,6 +22,9 @@ pub(super) fn prepare(
             content: vec![ContentBlock::Text { text: text.into() }],
         }));
         request.continue_final_message = true;
+        // The engine starts a `response_format` grammar at the first generated token, as if the reply began
+        // there: a whole-reply grammar would misread a continuation, so a prefilled reply goes unconstrained.
+        request.response_format = crate::schema::ResponseFormat::Text;
     }
     let logprobs = config.harness.as_ref().map_or(0, |h| h.logprobs());
     if logprobs > 0 && config.provider.supports_logprobs() {
@@ -76,6 +79,25 @@ fn prepend(message: &mut AssistantMessage, prefill: &str) {
 mod tests {
     use super::*;
     use crate::provider::{StopReason, Usage};
+
+    #[test]
+    fn a_prefilled_reply_drops_the_whole_reply_format() {
+        let config = AgentLoopConfig::new(std::sync::Arc::new(
+            crate::provider::ScriptedProvider::new(Vec::new()),
+        ));
+        let grammar = crate::schema::ResponseFormat::Grammar {
+            lark: "start: /x*/\n".into(),
+        };
+        let mut request = CompletionRequest {
+            response_format: grammar.clone(),
+            ..CompletionRequest::default()
+        };
+        prepare(&mut request, None, &config);
+        assert_eq!(request.response_format, grammar);
+        prepare(&mut request, Some("calc.py\n```\n"), &config);
+        assert!(request.continue_final_message);
+        assert_eq!(request.response_format, crate::schema::ResponseFormat::Text);
+    }
 
     #[tokio::test]
     async fn the_prefill_leads_the_deltas_and_the_final_message() {

@@ -195,6 +195,10 @@ pub struct AgentArgs {
     /// engine, tools on a remote server).
     #[arg(long, value_name = "FORMAT")]
     pub edit_format: Option<String>,
+    /// With file blocks on the local engine, constrain each reply to the blocks grammar (path lines, fenced
+    /// bodies, one-line `bash` blocks). Off by default: an experiment to measure.
+    #[arg(long)]
+    pub blocks_grammar: bool,
 
     /// Most tokens one model reply may generate (default 4096).
     #[arg(long)]
@@ -285,6 +289,7 @@ impl AgentArgs {
                 Some(agentd::app::harness::Profile::named(name).map_err(Failure::usage)?);
         }
         settings.edit_format = eff.edit_format.value;
+        settings.blocks_grammar = self.blocks_grammar;
         settings.mcp_servers = eff.mcp_servers.clone();
         settings.max_tokens = Some(eff.max_tokens.value);
         settings.max_turns = eff.max_turns.value.max(1);

@@ -81,6 +81,9 @@ pub struct SessionSettings {
     /// How the model changes files: JSON tool calls, or file blocks in its reply ([`crate::app::harness::blocks`]).
     /// `None`: the profile's (blocks for small local models).
     pub edit_format: Option<EditFormat>,
+    /// On the local engine with file blocks, constrain each reply to the blocks grammar
+    /// ([`crate::app::harness::blocks_grammar`]). Off by default: an experiment.
+    pub blocks_grammar: bool,
     /// MCP servers whose tools join the session's ([`crate::app::mcp_servers`]).
     pub mcp_servers: std::collections::BTreeMap<String, crate::app::mcp_servers::McpServerConfig>,
 }
@@ -110,6 +113,7 @@ impl SessionSettings {
             harness: None,
             harness_off: Vec::new(),
             edit_format: None,
+            blocks_grammar: false,
             mcp_servers: Default::default(),
         }
     }
@@ -332,6 +336,7 @@ pub(super) async fn assemble(
         state: workspace_state.clone(),
         tools: harness::mutating_tools(&tools),
         commands,
+        blocks_grammar: settings.blocks_grammar && backend.kind == crate::app::BackendKind::Local,
     });
     config.harness = Some(harness.clone());
     let agent = Agent::new(config, system_prompt, tools);

@@ -7,6 +7,7 @@
 
 pub mod block_owner;
 pub mod blocks;
+pub mod blocks_grammar;
 pub mod checks;
 pub mod outcome;
 pub mod profile;
@@ -40,6 +41,8 @@ pub struct HarnessSetup {
     pub tools: Vec<(String, bool)>,
     /// How the self-check runs check commands (`None`: it runs none).
     pub commands: Option<rules::self_check::CommandRunner>,
+    /// Constrain blocks replies to [`blocks_grammar`] (measured: no gain; off unless asked).
+    pub blocks_grammar: bool,
 }
 
 /// A call between `before_call` and `after_call`.
@@ -58,6 +61,7 @@ pub struct Harness {
     state: Option<WorkspaceState>,
     mutating: HashMap<String, bool>,
     bash: bool,
+    grammar: bool,
     rules: Vec<Box<dyn Rule>>,
     task: Mutex<Task>,
     pending: Mutex<HashMap<String, Pending>>,
@@ -91,6 +95,7 @@ impl Harness {
             state: setup.state,
             mutating: setup.tools.into_iter().collect(),
             bash,
+            grammar: setup.blocks_grammar && blocks,
             rules,
             task: Mutex::default(),
             pending: Mutex::default(),
@@ -230,6 +235,13 @@ impl LoopHarness for Harness {
             && self.state.is_some()
             && self.profile.runs(RuleId::ActOnNamedFiles);
         act.then(|| act_on_named_files(messages))
+    }
+
+    fn response_format(&self) -> Option<crate::provider::ResponseFormat> {
+        let lark = self
+            .grammar
+            .then(|| blocks_grammar::blocks_grammar(&self.listing(), self.bash))?;
+        Some(crate::provider::ResponseFormat::Grammar { lark })
     }
 
     fn convert(&self, messages: &[AgentMessage]) -> Option<Vec<Message>> {

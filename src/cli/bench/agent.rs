@@ -66,6 +66,9 @@ pub struct AgentBenchArgs {
     /// or `all`): one column per rule, beside the run with every rule, shows what each buys.
     #[arg(long, value_delimiter = ',', value_name = "RULE")]
     pub ablate: Vec<String>,
+    /// Run agentd with `--blocks-grammar` (each reply constrained to the file-blocks grammar).
+    #[arg(long)]
+    pub blocks_grammar: bool,
     /// Check the checks instead: each must fail on the untouched workspace and pass on solution/. Runs no model.
     #[arg(long)]
     pub selftest: bool,
@@ -213,6 +216,9 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
                 }
                 _ => {
                     let mut extra = args.extra.clone();
+                    if args.blocks_grammar {
+                        extra.push("--blocks-grammar".to_string());
+                    }
                     let mut label = "agentd".to_string();
                     if let Some(rule) = off {
                         extra.extend(["--ablate".to_string(), rule.name().to_string()]);

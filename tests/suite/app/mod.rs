@@ -1,6 +1,8 @@
 //! The app layer: the coding harness (loop rules, file blocks, second choice, self-check) and its doors (`agentd
 //! run` and the HTTP sessions API), confined to a workspace.
 
+#[cfg(feature = "local")]
+mod blocks_grammar;
 mod confinement;
 mod doors;
 mod edit_format;
@@ -35,6 +37,7 @@ pub(crate) fn install_harness(
         state: config.workspace_state.clone(),
         tools: harness::mutating_tools(tools),
         commands: None,
+        blocks_grammar: false,
     });
     h.start_prompt(task, named, String::new());
     config.harness = Some(h.clone());

@@ -51,6 +51,7 @@ async fn run(dir: &Path, task: &str, replies: &[&str]) -> (Vec<AgentEvent>, Arc<
             workspace: Some(dir.to_path_buf()),
             state,
         }),
+        blocks_grammar: false,
     });
     h.start_prompt(task, &[], String::new());
     config.harness = Some(h);
@@ -219,6 +220,7 @@ fn the_rules_run_in_their_explicit_order_per_profile_and_format() {
             state: None,
             tools: vec![("bash".into(), true)],
             commands: None,
+            blocks_grammar: false,
         })
         .rule_ids()
     };

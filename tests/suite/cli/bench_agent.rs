@@ -63,7 +63,7 @@ fn every_task_check_fails_untouched_and_passes_on_its_solution() {
 
 /// Jobs a 0.5B model gets done here at temperature 0 in the file-blocks format (the local engine's default): a
 /// one-line bug fix, a new file, two config edits, a rename, a bug fix the model first copies back unchanged (the
-/// reply after it starts from the model's second choice, `app::second_choice`), and a count it runs a command for
+/// reply after it starts from the model's second choice, `app::harness::rules::second_choice`), and a count it runs a command for
 /// and then has to be given the missing file's turn for. Measured 37/43 on the whole suite (notes of issue 29);
 /// these are the simplest of each kind, so other CPUs' rounding does not flip them (the rename passes whether the
 /// model renames the call too, or only the definition and the harness follows it; in `fix_return_value` the
