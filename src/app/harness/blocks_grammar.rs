@@ -17,6 +17,7 @@
 //! bash blocks) gets its ```` ``` ```` completed to ```` ```bash ```` and runs the quoted text as a command.
 //! Also, the engine's budget close (the last 64 tokens of `max_tokens`) looks for a short way out made for
 //! JSON; under this grammar it finds none and ends the reply where the grammar last accepted it.
+
 use crate::schema::lark::lark_string;
 
 /// The most workspace files named as literals; the others are reached through the generic path pattern (most

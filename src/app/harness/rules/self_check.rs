@@ -2,8 +2,8 @@
 //! (it still parses; the top-level definitions and exports it had are still there unless the task names them)
 //! and a failure is told with the result. When the run would end:
 //!
-//! - a task that asks for a change, with nothing changed, gets one more turn that says so, then the run ends
-//!   `Stopped`, never `Completed`;
+//! - a task that asks for a change of a file it names, with nothing changed, gets one more turn that says so,
+//!   then the run ends `Stopped`, never `Completed`;
 //! - the same checks run on every file the prompt changed, and the commands that check the work (one the task
 //!   names, a test file it names, the repository's test script: [`checks::check_commands`]) run through the
 //!   session's `bash` tool when commands run without asking;
@@ -151,6 +151,14 @@ pub fn change_failures(path: &str, original: Option<&str>, now: &str, task: &str
     failures
 }
 
+/// Whether `task` names a file (a word that reads as a relative path: an extension, a `/`, or all capitals).
+fn names_a_file(task: &str) -> bool {
+    task.split_whitespace().any(|w| {
+        let w = crate::app::mentions::prompt_word(w);
+        crate::app::harness::blocks::path_word(w, &[]).is_some()
+    })
+}
+
 fn tail(output: &str) -> String {
     let output = output.trim_end();
     if output.len() <= OUTPUT_TAIL_BYTES {
@@ -203,7 +211,9 @@ impl Rule for SelfCheck {
             return None;
         }
         if !task.landed() && !task.ran_command {
-            if !cx.profile.words.asks_for_change(&task.text) {
+            // A change task names what it changes: a prompt without a file name ("write it", "a new one") may
+            // be a turn of a conversation, not a job on the workspace.
+            if !cx.profile.words.asks_for_change(&task.text) || !names_a_file(&task.text) {
                 return None;
             }
             let mut state = self.lock();
