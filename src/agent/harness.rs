@@ -5,9 +5,22 @@
 
 use async_trait::async_trait;
 
-use super::hooks::BeforeToolCall;
 use crate::provider::{Message, ResponseFormat, TokenLogprob, ToolCall, ToolChoice};
 use crate::transcript::{AgentMessage, ToolResult};
+
+/// What `before_tool_call` decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BeforeToolCall {
+    /// Run the call as is.
+    Proceed,
+    /// Run it with these arguments instead (validated again).
+    Rewrite(serde_json::Value),
+    /// Do not run it; the model gets an error result with this reason.
+    Block(String),
+    /// Do not run it; the model gets this result instead (an answer the hook already knows: the earlier error of
+    /// the same call, "already done").
+    Respond { content: String, is_error: bool },
+}
 
 /// How a run ends when a harness ends it (or lets it end).
 #[derive(Debug, Clone, PartialEq, Eq)]

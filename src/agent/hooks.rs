@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::compaction_record::Compaction;
+pub use super::harness::BeforeToolCall;
 use crate::provider::{Message, Provider, Sampling, ToolCall};
 use crate::tools::policy::Policy;
 use crate::tools::support::workspace::WorkspaceState;
@@ -26,20 +27,6 @@ pub type ConvertToLlm = Arc<dyn Fn(&[AgentMessage]) -> Vec<Message> + Send + Syn
 
 /// Messages queued by the user while the agent runs (steering, follow-ups).
 pub type MessageSource = Arc<dyn Fn() -> Vec<AgentMessage> + Send + Sync>;
-
-/// What `before_tool_call` decides.
-#[derive(Debug, Clone, PartialEq)]
-pub enum BeforeToolCall {
-    /// Run the call as is.
-    Proceed,
-    /// Run it with these arguments instead (validated again).
-    Rewrite(serde_json::Value),
-    /// Do not run it; the model gets an error result with this reason.
-    Block(String),
-    /// Do not run it; the model gets this result instead (an answer the hook already knows: the earlier error of
-    /// the same call, "already done").
-    Respond { content: String, is_error: bool },
-}
 
 pub type BeforeToolCallHook =
     Arc<dyn Fn(&ToolCall) -> BoxFuture<'static, BeforeToolCall> + Send + Sync>;
@@ -92,7 +79,7 @@ pub struct AgentLoopConfig {
     /// context-overflow error (see `agent::compaction::Compactor`). `None`: the transcript is sent as it is.
     pub context_policy: Option<SharedContextPolicy>,
     /// The coding harness around the loop (`app::harness`): `None` runs the bare loop.
-    pub harness: Option<std::sync::Arc<dyn super::harness::LoopHarness>>,
+    pub harness: Option<Arc<dyn super::harness::LoopHarness>>,
 }
 
 pub const DEFAULT_MAX_TURNS: usize = 50;

@@ -153,7 +153,11 @@ impl CodingSession {
         let prompt = match &self.inner.workspace_state {
             // File blocks: the named files first, in the format the model writes them back in.
             Some(state) if harness.format() == EditFormat::Blocks => {
-                let files = super::mentions::named_files(text, state);
+                let mut files = super::mentions::named_files(text, state);
+                if harness.runs(super::harness::RuleId::RelatedFiles) {
+                    let related = super::harness::related::related_files(text, &files, state);
+                    files.extend(related);
+                }
                 harness.start_prompt(text, &files, blocks::prompt_with_files(&expanded, &files))
             }
             Some(state) => {

@@ -11,6 +11,7 @@ pub mod blocks_grammar;
 pub mod checks;
 pub mod outcome;
 pub mod profile;
+pub mod related;
 pub mod rules;
 
 use std::collections::HashMap;
@@ -112,6 +113,11 @@ impl Harness {
         self.format
     }
 
+    /// Whether the profile runs `rule` (for those decided where they act).
+    pub fn runs(&self, rule: RuleId) -> bool {
+        self.profile.runs(rule)
+    }
+
     /// The rules that run, in the order they are asked.
     pub fn rule_ids(&self) -> Vec<RuleId> {
         self.rules.iter().map(|r| r.id()).collect()
@@ -191,7 +197,7 @@ fn build_rule(
         RuleId::CommandCue if blocks => Box::new(command_cue::CommandCue { bash }),
         RuleId::SelfCheck => Box::new(self_check::SelfCheck::new(commands)),
         // Decided where they act (the request's tool choice, the reading of blocks), by the profile.
-        RuleId::ActOnNamedFiles | RuleId::BlockOwner => return None,
+        RuleId::ActOnNamedFiles | RuleId::BlockOwner | RuleId::RelatedFiles => return None,
         _ => return None,
     };
     Some(rule)

@@ -67,6 +67,9 @@ pub enum RuleId {
     ActOnNamedFiles,
     /// A fenced block without a path goes to the one file it clearly rewrites.
     BlockOwner,
+    /// The files a named file imports, and those where a code name of the task is defined or used, are shown
+    /// with the prompt.
+    RelatedFiles,
     /// The run checks its own work (files parse, definitions kept, the named command passes) before it ends.
     SelfCheck,
 }
@@ -75,7 +78,7 @@ impl RuleId {
     /// Every rule, in the order the harness asks them.
     /// A call that would change nothing after a change landed is the model saying it is done, before it is a
     /// repeat; an undo, before it is a repeat.
-    pub const ORDER: [RuleId; 12] = [
+    pub const ORDER: [RuleId; 13] = [
         RuleId::NoOpFinish,
         RuleId::Undo,
         RuleId::Repeats,
@@ -87,6 +90,7 @@ impl RuleId {
         RuleId::CommandCue,
         RuleId::ActOnNamedFiles,
         RuleId::BlockOwner,
+        RuleId::RelatedFiles,
         RuleId::SelfCheck,
     ];
 
@@ -103,6 +107,7 @@ impl RuleId {
             RuleId::CommandCue => "command_cue",
             RuleId::ActOnNamedFiles => "act_on_named_files",
             RuleId::BlockOwner => "block_owner",
+            RuleId::RelatedFiles => "related_files",
             RuleId::SelfCheck => "self_check",
         }
     }

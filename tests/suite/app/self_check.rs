@@ -227,7 +227,12 @@ fn the_rules_run_in_their_explicit_order_per_profile_and_format() {
     let small = build(Profile::small(), EditFormat::Blocks);
     let expected: Vec<RuleId> = RuleId::ORDER
         .into_iter()
-        .filter(|r| !matches!(r, RuleId::ActOnNamedFiles | RuleId::BlockOwner))
+        .filter(|r| {
+            !matches!(
+                r,
+                RuleId::ActOnNamedFiles | RuleId::BlockOwner | RuleId::RelatedFiles
+            )
+        })
         .collect();
     assert_eq!(small, expected);
     // The blocks rules do not run on JSON tools; the capable profile keeps two rules.
