@@ -20,7 +20,7 @@ use super::{Cx, Reply, Rule};
 use crate::agent::{EndDecision, RunEnd};
 use crate::app::harness::checks::{self, Verdict};
 use crate::app::harness::outcome::{Call, Outcome};
-use crate::app::harness::profile::RuleId;
+use crate::app::harness::profile::{EditFormat, RuleId};
 use crate::provider::ToolCall;
 use crate::tools::support::workspace::WorkspaceState;
 use crate::tools::tool::{Tool, ToolContext};
@@ -138,6 +138,14 @@ pub fn change_failures(path: &str, original: Option<&str>, now: &str, task: &str
     if let Some(why) = broken {
         failures.push(format!("{path} no longer parses: {why}"));
     }
+    let dead = unreachable_lines(path, now);
+    if dead.len() > original.map_or(0, |b| unreachable_lines(path, b).len()) {
+        let lines: Vec<String> = dead.iter().map(|n| n.to_string()).collect();
+        failures.push(format!(
+            "{path}: line {} can never run, it follows a `return` or `raise` at the same level",
+            lines.join(", ")
+        ));
+    }
     if let Some(before) = original {
         let lost = checks::lost_unless_named(p, before, now, task);
         if !lost.is_empty() {
@@ -149,6 +157,45 @@ pub fn change_failures(path: &str, original: Option<&str>, now: &str, task: &str
         }
     }
     failures
+}
+
+/// The (1-based) lines of a Python file that follow a `return` or `raise` in the same block: code that never
+/// runs (a stub's `raise NotImplementedError` left under its new body).
+fn unreachable_lines(path: &str, text: &str) -> Vec<usize> {
+    if !path.ends_with(".py") {
+        return Vec::new();
+    }
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut out = Vec::new();
+    let mut ended: Option<usize> = None;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let at = indent(line);
+        match ended {
+            Some(level) if at == level => {
+                let opens = ["except", "else", "elif", "finally", "case"]
+                    .iter()
+                    .any(|k| t.starts_with(k));
+                if opens {
+                    ended = None;
+                } else {
+                    out.push(i + 1);
+                }
+            }
+            Some(level) if at < level => ended = None,
+            _ => {}
+        }
+        let exits = (t.starts_with("return") || t.starts_with("raise"))
+            && !t[6.min(t.len())..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+            && !t.ends_with(['\\', '(', '[', '{', ',']);
+        if exits && at > 0 {
+            ended = Some(at);
+        }
+    }
+    out
 }
 
 /// Whether `task` names a file (a word that reads as a relative path: an extension, a `/`, or all capitals).
@@ -213,7 +260,8 @@ impl Rule for SelfCheck {
         if !task.landed() && !task.ran_command {
             // A change task names what it changes: a prompt without a file name ("write it", "a new one") may
             // be a turn of a conversation, not a job on the workspace.
-            if !cx.profile.words.asks_for_change(&task.text) || !names_a_file(&task.text) {
+            let about_files = names_a_file(&task.text) || !task.named.is_empty();
+            if !cx.profile.words.asks_for_change(&task.text) || !about_files {
                 return None;
             }
             let mut state = self.lock();
@@ -223,10 +271,15 @@ impl Rule for SelfCheck {
                 )));
             }
             state.nudged = true;
+            let how = match cx.format {
+                EditFormat::Blocks => {
+                    "Write the path of the file that must change, then its new text in a block."
+                }
+                EditFormat::Tools => "Change the file with the tools.",
+            };
             return Some(EndDecision::Continue {
                 note: format!(
-                    "Nothing in the project has changed yet, and the task asks for a change. The task: {}\nMake \
-                     the change now.",
+                    "Nothing in the project has changed yet, and the task asks for a change. The task: {}\n{how}",
                     task.text
                 ),
                 prefill: None,
@@ -252,5 +305,29 @@ impl Rule for SelfCheck {
             ),
             prefill: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_after_a_return_is_unreachable() {
+        let stub = "def slug(t):\n    return t.lower()\n    raise NotImplementedError\n\n\ndef other():\n    pass\n";
+        assert_eq!(unreachable_lines("a.py", stub), [3]);
+        let fine = "def f(x):\n    if x:\n        return 1\n    else:\n        raise ValueError(\n            'x'\n        )\n    return 2\n";
+        assert!(unreachable_lines("a.py", fine).is_empty());
+        assert!(unreachable_lines("a.js", stub).is_empty());
+        let failures = change_failures(
+            "a.py",
+            Some("def slug(t):\n    raise NotImplementedError\n"),
+            stub,
+            "",
+        );
+        assert!(
+            failures.iter().any(|f| f.contains("line 3 can never run")),
+            "{failures:?}"
+        );
     }
 }
