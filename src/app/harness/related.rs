@@ -70,9 +70,10 @@ fn code_names(task: &str) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for word in task.split_whitespace() {
         let quoted = word.starts_with('`');
+        // `prompt_word` takes a call's closing parenthesis for punctuation: `slugify()` → `slugify(`.
         let w = prompt_word(word);
-        let call = w.ends_with("()");
-        let w = w.trim_end_matches("()");
+        let call = w.ends_with('(');
+        let w = w.trim_end_matches('(');
         let ident = w.len() >= 3
             && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             && !w.starts_with(|c: char| c.is_ascii_digit());
