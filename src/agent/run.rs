@@ -146,17 +146,9 @@ pub(crate) async fn run(
             }
             // A result that finished the job still goes past the harness's end check.
             let ending = match (stopped, &config.harness) {
-                (Some(RunEnd::Completed), Some(harness)) => match harness.before_end().await {
-                    EndDecision::End(ending) => Some(ending),
-                    EndDecision::Continue {
-                        note,
-                        prefill: start,
-                    } => {
-                        pending.push(AgentMessage::user(note));
-                        prefill = start;
-                        None
-                    }
-                },
+                (Some(RunEnd::Completed), Some(harness)) => {
+                    end_check(harness.as_ref(), &mut pending, &mut prefill).await
+                }
                 (other, _) => other,
             };
             if let Some(ending) = ending {
@@ -168,15 +160,10 @@ pub(crate) async fn run(
             verdict = RunEnd::Completed;
             if !more_tool_calls && pending.is_empty() && turn.stop_reason == StopReason::Stop {
                 if let Some(harness) = &config.harness {
-                    match harness.before_end().await {
-                        EndDecision::Continue {
-                            note,
-                            prefill: start,
-                        } => {
-                            pending.push(AgentMessage::user(note));
-                            prefill = start;
-                        }
-                        EndDecision::End(ending) => verdict = ending,
+                    if let Some(ending) =
+                        end_check(harness.as_ref(), &mut pending, &mut prefill).await
+                    {
+                        verdict = ending;
                     }
                 }
             }
@@ -195,6 +182,26 @@ pub(crate) async fn run(
         pending = follow_ups;
     }
     end_as(em, verdict, added).await
+}
+
+/// Asks the harness whether the run may end: how it ends when it may; else its note is queued and the next
+/// reply's start set.
+async fn end_check(
+    harness: &dyn super::harness::LoopHarness,
+    pending: &mut Vec<AgentMessage>,
+    prefill: &mut Option<String>,
+) -> Option<RunEnd> {
+    match harness.before_end().await {
+        EndDecision::End(ending) => Some(ending),
+        EndDecision::Continue {
+            note,
+            prefill: start,
+        } => {
+            pending.push(AgentMessage::user(note));
+            *prefill = start;
+            None
+        }
+    }
 }
 
 /// Ends the run as the harness (or the loop) decided.

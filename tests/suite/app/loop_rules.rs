@@ -23,6 +23,8 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::ending;
+
 fn tools() -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(ReadTool::new()),
@@ -94,13 +96,6 @@ fn results(events: &[AgentEvent]) -> Vec<(String, bool)> {
             _ => None,
         })
         .collect()
-}
-
-fn ending(events: &[AgentEvent]) -> (AgentEndReason, Option<String>) {
-    match events.last() {
-        Some(AgentEvent::AgentEnd { reason, error, .. }) => (*reason, error.clone()),
-        other => panic!("not agent_end: {other:?}"),
-    }
 }
 
 fn edit(path: &str, old: &str, new: &str) -> Value {

@@ -13,7 +13,7 @@ mod self_check;
 use std::path::Path;
 use std::sync::Arc;
 
-use agentd::agent::AgentLoopConfig;
+use agentd::agent::{AgentEndReason, AgentEvent, AgentLoopConfig};
 use agentd::app::harness::{self, EditFormat, Harness, HarnessSetup, Profile, RuleId};
 use agentd::tools::policy::FileScope;
 use agentd::tools::support::workspace::WorkspaceState;
@@ -63,4 +63,12 @@ pub(crate) fn blocks_harness(
         off,
         prompt,
     )
+}
+
+/// How a run ended (its last event), with the reason's text.
+pub(crate) fn ending(events: &[AgentEvent]) -> (AgentEndReason, Option<String>) {
+    match events.last() {
+        Some(AgentEvent::AgentEnd { reason, error, .. }) => (*reason, error.clone()),
+        other => panic!("not agent_end: {other:?}"),
+    }
 }

@@ -21,6 +21,8 @@ use agentd::tools::write_block::WriteBlockTool;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use super::ending;
+
 /// Runs `task` as a blocks session in `dir` with only the self-check, the scripted model answering `replies`.
 async fn run(dir: &Path, task: &str, replies: &[&str]) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
     let provider = Arc::new(ScriptedProvider::new(
@@ -69,16 +71,6 @@ async fn run(dir: &Path, task: &str, replies: &[&str]) -> (Vec<AgentEvent>, Arc<
     .collect()
     .await;
     (events, provider)
-}
-
-fn ending(events: &[AgentEvent]) -> (AgentEndReason, Option<String>) {
-    events
-        .iter()
-        .find_map(|e| match e {
-            AgentEvent::AgentEnd { reason, error, .. } => Some((*reason, error.clone())),
-            _ => None,
-        })
-        .unwrap_or((AgentEndReason::Error, None))
 }
 
 /// The user messages the run added after the prompt (the harness's notes).
