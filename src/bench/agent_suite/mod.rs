@@ -31,7 +31,18 @@ pub fn run_task(
     root: &Path,
     timeout: Duration,
 ) -> Result<(RunResult, Vec<u8>), BenchError> {
-    let ws = tasks::fresh_workspace(task, &root.join(format!("{}-{attempt}", setting.label())))?;
+    // One folder per harness, setting and attempt: two columns of one run never share a workspace.
+    let column: String = format!("{}-{}-{attempt}", harness.name(), setting.label())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "=.-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let ws = tasks::fresh_workspace(task, &root.join(column))?;
     let before = tasks::snapshot(&ws);
     let finished = harness.run(&ws, &task.prompt, task.tools.as_deref(), setting, timeout)?;
     let after = tasks::snapshot(&ws);

@@ -168,6 +168,11 @@ pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 /// A fresh copy of the task's starting files under `root/<task name>`.
 pub fn fresh_workspace(task: &Task, root: &Path) -> Result<PathBuf, BenchError> {
     let ws = root.join(&task.name);
+    // Nothing a run before left there (its files, the copied check) may be seen by this one.
+    if ws.exists() {
+        std::fs::remove_dir_all(&ws)
+            .map_err(|e| BenchError::Workload(format!("clearing {}: {e}", ws.display())))?;
+    }
     copy_tree(&task.dir.join("workspace"), &ws)
         .map_err(|e| BenchError::Workload(format!("copying {}'s workspace: {e}", task.name)))?;
     Ok(ws)

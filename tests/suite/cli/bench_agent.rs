@@ -129,6 +129,26 @@ fn suite(tasks: &[(&str, &str, &str)]) -> tempfile::TempDir {
 }
 
 #[test]
+fn a_fresh_workspace_holds_nothing_an_earlier_run_left() {
+    use agentd::bench::agent_suite::{load_suite, tasks::fresh_workspace, PARTS};
+
+    let dir = suite(&[("dev", "a", ""), ("heldout", "h", "")]);
+    std::fs::write(dir.path().join("dev/a/workspace/app.py"), "x = 1\n").unwrap();
+    let task = &load_suite(dir.path(), &PARTS, &["a".to_string()]).unwrap()[0];
+    let root = tempfile::tempdir().unwrap();
+    let ws = fresh_workspace(task, root.path()).unwrap();
+    std::fs::write(ws.join("check.py"), "left by the last run").unwrap();
+    std::fs::write(ws.join("app.py"), "x = 2\n").unwrap();
+    let again = fresh_workspace(task, root.path()).unwrap();
+    assert_eq!(again, ws);
+    assert!(!ws.join("check.py").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("app.py")).unwrap(),
+        "x = 1\n"
+    );
+}
+
+#[test]
 fn the_suite_loads_by_part_with_difficulty_and_refuses_bad_folders() {
     use agentd::bench::agent_suite::{load_suite, Difficulty, PARTS};
 
