@@ -1,8 +1,8 @@
 //! The files a task is about beyond those it names by path (rule `related_files`, file blocks): the workspace
-//! modules a named file imports (a failing test's code under test), and the files where a code name the task
-//! writes (`load_cfg`, `slugify()`, `` `parseArgs` ``) is defined or used. A small model shown only the test
-//! file, or no file at all, edits the wrong one or answers without a change; Aider keeps such files in its chat
-//! for the same reason. Read through the workspace's confinement; small text files only, a few at most.
+//! modules a named file imports (a failing test's code under test), the files of a folder it names
+//! (`packages/core`), and the files where a code name the task writes (`load_cfg`, `slugify()`, `` `parseArgs` ``)
+//! is defined or used. A small model shown only the test file, or no file at all, edits the wrong one or answers
+//! without a change; Aider keeps such files in its chat for the same reason. Read through the workspace's confinement; small text files only, a few at most.
 
 use std::path::Path;
 
@@ -40,6 +40,21 @@ pub fn related_files(
             }
         }
     }
+    for dir in named_folders(task, &files) {
+        let mut inside: Vec<&String> = files
+            .iter()
+            .filter(|f| f.starts_with(&format!("{dir}/")))
+            .collect();
+        // The folder's own files before its subfolders' (a manifest before the modules).
+        inside.sort_by_key(|f| (f.matches('/').count(), f.as_str()));
+        for rel in inside {
+            if out.len() < MAX_RELATED && !known(&out, rel) {
+                if let Some(t) = read(rel) {
+                    out.push((rel.clone(), t));
+                }
+            }
+        }
+    }
     for name in code_names(task) {
         let mut hits: Vec<(bool, String, String)> = files
             .iter()
@@ -60,6 +75,23 @@ pub fn related_files(
     }
     for (rel, _) in &out {
         state.saw(Path::new(rel));
+    }
+    out
+}
+
+/// The workspace folders `task` names by their relative path (`packages/core`, `src/`).
+fn named_folders(task: &str, files: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in task.split_whitespace() {
+        let word = prompt_word(word)
+            .trim_start_matches("./")
+            .trim_end_matches('/');
+        if word.is_empty() || word.contains("..") || out.iter().any(|d| d == word) {
+            continue;
+        }
+        if files.iter().any(|f| f.starts_with(&format!("{word}/"))) {
+            out.push(word.to_string());
+        }
     }
     out
 }
@@ -238,5 +270,16 @@ mod tests {
         let got = related_files("Rename load_cfg to load_config.", &[], &state);
         let paths: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(paths, ["config.py", "app.py"]);
+        // A named folder: its own files first, then its subfolders'.
+        w(
+            "pkg/core/pyproject.toml",
+            "[project]\nversion = \"1.2.0\"\n",
+        );
+        w("pkg/core/lib/a.py", "A = 1\n");
+        w("pkg/web/pyproject.toml", "[project]\n");
+        let state = WorkspaceState::new(dir.path());
+        let got = related_files("Bump the version of pkg/core.", &[], &state);
+        let paths: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["pkg/core/pyproject.toml", "pkg/core/lib/a.py"]);
     }
 }

@@ -365,8 +365,9 @@ fn is_test_file(path: &str) -> bool {
     })
 }
 
-/// How a test file runs: pytest for a Python file that imports it or has no `__main__`/`unittest.main` of its
-/// own, `python3 FILE` for one that runs itself; `node FILE` for JavaScript.
+/// How a test file runs: pytest for a Python file that imports it, or has test functions and no
+/// `__main__`/`unittest.main` of its own; `python3 FILE` for one that runs itself or is a script of asserts;
+/// `node FILE` for JavaScript.
 fn test_command(file: &str, read: &dyn Fn(&str) -> Option<String>) -> String {
     if !file.ends_with(".py") {
         return format!("node {file}");
@@ -378,7 +379,12 @@ fn test_command(file: &str, read: &dyn Fn(&str) -> Option<String>) -> String {
     });
     let runs_itself =
         text.contains("unittest.main") || (text.contains("__name__") && text.contains("__main__"));
-    if imports_pytest || !runs_itself {
+    // A script of top-level asserts, with no test functions or classes, runs as it is.
+    let has_tests = text.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("def test") || l.starts_with("class Test") || l.starts_with("async def test")
+    });
+    if imports_pytest || (has_tests && !runs_itself) {
         format!("python3 -m pytest -q {file}")
     } else {
         format!("python3 {file}")

@@ -375,7 +375,10 @@ fn the_repository_test_command_when_the_task_names_none() {
 fn dangerous_and_outside_commands_are_ignored() {
     let ws = Workspace::new(&[
         ("app.py", "\n"),
-        ("test_app.py", "from app import run\n"),
+        (
+            "test_app.py",
+            "from app import run\n\ndef test_run():\n    assert run()\n",
+        ),
         ("run_tests.sh", "\n"),
         ("go.mod", "\n"),
         ("pkg/a.go", "\n"),
@@ -412,4 +415,19 @@ fn dangerous_and_outside_commands_are_ignored() {
         ["./run_tests.sh"]
     );
     assert_eq!(ws.commands("Try `./app.py --help`."), ["./app.py --help"]);
+}
+
+#[test]
+fn a_test_script_of_asserts_runs_as_a_script() {
+    let ws = Workspace::new(&[
+        ("prices.py", "def total(x):\n    return x\n"),
+        (
+            "test_prices.py",
+            "from prices import total\n\nassert total(2) == 2\nprint('ok')\n",
+        ),
+    ]);
+    assert_eq!(
+        ws.commands("The tests in test_prices.py fail. Fix prices.py."),
+        ["python3 test_prices.py"]
+    );
 }

@@ -127,6 +127,12 @@ impl Rule for MissingFile {
     }
 }
 
+/// Extensions that, written alone (`.py`), name a kind of file rather than a file.
+const CODE_EXTENSIONS: [&str; 16] = [
+    "py", "js", "ts", "rs", "go", "c", "h", "java", "rb", "txt", "md", "json", "toml", "yaml",
+    "yml", "sh",
+];
+
 /// The first file the task names that does not exist yet (and may be made in the session's scope), when the
 /// task asks for something to be made: a word that looks like a relative file path (an extension with a
 /// letter: not `3.14`, not `e.g.`; not a web domain).
@@ -138,12 +144,14 @@ pub fn asked_for_missing(cx: &Cx<'_>) -> Option<String> {
     task.split_whitespace().find_map(|word| {
         let word = crate::app::mentions::prompt_word(word);
         let path = crate::app::harness::blocks::path_word(word, &[])?;
-        let ext = path.rsplit_once('.')?.1;
+        let (stem, ext) = path.rsplit_once('.')?;
+        // `.py files` names a kind of file; `.env` is one.
+        let kind = stem.is_empty() && CODE_EXTENSIONS.contains(&ext);
         let domain = ["com", "org", "net", "io", "dev"].contains(&ext);
         let file = ext.chars().any(|c| c.is_ascii_alphabetic())
             && !domain
             && !matches!(path.as_str(), "e.g" | "i.e");
-        (file && cx.scope.may_create(&path)).then_some(path)
+        (file && !kind && cx.scope.may_create(&path)).then_some(path)
     })
 }
 
@@ -196,6 +204,15 @@ mod tests {
         );
         // A path outside the workspace is not one to make.
         assert_eq!(missing("Write the count into ../count.txt.", root), None);
+        // An extension alone is a kind of file: the file to make is the one named after it.
+        assert_eq!(
+            missing(
+                "How many .py files are there? Write the number into answer.txt.",
+                root
+            )
+            .as_deref(),
+            Some("answer.txt")
+        );
         std::fs::write(dir.path().join("count.txt"), "7\n").unwrap();
         assert_eq!(missing(task, root), None);
     }

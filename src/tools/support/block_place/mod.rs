@@ -103,6 +103,7 @@ pub fn place(old: &str, block: &str) -> Placed {
         };
     };
     let (i0, i1) = span.old;
+    let i1 = i1 + dead_after(&b, &a[i1..]);
     if i0 == 0 && i1 == a.len() {
         return Placed {
             deleted: span.deleted,
@@ -133,6 +134,50 @@ pub fn place(old: &str, block: &str) -> Placed {
         },
         deleted: span.deleted,
     }
+}
+
+/// How many of the old lines after the block's span the block's last line makes unreachable: a block that ends
+/// in `return`/`raise`/`throw` (a stub's new body) ends its suite, so the old lines of that suite after it (up to
+/// the first line indented less) would be dead code if kept.
+fn dead_after(block: &[&str], rest: &[&str]) -> usize {
+    let Some(last) = block.iter().rev().find(|l| !l.trim().is_empty()) else {
+        return 0;
+    };
+    let word = last
+        .trim_start()
+        .split([' ', ';', '('])
+        .next()
+        .unwrap_or("");
+    if !matches!(word, "return" | "raise" | "throw") {
+        return 0;
+    }
+    let level = indent(last);
+    // An unindented one (a fragment without its indentation) says nothing of the suite it ends.
+    if level == 0 {
+        return 0;
+    }
+    let mut end = 0;
+    for (k, line) in rest.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if indent(line) < level {
+            break;
+        }
+        end = k + 1;
+    }
+    // Only a statement at the block's own level makes the run dead code (deeper lines alone belong to it).
+    match rest[..end]
+        .iter()
+        .any(|l| !l.trim().is_empty() && indent(l) == level)
+    {
+        true => end,
+        false => 0,
+    }
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
 }
 
 /// The best local alignment of `b` in `a`: the old lines `old.0..old.1` it covers and the old lines inside that

@@ -198,3 +198,25 @@ fn empty_old_file_takes_the_block() {
     assert_eq!(p.text, "new\n");
     assert_eq!(p.placement, Placement::Whole);
 }
+
+#[test]
+fn a_body_that_ends_in_return_replaces_the_stub_it_follows() {
+    let old = "def slug(t):\n    \"\"\"A slug.\"\"\"\n    raise NotImplementedError\n\n\ndef path(t):\n    return \"/\" + slug(t)\n";
+    let block = "def slug(t):\n    \"\"\"A slug.\"\"\"\n    return t.lower()\n";
+    let p = place(old, block);
+    assert_eq!(
+        p.text,
+        "def slug(t):\n    \"\"\"A slug.\"\"\"\n    return t.lower()\n\n\ndef path(t):\n    return \"/\" + slug(t)\n"
+    );
+    // A method: the next method (indented less than the body) stays.
+    let old = "class Q:\n    def peek(self):\n        pass\n        raise NotImplementedError\n\n    def pop(self):\n        return 1\n";
+    let p = place(old, "    def peek(self):\n        return self.items[0]\n");
+    assert_eq!(
+        p.text,
+        "class Q:\n    def peek(self):\n        return self.items[0]\n\n    def pop(self):\n        return 1\n"
+    );
+    // A block that adds a statement before an existing return keeps what follows it.
+    let old = "def f(x):\n    y = x\n    return y\n";
+    let p = place(old, "def f(x):\n    y = x\n    log(y)\n");
+    assert_eq!(p.text, "def f(x):\n    y = x\n    log(y)\n    return y\n");
+}
