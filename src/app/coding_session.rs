@@ -156,6 +156,9 @@ impl CodingSession {
                 let mut files = super::mentions::named_files(text, state);
                 if harness.runs(super::harness::RuleId::RelatedFiles) {
                     let related = super::harness::related::related_files(text, &files, state);
+                    if !related.is_empty() {
+                        harness.acted(super::harness::RuleId::RelatedFiles);
+                    }
                     files.extend(related);
                 }
                 harness.start_prompt(text, &files, blocks::prompt_with_files(&expanded, &files))

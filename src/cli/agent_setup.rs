@@ -199,6 +199,10 @@ pub struct AgentArgs {
     /// bodies, one-line `bash` blocks). Off by default: an experiment to measure.
     #[arg(long)]
     pub blocks_grammar: bool,
+    /// Append the name of each harness rule that acts to FILE, once per rule (what `bench agent --ablate`
+    /// reads).
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub harness_trace: Option<std::path::PathBuf>,
 
     /// Most tokens one model reply may generate (default 4096).
     #[arg(long)]
@@ -290,6 +294,7 @@ impl AgentArgs {
         }
         settings.edit_format = eff.edit_format.value;
         settings.blocks_grammar = self.blocks_grammar;
+        settings.harness_trace = self.harness_trace.clone();
         settings.mcp_servers = eff.mcp_servers.clone();
         settings.max_tokens = Some(eff.max_tokens.value);
         settings.max_turns = eff.max_turns.value.max(1);

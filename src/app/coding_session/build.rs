@@ -84,6 +84,8 @@ pub struct SessionSettings {
     /// On the local engine with file blocks, constrain each reply to the blocks grammar
     /// ([`crate::app::harness::blocks_grammar`]). Off by default: an experiment.
     pub blocks_grammar: bool,
+    /// Where the harness traces the rules that act (`agentd run --harness-trace`; the agent bench's ablation).
+    pub harness_trace: Option<PathBuf>,
     /// MCP servers whose tools join the session's ([`crate::app::mcp_servers`]).
     pub mcp_servers: std::collections::BTreeMap<String, crate::app::mcp_servers::McpServerConfig>,
 }
@@ -114,6 +116,7 @@ impl SessionSettings {
             harness_off: Vec::new(),
             edit_format: None,
             blocks_grammar: false,
+            harness_trace: None,
             mcp_servers: Default::default(),
         }
     }
@@ -337,6 +340,7 @@ pub(super) async fn assemble(
         tools: harness::mutating_tools(&tools),
         commands,
         blocks_grammar: settings.blocks_grammar && backend.kind == crate::app::BackendKind::Local,
+        trace: settings.harness_trace.clone(),
     });
     config.harness = Some(harness.clone());
     let agent = Agent::new(config, system_prompt, tools);

@@ -44,6 +44,9 @@ pub struct HarnessSetup {
     pub commands: Option<rules::self_check::CommandRunner>,
     /// Constrain blocks replies to [`blocks_grammar`] (measured: no gain; off unless asked).
     pub blocks_grammar: bool,
+    /// A file the name of each rule that acts is appended to, once per rule (`bench agent --ablate` reruns
+    /// only the runs a rule acted in: at t=0 the others are the same run).
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// A call between `before_call` and `after_call`.
@@ -70,6 +73,9 @@ pub struct Harness {
     turn: Mutex<Vec<(String, Call, Outcome)>>,
     /// The workspace's files (size, modification time) when the prompt started: what a command changed.
     at_prompt: Mutex<Option<Fingerprint>>,
+    /// The rules that acted in this session, and where they are traced.
+    acted: Mutex<Vec<RuleId>>,
+    trace: Option<std::path::PathBuf>,
 }
 
 type Fingerprint = Vec<(String, Option<(u64, std::time::SystemTime)>)>;
@@ -102,7 +108,29 @@ impl Harness {
             pending: Mutex::default(),
             turn: Mutex::default(),
             at_prompt: Mutex::default(),
+            acted: Mutex::default(),
+            trace: setup.trace,
         })
+    }
+
+    /// `rule` acted (answered a call, revised a result or the prompt, started a reply, or kept the run going):
+    /// traced once per session when a trace file was asked for.
+    pub fn acted(&self, rule: RuleId) {
+        let mut acted = lock(&self.acted);
+        if acted.contains(&rule) {
+            return;
+        }
+        acted.push(rule);
+        let Some(path) = &self.trace else { return };
+        let line = format!("{}\n", rule.name());
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the harness trace");
+        }
     }
 
     pub fn profile(&self) -> &Profile {
@@ -138,7 +166,11 @@ impl Harness {
         let cx = self.cx(&task_now);
         let mut prompt = prompt;
         for rule in &self.rules {
+            let before = prompt.len();
             rule.on_prompt(task, &mut prompt, &cx);
+            if prompt.len() != before {
+                self.acted(rule.id());
+            }
         }
         prompt
     }
@@ -240,7 +272,11 @@ impl LoopHarness for Harness {
         let act = self.format == EditFormat::Tools
             && self.state.is_some()
             && self.profile.runs(RuleId::ActOnNamedFiles);
-        act.then(|| act_on_named_files(messages))
+        let choice = act.then(|| act_on_named_files(messages))?;
+        if choice == ToolChoice::Required {
+            self.acted(RuleId::ActOnNamedFiles);
+        }
+        Some(choice)
     }
 
     fn response_format(&self) -> Option<crate::provider::ResponseFormat> {
@@ -263,7 +299,13 @@ impl LoopHarness for Harness {
             .runs(RuleId::BlockOwner)
             .then_some(&self.scope)
             .filter(|_| self.state.is_some());
-        blocks::text_calls(text, &self.listing(), self.bash, owner)
+        let files = self.listing();
+        let calls = blocks::text_calls(text, &files, self.bash, owner);
+        if owner.is_some() && calls.len() > blocks::text_calls(text, &files, self.bash, None).len()
+        {
+            self.acted(RuleId::BlockOwner);
+        }
+        calls
     }
 
     fn logprobs(&self) -> usize {
@@ -280,10 +322,11 @@ impl LoopHarness for Harness {
         let call = Call::of(raw, mutating);
         let task = lock(&self.task).clone();
         let cx = self.cx(&task);
-        let answer = self
-            .rules
-            .iter()
-            .find_map(|r| r.before_call(raw, &call, &cx));
+        let answer = self.rules.iter().find_map(|r| {
+            let answer = r.before_call(raw, &call, &cx)?;
+            self.acted(r.id());
+            Some(answer)
+        });
         let before = match &answer {
             None => call.path().and_then(|p| cx.read(p)),
             Some(_) => None,
@@ -332,7 +375,11 @@ impl LoopHarness for Harness {
         {
             let cx = self.cx(&task);
             for rule in &self.rules {
+                let before = reply.clone();
                 rule.after_call(raw, &call, &outcome, &cx, &mut reply);
+                if reply != before {
+                    self.acted(rule.id());
+                }
             }
         }
         record(&mut task, &call, &outcome, before);
@@ -359,9 +406,11 @@ impl LoopHarness for Harness {
             .collect();
         let task = lock(&self.task).clone();
         let cx = self.cx(&task);
-        self.rules
-            .iter()
-            .find_map(|r| r.next_prefill(trace, &turn, &cx))
+        self.rules.iter().find_map(|r| {
+            let start = r.next_prefill(trace, &turn, &cx)?;
+            self.acted(r.id());
+            Some(start)
+        })
     }
 
     async fn before_end(&self) -> EndDecision {
@@ -377,6 +426,10 @@ impl LoopHarness for Harness {
         let cx = self.cx(&task);
         for rule in &self.rules {
             if let Some(decision) = rule.before_end(&cx).await {
+                // A check that passes lets the run end as it would have: only a verdict that differs acts.
+                if decision != EndDecision::End(RunEnd::Completed) {
+                    self.acted(rule.id());
+                }
                 return decision;
             }
         }

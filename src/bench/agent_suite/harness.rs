@@ -154,7 +154,9 @@ impl Harness {
                 let mut c = Command::new(bin);
                 c.args(["run", "--no-session", "--model", model, "--mode", "json"])
                     .args(["--allow", "all", "--offline", "--workspace"])
-                    .arg(ws);
+                    .arg(ws)
+                    .arg("--harness-trace")
+                    .arg(trace_file(ws));
                 if let Some(t) = tools {
                     c.args(["--tools", t]);
                 }
@@ -208,6 +210,11 @@ impl Harness {
             BenchError::Workload(format!("cannot run the {} harness: {e}", self.name()))
         })
     }
+}
+
+/// Where an agentd run in `ws` traces the harness rules that acted: beside the workspace, not in it.
+pub fn trace_file(ws: &Path) -> std::path::PathBuf {
+    ws.with_extension("rules")
 }
 
 /// What a run's event stream says.

@@ -43,6 +43,8 @@ pub fn run_task(
         })
         .collect();
     let ws = tasks::fresh_workspace(task, &root.join(column))?;
+    let trace = harness::trace_file(&ws);
+    let _ = std::fs::remove_file(&trace);
     let before = tasks::snapshot(&ws);
     let finished = harness.run(&ws, &task.prompt, task.tools.as_deref(), setting, timeout)?;
     let after = tasks::snapshot(&ws);
@@ -66,5 +68,10 @@ pub fn run_task(
     r.diff = diff;
     r.check_output = check_output;
     r.stderr_tail = tasks::tail(&String::from_utf8_lossy(&finished.stderr), 1500);
+    r.rules_acted = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
     Ok((r, finished.stdout))
 }

@@ -36,6 +36,11 @@ pub struct RunResult {
     pub diff: String,
     pub check_output: String,
     pub stderr_tail: String,
+    /// The harness rules that acted in the run (agentd only), in the order they first did.
+    pub rules_acted: Vec<String>,
+    /// An ablation run not run again: the rule it turns off never acted in this run of the full harness, so at a
+    /// deterministic setting it is the same run (its figures are that run's).
+    pub same_as_full: bool,
 }
 
 impl RunResult {
@@ -64,6 +69,8 @@ impl RunResult {
             diff: String::new(),
             check_output: String::new(),
             stderr_tail: String::new(),
+            rules_acted: Vec::new(),
+            same_as_full: false,
         }
     }
 }

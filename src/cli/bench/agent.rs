@@ -66,6 +66,10 @@ pub struct AgentBenchArgs {
     /// or `all`): one column per rule, beside the run with every rule, shows what each buys.
     #[arg(long, value_delimiter = ',', value_name = "RULE")]
     pub ablate: Vec<String>,
+    /// Run every task in each ablation column. By default, at t=0 a task whose run with every rule shows the
+    /// rule never acted is not run again without it: the run would be the same, token for token.
+    #[arg(long)]
+    pub ablate_every_run: bool,
     /// Run agentd with `--blocks-grammar` (each reply constrained to the file-blocks grammar).
     #[arg(long)]
     pub blocks_grammar: bool,
@@ -234,19 +238,41 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
             };
             let attempt = setting.seed.map_or(1, |s| s as usize);
             for task in &tasks {
-                let (r, events) =
-                    agent_suite::run_task(&harness, task, *setting, attempt, root.path(), timeout)?;
+                let full = off
+                    .filter(|_| !args.ablate_every_run && setting.temperature == Some(0.0))
+                    .and_then(|rule| untouched(&results, task, setting, attempt, rule));
+                let (r, events) = match full {
+                    Some(full) => {
+                        let mut r = full.clone();
+                        r.harness = harness.name().to_string();
+                        r.same_as_full = true;
+                        (r, Vec::new())
+                    }
+                    None => agent_suite::run_task(
+                        &harness,
+                        task,
+                        *setting,
+                        attempt,
+                        root.path(),
+                        timeout,
+                    )?,
+                };
                 eprintln!(
-                    "{:8} {:12} {:28} {}  {} calls, {} errors, {:.0} s",
+                    "{:8} {:12} {:28} {}  {} calls, {} errors, {:.0} s{}",
                     r.harness,
                     r.setting,
                     r.task,
                     if r.check_passed { "pass" } else { "FAIL" },
                     r.tool_calls,
                     r.tool_errors,
-                    r.seconds
+                    r.seconds,
+                    if r.same_as_full {
+                        " (rule never acted: the full run's)"
+                    } else {
+                        ""
+                    }
                 );
-                if let Some(dir) = &args.logs {
+                if let (Some(dir), false) = (&args.logs, r.same_as_full) {
                     let base = dir.join(format!(
                         "{}.{}.{}.{}",
                         r.task, r.harness, r.setting, attempt
@@ -273,6 +299,25 @@ pub fn run(args: AgentBenchArgs) -> anyhow::Result<()> {
         eprintln!("workspaces kept in {}", kept.display());
     }
     Ok(())
+}
+
+/// The run of `task` with every rule (same setting and attempt), when `rule` never acted in it.
+fn untouched<'a>(
+    results: &'a [agent_suite::RunResult],
+    task: &agent_suite::Task,
+    setting: &Setting,
+    attempt: usize,
+    rule: RuleId,
+) -> Option<&'a agent_suite::RunResult> {
+    results
+        .iter()
+        .find(|r| {
+            r.harness == "agentd"
+                && r.task == task.name
+                && r.setting == setting.label()
+                && r.attempt == attempt
+        })
+        .filter(|r| !r.rules_acted.iter().any(|a| a == rule.name()))
 }
 
 /// The rules `--ablate` names (`all`: every rule, in the order the harness asks them).

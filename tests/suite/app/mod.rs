@@ -38,6 +38,7 @@ pub(crate) fn install_harness(
         tools: harness::mutating_tools(tools),
         commands: None,
         blocks_grammar: false,
+        trace: None,
     });
     h.start_prompt(task, named, String::new());
     config.harness = Some(h.clone());

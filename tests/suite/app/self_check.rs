@@ -25,6 +25,16 @@ use super::ending;
 
 /// Runs `task` as a blocks session in `dir` with only the self-check, the scripted model answering `replies`.
 async fn run(dir: &Path, task: &str, replies: &[&str]) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
+    run_traced(dir, task, replies, None).await
+}
+
+/// [`run`], the rules that act traced to `trace`.
+async fn run_traced(
+    dir: &Path,
+    task: &str,
+    replies: &[&str],
+    trace: Option<std::path::PathBuf>,
+) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
     let provider = Arc::new(ScriptedProvider::new(
         replies.iter().map(|r| ScriptedReply::text_only(*r)),
     ));
@@ -54,6 +64,7 @@ async fn run(dir: &Path, task: &str, replies: &[&str]) -> (Vec<AgentEvent>, Arc<
             state,
         }),
         blocks_grammar: false,
+        trace,
     });
     h.start_prompt(task, &[], String::new());
     config.harness = Some(h);
@@ -112,6 +123,37 @@ async fn a_change_task_that_changes_nothing_is_told_once_then_stopped() {
     let (reason, why) = ending(&events);
     assert_eq!(reason, AgentEndReason::Stopped);
     assert!(why.unwrap().contains("changed no file"));
+}
+
+#[tokio::test]
+async fn the_trace_names_each_rule_that_acted_once_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("calc.py"),
+        "def add(a, b):\n    return a - b\n",
+    )
+    .unwrap();
+    // The self-check acts twice (its note, then the stop): traced once.
+    let trace = traces.path().join("change.rules");
+    run_traced(
+        dir.path(),
+        "Fix add in calc.py: it must return a + b.",
+        &["The task is done.", "Done, as I said."],
+        Some(trace.clone()),
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&trace).unwrap(), "self_check\n");
+    // A question it lets end as it would have: nothing acted, nothing traced.
+    let trace = traces.path().join("question.rules");
+    run_traced(
+        dir.path(),
+        "What does the function in calc.py return?",
+        &["It returns a - b."],
+        Some(trace.clone()),
+    )
+    .await;
+    assert!(!trace.exists());
 }
 
 #[tokio::test]
@@ -213,6 +255,7 @@ fn the_rules_run_in_their_explicit_order_per_profile_and_format() {
             tools: vec![("bash".into(), true)],
             commands: None,
             blocks_grammar: false,
+            trace: None,
         })
         .rule_ids()
     };

@@ -57,7 +57,7 @@ impl Cx<'_> {
 }
 
 /// What the model is told of a result, as the rules revise it, and an end of the run after this turn.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
     pub content: String,
     pub is_error: bool,
