@@ -333,3 +333,53 @@ fn ablations(names: &[String]) -> anyhow::Result<Vec<RuleId>> {
     out.dedup();
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_suite::harness::RunEvents;
+
+    fn task(name: &str) -> agent_suite::Task {
+        agent_suite::Task {
+            name: name.into(),
+            part: "dev".into(),
+            category: "other".into(),
+            difficulty: agent_suite::Difficulty::Simple,
+            prompt: String::new(),
+            check: String::new(),
+            tools: None,
+            dir: PathBuf::new(),
+        }
+    }
+
+    fn full(name: &str, acted: &[&str]) -> agent_suite::RunResult {
+        let mut r = agent_suite::RunResult::new(RunEvents::default());
+        r.task = name.into();
+        r.harness = "agentd".into();
+        r.setting = "t=0".into();
+        r.rules_acted = acted.iter().map(|a| a.to_string()).collect();
+        r
+    }
+
+    #[test]
+    fn an_ablation_reuses_only_the_full_runs_its_rule_never_acted_in() {
+        let t0 = Setting {
+            temperature: Some(0.0),
+            seed: None,
+        };
+        let results = vec![full("a", &["self_check"]), full("b", &[])];
+        // The rule acted in a: it runs again; it did not in b: b's full run stands for it.
+        assert!(untouched(&results, &task("a"), &t0, 1, RuleId::SelfCheck).is_none());
+        let same = untouched(&results, &task("b"), &t0, 1, RuleId::SelfCheck).unwrap();
+        assert_eq!(same.task, "b");
+        assert!(untouched(&results, &task("a"), &t0, 1, RuleId::Repeats).is_some());
+        // No full run of that task, setting or attempt: nothing to reuse.
+        assert!(untouched(&results, &task("c"), &t0, 1, RuleId::SelfCheck).is_none());
+        assert!(untouched(&results, &task("b"), &t0, 2, RuleId::SelfCheck).is_none());
+        let t1 = Setting {
+            temperature: Some(1.0),
+            seed: None,
+        };
+        assert!(untouched(&results, &task("b"), &t1, 1, RuleId::SelfCheck).is_none());
+    }
+}
