@@ -72,13 +72,16 @@ pub enum RuleId {
     RelatedFiles,
     /// The run checks its own work (files parse, definitions kept, the named command passes) before it ends.
     SelfCheck,
+    /// A change whose checks fail is undone and the prompt tried again from a fresh sample, the failed attempt
+    /// out of the model's view (file blocks; with the self-check).
+    Resample,
 }
 
 impl RuleId {
     /// Every rule, in the order the harness asks them.
     /// A call that would change nothing after a change landed is the model saying it is done, before it is a
     /// repeat; an undo, before it is a repeat.
-    pub const ORDER: [RuleId; 13] = [
+    pub const ORDER: [RuleId; 14] = [
         RuleId::NoOpFinish,
         RuleId::Undo,
         RuleId::Repeats,
@@ -92,6 +95,7 @@ impl RuleId {
         RuleId::BlockOwner,
         RuleId::RelatedFiles,
         RuleId::SelfCheck,
+        RuleId::Resample,
     ];
 
     pub fn name(self) -> &'static str {
@@ -109,6 +113,7 @@ impl RuleId {
             RuleId::BlockOwner => "block_owner",
             RuleId::RelatedFiles => "related_files",
             RuleId::SelfCheck => "self_check",
+            RuleId::Resample => "resample",
         }
     }
 }
