@@ -1,11 +1,12 @@
 //! The self-checks a coding-agent run does before it says "done": does each changed file still parse
-//! ([`parse`]), did an edit drop top-level names that other code may use ([`defs`]), and which commands check
+//! ([`parse`]), did an edit drop top-level names that other code may use ([`defs`]) or change settings the task
+//! does not name ([`settings`]), and which commands check
 //! the work ([`commands`]: those the task names, its test files, else the repository's own test command).
 //! Everything here is judged from texts the caller hands in; only [`parse`] runs programs (the languages' own
 //! parsers, each under a time limit).
 //!
 //! Files: `lang` (a file's language from its name), `bounded` (running a checker with a time limit), `blank`
-//! (comments and strings blanked, for reading structure), `parse`, `defs`, `commands`.
+//! (comments and strings blanked, for reading structure), `parse`, `defs`, `settings`, `commands`.
 
 mod blank;
 mod bounded;
@@ -13,10 +14,12 @@ pub mod commands;
 pub mod defs;
 mod lang;
 pub mod parse;
+pub mod settings;
 
 pub use commands::{check_commands, CheckCommand};
 pub use defs::{lost_definitions, lost_unless_named, top_level_names, Names};
 pub use parse::{breaks, parse_verdict, Verdict};
+pub use settings::unasked_settings;
 
 #[cfg(test)]
 mod tests;

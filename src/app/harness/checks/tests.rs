@@ -431,3 +431,37 @@ fn a_test_script_of_asserts_runs_as_a_script() {
         ["python3 test_prices.py"]
     );
 }
+
+#[test]
+fn settings_the_task_does_not_name_are_reported_when_it_names_one() {
+    let before = "# Settings.\nTIMEOUT_SECONDS = 30\nMAX_RETRIES = 3\nUSER_AGENT = \"x/1.0\"\n";
+    let after = "# Settings.\nTIMEOUT_SECONDS = 5\nMAX_RETRIES = 5\nUSER_AGENT = \"x/1.0\"\n";
+    let task = "In settings.py, change MAX_RETRIES from 3 to 5.";
+    assert_eq!(
+        super::unasked_settings(before, after, task),
+        [(
+            "TIMEOUT_SECONDS".to_string(),
+            "30".to_string(),
+            "5".to_string()
+        )]
+    );
+    // Only the named one changed, or both named: nothing to report.
+    let right = before.replace("MAX_RETRIES = 3", "MAX_RETRIES = 5");
+    assert!(super::unasked_settings(before, &right, task).is_empty());
+    let both = "Set MAX_RETRIES to 5 and TIMEOUT_SECONDS to 5.";
+    assert!(super::unasked_settings(before, after, both).is_empty());
+    // A task that names no setting it changed ("make it faster") is not judged.
+    assert!(super::unasked_settings(before, after, "Make the downloader faster.").is_empty());
+    // .env and YAML lines; indented lines and code are not settings.
+    let env = "PORT=8000\nDEBUG=false\n";
+    assert_eq!(
+        super::unasked_settings(env, "PORT=9000\nDEBUG=true\n", "Set PORT to 9000 in .env")[0].0,
+        "DEBUG"
+    );
+    let yaml = "name: shop\nreplicas: 2\nimage:\n  tag: v1\n";
+    let yaml_after = "name: shop\nreplicas: 3\nimage:\n  tag: v2\n";
+    assert!(super::unasked_settings(yaml, yaml_after, "Scale replicas to 3.").is_empty());
+    let code = "def f(x=1):\n    y = 2\n    return x == y\n";
+    let code_after = "def f(x=2):\n    y = 3\n    return x == y\n";
+    assert!(super::unasked_settings(code, code_after, "Change f's y.").is_empty());
+}

@@ -147,6 +147,11 @@ pub fn change_failures(path: &str, original: Option<&str>, now: &str, task: &str
         ));
     }
     if let Some(before) = original {
+        for (key, old, new) in checks::unasked_settings(before, now, task) {
+            failures.push(format!(
+                "{path}: {key} changed too ({old} → {new}); the task does not ask for that"
+            ));
+        }
         let lost = checks::lost_unless_named(p, before, now, task);
         if !lost.is_empty() {
             failures.push(format!(
