@@ -75,8 +75,7 @@ fn fenced(path: &str, text: &str) -> String {
 /// The worked examples shown before the conversation: a fix in a file the task shows, and a new file. No command
 /// example: small models then write blocks without a path, or files named like the example's.
 pub fn examples() -> Vec<Message> {
-    let shapes = "def square(x):\n    return x + x\n\n\ndef cube(x):\n    return x * x * x\n";
-    let fixed = "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n";
+    let [shapes, fixed] = EXAMPLE_CODE;
     vec![
         Message::user(prompt_with_files(
             "square(x) in shapes.py should return x times x. Fix it.",
@@ -89,6 +88,18 @@ pub fn examples() -> Vec<Message> {
         )),
         assistant_text(&fenced("todo.txt", "buy milk\n")),
     ]
+}
+
+/// The example's file before and after its fix.
+const EXAMPLE_CODE: [&str; 2] = [
+    "def square(x):\n    return x + x\n\n\ndef cube(x):\n    return x * x * x\n",
+    "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n",
+];
+
+/// Whether a block's `content` is the examples' code: a confused small model writes it into the task's files.
+pub fn is_example(content: &str) -> bool {
+    let content = content.trim();
+    EXAMPLE_CODE.iter().any(|e| e.trim() == content)
 }
 
 fn fenced_lang(path: &str, lang: &str, text: &str) -> String {

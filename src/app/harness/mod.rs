@@ -332,6 +332,16 @@ impl LoopHarness for Harness {
     async fn before_call(&self, raw: &ToolCall) -> BeforeToolCall {
         let mutating = self.mutating.get(&raw.name).copied().unwrap_or(true);
         let call = Call::of(raw, mutating);
+        if let Call::Block { content, .. } = &call {
+            if blocks::is_example(content) {
+                return BeforeToolCall::Respond {
+                    content: "That block is the format example's code, not this task's: nothing was written. \
+                              Write the block this task needs."
+                        .into(),
+                    is_error: true,
+                };
+            }
+        }
         let task = lock(&self.task).clone();
         let cx = self.cx(&task);
         let answer = self.rules.iter().find_map(|r| {

@@ -169,6 +169,29 @@ async fn the_trace_names_each_rule_that_acted_once_and_no_other() {
 }
 
 #[tokio::test]
+async fn the_format_examples_code_is_never_written_into_a_task_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = "def add(a, b):\n    return a - b\n";
+    std::fs::write(dir.path().join("calc.py"), original).unwrap();
+    let parrot = "calc.py\n```python\ndef square(x):\n    return x + x\n\n\ndef cube(x):\n    return x * x * x\n```";
+    let (events, _) = run(
+        dir.path(),
+        "Fix add in calc.py: it must return a + b.",
+        &[parrot, "Done.", "Done."],
+    )
+    .await;
+    let refused = events.iter().any(|e| {
+        matches!(e, AgentEvent::ToolExecutionEnd { result, .. } if result.is_error && result.content.contains("format example"))
+    });
+    assert!(refused);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("calc.py")).unwrap(),
+        original
+    );
+    assert_eq!(ending(&events).0, AgentEndReason::Stopped);
+}
+
+#[tokio::test]
 async fn a_question_ends_completed_without_a_note() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
