@@ -14,7 +14,6 @@
 use serde_json::json;
 
 use crate::provider::{AssistantMessage, ContentBlock, Message, ToolCall};
-use crate::tools::policy::FileScope;
 use crate::tools::write_block::{NEXT_STEP, WRITE_BLOCK};
 use crate::transcript::AgentMessage;
 
@@ -119,8 +118,6 @@ pub enum Block {
     File { path: String, content: String },
     /// A shell command.
     Command(String),
-    /// A fenced block with no path (not a command): a file's text when [`super::block_owner`] finds its file.
-    Unnamed(String),
 }
 
 /// Languages whose unnamed fenced block is a command to run.
@@ -169,9 +166,7 @@ pub fn parse_blocks(text: &str, files: &[String], commands: bool) -> Vec<Block> 
             None if commands && SHELLS.contains(&lang.as_str()) && !body.trim().is_empty() => {
                 out.push(Block::Command(body.trim_end().to_string()))
             }
-            None if !SHELLS.contains(&lang.as_str()) && !body.trim().is_empty() => {
-                out.push(Block::Unnamed(body))
-            }
+            // A fenced block with no path line is text (an example, a quoted result), not a change.
             None => {}
         }
         i = close + 1;
@@ -262,36 +257,17 @@ pub(crate) fn path_word(word: &str, files: &[String]) -> Option<String> {
 }
 
 /// The calls a blocks reply's `text` makes: file blocks become `write_block` calls, `bash` blocks `bash` calls
-/// (when `bash` runs), and a block with no path a `write_block` call for the file it clearly rewrites, when
-/// `owner` (the workspace's scope, its files read through it) is given. `files` lists the workspace's files.
-pub fn text_calls(
-    text: &str,
-    files: &[String],
-    bash: bool,
-    owner: Option<&FileScope>,
-) -> Vec<ToolCall> {
+/// (when `bash` runs). `files` lists the workspace's files.
+pub fn text_calls(text: &str, files: &[String], bash: bool) -> Vec<ToolCall> {
     parse_blocks(text, files, bash)
         .into_iter()
-        .filter_map(|block| {
+        .map(|block| {
             let id = format!("{TEXT_CALL_PREFIX}{}", uuid::Uuid::new_v4().simple());
-            let write = |path: String, content: String| {
-                ToolCall::new(
-                    id.clone(),
-                    WRITE_BLOCK,
-                    json!({ "path": path, "content": content }),
-                )
-            };
             match block {
-                Block::File { path, content } => Some(write(path, content)),
-                Block::Command(command) => Some(ToolCall::new(
-                    id.clone(),
-                    "bash",
-                    json!({ "command": command }),
-                )),
-                Block::Unnamed(content) => {
-                    let path = super::block_owner::owner(owner?, files, &content)?;
-                    Some(write(path, content))
+                Block::File { path, content } => {
+                    ToolCall::new(id, WRITE_BLOCK, json!({ "path": path, "content": content }))
                 }
+                Block::Command(command) => ToolCall::new(id, "bash", json!({ "command": command })),
             }
         })
         .collect()
@@ -421,7 +397,7 @@ mod tests {
         ] {
             assert_eq!(
                 parse_blocks(&block(not_a_path), &files(), true),
-                vec![Block::Unnamed("x\n".into())],
+                vec![],
                 "{not_a_path}"
             );
         }
@@ -435,11 +411,8 @@ mod tests {
             vec![Block::Command("wc -l data.csv".into())]
         );
         assert!(parse_blocks(text, &files(), false).is_empty());
-        // A plain code block with no path is left for `block_owner` to place, or to stay text.
-        assert_eq!(
-            parse_blocks("```python\nprint(1)\n```", &files(), true),
-            vec![Block::Unnamed("print(1)\n".into())]
-        );
+        // A plain code block with no path stays text.
+        assert!(parse_blocks("```python\nprint(1)\n```", &files(), true).is_empty());
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! place of a call, what the model is told of a result, where the next reply starts, and whether the run may end
 //! (the self-check). The prompt now running is [`rules::Task`], updated after the rules saw each outcome.
 
-pub mod block_owner;
 pub mod blocks;
 pub mod blocks_grammar;
 pub mod checks;
@@ -21,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::agent::{BeforeToolCall, EndDecision, LoopHarness, ReplyTrace, ResultRevision, RunEnd};
-use crate::provider::{Message, ToolCall, ToolChoice};
+use crate::provider::{Message, ToolCall};
 use crate::tools::policy::FileScope;
 use crate::tools::support::workspace::WorkspaceState;
 use crate::transcript::{AgentMessage, ToolResult};
@@ -224,8 +223,6 @@ fn build_rule(
     use rules::{command_cue, named_files, repeats, second_choice, self_check};
     let rule: Box<dyn Rule> = match id {
         RuleId::Repeats => Box::<repeats::Repeats>::default(),
-        RuleId::Undo => Box::<repeats::Undo>::default(),
-        RuleId::Shrinking => Box::<repeats::Shrinking>::default(),
         RuleId::NoOpFinish => Box::<repeats::NoOpFinish>::default(),
         RuleId::UnchangedBlock if blocks => Box::new(named_files::UnchangedBlock),
         RuleId::NextNamedFile if blocks => Box::new(named_files::NextNamedFile),
@@ -233,23 +230,11 @@ fn build_rule(
         RuleId::MissingFile if blocks => Box::<named_files::MissingFile>::default(),
         RuleId::CommandCue if blocks => Box::new(command_cue::CommandCue { bash }),
         RuleId::SelfCheck => Box::new(self_check::SelfCheck::new(commands)),
-        // Decided where they act (the request's tool choice, the reading of blocks), by the profile.
-        RuleId::ActOnNamedFiles | RuleId::BlockOwner | RuleId::RelatedFiles => return None,
+        // Decided where they act (the prompt's files, the end of a failed attempt), by the profile.
+        RuleId::RelatedFiles | RuleId::Resample => return None,
         _ => return None,
     };
     Some(rule)
-}
-
-/// A prompt that came with files attached (it names files of the workspace, `mentions::attach_named_files`) is a
-/// job on those files, so its first reply must be a tool call (a small model otherwise often answers it with
-/// text: its tool list written back, or the fixed function in a code block nothing applies).
-pub fn act_on_named_files(messages: &[AgentMessage]) -> ToolChoice {
-    match messages.last() {
-        Some(AgentMessage::User { content, .. }) if content.contains("\n\n<file name=\"") => {
-            ToolChoice::Required
-        }
-        _ => ToolChoice::Auto,
-    }
 }
 
 /// `(name, may change the workspace)` of `tools`, as [`HarnessSetup::tools`] takes them.
@@ -271,17 +256,6 @@ impl LoopHarness for Harness {
             EditFormat::Blocks => blocks::hidden_tools(),
             EditFormat::Tools => Vec::new(),
         }
-    }
-
-    fn tool_choice(&self, messages: &[AgentMessage]) -> Option<ToolChoice> {
-        let act = self.format == EditFormat::Tools
-            && self.state.is_some()
-            && self.profile.runs(RuleId::ActOnNamedFiles);
-        let choice = act.then(|| act_on_named_files(messages))?;
-        if choice == ToolChoice::Required {
-            self.acted(RuleId::ActOnNamedFiles);
-        }
-        Some(choice)
     }
 
     fn response_format(&self) -> Option<crate::provider::ResponseFormat> {
@@ -306,18 +280,7 @@ impl LoopHarness for Harness {
         if self.format != EditFormat::Blocks {
             return Vec::new();
         }
-        let owner = self
-            .profile
-            .runs(RuleId::BlockOwner)
-            .then_some(&self.scope)
-            .filter(|_| self.state.is_some());
-        let files = self.listing();
-        let calls = blocks::text_calls(text, &files, self.bash, owner);
-        if owner.is_some() && calls.len() > blocks::text_calls(text, &files, self.bash, None).len()
-        {
-            self.acted(RuleId::BlockOwner);
-        }
-        calls
+        blocks::text_calls(text, &self.listing(), self.bash)
     }
 
     fn logprobs(&self) -> usize {

@@ -47,10 +47,6 @@ pub enum RuleId {
     /// A call that just failed, or a change that just landed, is answered instead of run again; repeats that
     /// keep coming stop the run.
     Repeats,
-    /// A call that would undo the change just made is not run; the run ends with the change kept.
-    Undo,
-    /// One file rewritten ever shorter, three times in a row, stops the run.
-    Shrinking,
     /// A no-op call after a change landed ends the run as done.
     NoOpFinish,
     /// A first block that changed nothing is answered as a failure, with the task restated.
@@ -63,10 +59,6 @@ pub enum RuleId {
     MissingFile,
     /// A prompt that asks to run something gets a cue to write the command first.
     CommandCue,
-    /// A first reply to a prompt with attached files must call a tool (JSON tools only).
-    ActOnNamedFiles,
-    /// A fenced block without a path goes to the one file it clearly rewrites.
-    BlockOwner,
     /// The files a named file imports, and those where a code name of the task is defined or used, are shown
     /// with the prompt.
     RelatedFiles,
@@ -80,19 +72,15 @@ pub enum RuleId {
 impl RuleId {
     /// Every rule, in the order the harness asks them.
     /// A call that would change nothing after a change landed is the model saying it is done, before it is a
-    /// repeat; an undo, before it is a repeat.
-    pub const ORDER: [RuleId; 14] = [
+    /// repeat.
+    pub const ORDER: [RuleId; 10] = [
         RuleId::NoOpFinish,
-        RuleId::Undo,
         RuleId::Repeats,
-        RuleId::Shrinking,
         RuleId::UnchangedBlock,
         RuleId::NextNamedFile,
         RuleId::SecondChoice,
         RuleId::MissingFile,
         RuleId::CommandCue,
-        RuleId::ActOnNamedFiles,
-        RuleId::BlockOwner,
         RuleId::RelatedFiles,
         RuleId::SelfCheck,
         RuleId::Resample,
@@ -101,16 +89,12 @@ impl RuleId {
     pub fn name(self) -> &'static str {
         match self {
             RuleId::Repeats => "repeats",
-            RuleId::Undo => "undo",
-            RuleId::Shrinking => "shrinking",
             RuleId::NoOpFinish => "no_op_finish",
             RuleId::UnchangedBlock => "unchanged_block",
             RuleId::NextNamedFile => "next_named_file",
             RuleId::SecondChoice => "second_choice",
             RuleId::MissingFile => "missing_file",
             RuleId::CommandCue => "command_cue",
-            RuleId::ActOnNamedFiles => "act_on_named_files",
-            RuleId::BlockOwner => "block_owner",
             RuleId::RelatedFiles => "related_files",
             RuleId::SelfCheck => "self_check",
             RuleId::Resample => "resample",
@@ -134,13 +118,7 @@ impl std::str::FromStr for RuleId {
 }
 
 /// The rules `--no-loop-rules` turns off: those that answer, stop or continue the model's own calls.
-pub const LOOP_GUARDS: [RuleId; 5] = [
-    RuleId::Repeats,
-    RuleId::Undo,
-    RuleId::Shrinking,
-    RuleId::NoOpFinish,
-    RuleId::SecondChoice,
-];
+pub const LOOP_GUARDS: [RuleId; 3] = [RuleId::Repeats, RuleId::NoOpFinish, RuleId::SecondChoice];
 
 /// The words the task-reading rules look for (English; a profile may carry other lists).
 #[derive(Debug, Clone, PartialEq, Eq)]

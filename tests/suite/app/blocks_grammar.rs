@@ -82,10 +82,6 @@ fn realistic_replies_are_accepted_and_parse_as_written() {
         assert!(ok(&text), "{what}: {text:?}");
         let parsed = parse_blocks(&text, &files(), true);
         assert_eq!(parsed.len(), blocks, "{what}: {parsed:?}");
-        assert!(
-            parsed.iter().all(|b| !matches!(b, Block::Unnamed(_))),
-            "{what}"
-        );
     }
     let parsed = parse_blocks(&format!("Here is the fix:\n\n{FIX}\nDone."), &files(), true);
     assert_eq!(
@@ -190,10 +186,7 @@ async fn qwen_decodes_within_the_grammar() {
         assert!(accepts(m, &spec, ToolCallFormat::HERMES, &text), "{text:?}");
     }
     let blocks = parse_blocks(&text, &listed, true);
-    assert!(
-        blocks.iter().all(|b| !matches!(b, Block::Unnamed(_))),
-        "{blocks:?}"
-    );
+    assert!(!blocks.is_empty(), "{text:?}");
     // Greedy, the model's first line is the file's path (the examples' shape).
     assert!(text.starts_with("calc.py\n"), "{text:?}");
 }

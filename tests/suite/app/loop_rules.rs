@@ -1,6 +1,6 @@
 //! The loop rules (`app::harness::rules::repeats`) through the real agent loop, the real file tools and real files, with a
 //! scripted provider: a repeated failed call is answered with its earlier error, a repeated change "already
-//! done", a no-op after a change ends the run as completed, a shrinking rewrite and endless repeats stop it, an
+//! done", a no-op after a change ends the run as completed, endless repeats stop it, an
 //! edit of an unread file gets the file's text (and may then be sent again), and the rules leave the session's
 //! other hooks in charge of what they let through. Also: with a workspace, each turn's request carries the tools'
 //! workspace grammars.
@@ -35,7 +35,7 @@ fn tools() -> Vec<Arc<dyn Tool>> {
 
 /// The loop's guards (JSON tools; the self-check has its own tests) around `config`.
 fn loop_guards(config: &mut AgentLoopConfig, dir: &Path, tools: &[Arc<dyn Tool>]) {
-    let off = [RuleId::SelfCheck, RuleId::ActOnNamedFiles];
+    let off = [RuleId::SelfCheck];
     super::install_harness(
         config,
         dir,
@@ -190,22 +190,6 @@ async fn a_no_op_before_any_change_is_an_ordinary_error() {
 }
 
 #[tokio::test]
-async fn a_shrinking_rewrite_is_stopped() {
-    let dir = tempfile::tempdir().unwrap();
-    let w = |c: &str| ("write", json!({"path": "version.txt", "content": c}));
-    let (events, _) = run(dir.path(), &[w("1.2.3"), w("1.2"), w("1"), w("")], false).await;
-    assert_eq!(results(&events).len(), 3);
-    let (reason, why) = ending(&events);
-    assert_eq!(reason, AgentEndReason::Stopped);
-    assert!(
-        why.as_deref()
-            .unwrap_or_default()
-            .contains("each time shorter (5 → 3 → 1 bytes)"),
-        "{why:?}"
-    );
-}
-
-#[tokio::test]
 async fn repeats_that_keep_coming_are_stopped() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "one\n").unwrap();
@@ -337,43 +321,5 @@ async fn the_rules_leave_other_calls_to_the_next_hook() {
     assert_eq!(
         std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
         "one\n"
-    );
-}
-
-#[tokio::test]
-async fn a_call_that_undoes_the_last_change_ends_the_run_with_the_change_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.json"), "{\n  \"port\": 8080\n}\n").unwrap();
-    let there = edit("config.json", "\"port\": 8080", "\"port\": 9000");
-    let back = edit("config.json", "\"port\": 9000", "\"port\": 8080");
-    let (events, _) = run(
-        dir.path(),
-        &[("edit", there), ("edit", back.clone()), ("edit", back)],
-        false,
-    )
-    .await;
-    let r = results(&events);
-    assert_eq!(r.len(), 2, "{r:?}");
-    assert!(
-        !r[1].1
-            && r[1]
-                .0
-                .starts_with("Not run: this call would undo the change just made to config.json"),
-        "{r:?}"
-    );
-    assert_eq!(ending(&events), (AgentEndReason::Completed, None));
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("config.json")).unwrap(),
-        "{\n  \"port\": 9000\n}\n"
-    );
-    // The same for a write that puts back the text the last write replaced.
-    let w = |c: &str| ("write", json!({"path": "VERSION", "content": c}));
-    std::fs::write(dir.path().join("VERSION"), "1.0\n").unwrap();
-    let (events, _) = run(dir.path(), &[w("2.0\n"), w("1.0\n")], false).await;
-    assert_eq!(results(&events).len(), 2);
-    assert_eq!(ending(&events).0, AgentEndReason::Completed);
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("VERSION")).unwrap(),
-        "2.0\n"
     );
 }

@@ -365,36 +365,22 @@ fn the_rules_run_in_their_explicit_order_per_profile_and_format() {
     let small = build(Profile::small(), EditFormat::Blocks);
     let expected: Vec<RuleId> = RuleId::ORDER
         .into_iter()
-        .filter(|r| {
-            !matches!(
-                r,
-                RuleId::ActOnNamedFiles
-                    | RuleId::BlockOwner
-                    | RuleId::RelatedFiles
-                    | RuleId::Resample
-            )
-        })
+        .filter(|r| !matches!(r, RuleId::RelatedFiles | RuleId::Resample))
         .collect();
     assert_eq!(small, expected);
     // The blocks rules do not run on JSON tools; the capable profile keeps two rules.
     let tools = build(Profile::small(), EditFormat::Tools);
     assert_eq!(
         tools,
-        vec![
-            RuleId::NoOpFinish,
-            RuleId::Undo,
-            RuleId::Repeats,
-            RuleId::Shrinking,
-            RuleId::SelfCheck
-        ]
+        vec![RuleId::NoOpFinish, RuleId::Repeats, RuleId::SelfCheck]
     );
     assert_eq!(
         build(Profile::capable(), EditFormat::Tools),
         vec![RuleId::Repeats, RuleId::SelfCheck]
     );
     let ablated = build(
-        Profile::small().without(&[RuleId::Undo]),
+        Profile::small().without(&[RuleId::SecondChoice]),
         EditFormat::Blocks,
     );
-    assert!(!ablated.contains(&RuleId::Undo) && ablated.len() == expected.len() - 1);
+    assert!(!ablated.contains(&RuleId::SecondChoice) && ablated.len() == expected.len() - 1);
 }

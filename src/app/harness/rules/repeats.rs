@@ -3,9 +3,6 @@
 //! - [`Repeats`]: an identical call that just failed is not run again (the model gets the earlier error and the
 //!   file as it is now); an identical change that just landed is answered "already done"; answers that keep
 //!   coming stop the run;
-//! - [`Undo`]: a call that would undo the change just made (a model flipping a value back and forth) is not run,
-//!   the change stands and the run ends;
-//! - [`Shrinking`]: one file rewritten ever shorter, three times in a row, stops the run before it loses more;
 //! - [`NoOpFinish`]: a call that leaves its file as it is after a change landed is how small models say they are
 //!   done: the run ends.
 //!
@@ -22,8 +19,6 @@ use crate::app::harness::profile::RuleId;
 use crate::provider::ToolCall;
 use crate::tools::edit::file_excerpt;
 
-/// Consecutive writes of one file, each shorter than the one before, that stop the run.
-pub const SHRINKING_WRITES: usize = 3;
 /// Repeats answered in a row (without a call that ran in between) that stop the run.
 pub const REPEATS_ANSWERED: usize = 3;
 
@@ -113,114 +108,6 @@ impl Rule for Repeats {
             _ => {}
         }
         state.in_a_row = 0;
-    }
-}
-
-/// The change that landed last, when it was the last call that changed anything.
-#[derive(Default)]
-struct UndoState {
-    last: Option<(String, String, String)>,
-    /// Ids of the calls answered as undos: the run ends after them.
-    ending: HashSet<String>,
-}
-
-/// See the module docs.
-#[derive(Default)]
-pub struct Undo(Mutex<UndoState>);
-
-impl Rule for Undo {
-    fn id(&self) -> RuleId {
-        RuleId::Undo
-    }
-
-    fn before_call(&self, raw: &ToolCall, call: &Call, cx: &Cx<'_>) -> Option<BeforeToolCall> {
-        let mut state = lock(&self.0);
-        let (path, before, after) = state.last.as_ref()?;
-        if call.path() != Some(path.as_str()) || cx.read(path).as_ref() != Some(after) {
-            return None;
-        }
-        if call.predicted(after).as_ref() != Some(before) {
-            return None;
-        }
-        let content = format!(
-            "Not run: this call would undo the change just made to {path}, which stands. The run ends here."
-        );
-        state.ending.insert(raw.id.clone());
-        Some(BeforeToolCall::Respond {
-            content,
-            is_error: false,
-        })
-    }
-
-    fn after_call(
-        &self,
-        raw: &ToolCall,
-        call: &Call,
-        outcome: &Outcome,
-        _cx: &Cx<'_>,
-        reply: &mut Reply,
-    ) {
-        let mut state = lock(&self.0);
-        if state.ending.remove(&raw.id) {
-            reply.end.get_or_insert(RunEnd::Completed);
-            return;
-        }
-        match outcome {
-            Outcome::Changed {
-                path,
-                before,
-                after,
-            } => state.last = Some((path.clone(), before.clone(), after.clone())),
-            Outcome::Refused { .. } | Outcome::Answered => {}
-            _ if call.mutating() => state.last = None,
-            _ => {}
-        }
-    }
-}
-
-/// See the module docs.
-#[derive(Default)]
-pub struct Shrinking(Mutex<Option<(String, Vec<usize>)>>);
-
-impl Rule for Shrinking {
-    fn id(&self) -> RuleId {
-        RuleId::Shrinking
-    }
-
-    fn after_call(
-        &self,
-        _raw: &ToolCall,
-        call: &Call,
-        outcome: &Outcome,
-        _cx: &Cx<'_>,
-        reply: &mut Reply,
-    ) {
-        let mut writes = lock(&self.0);
-        let written = match (call, outcome) {
-            (Call::Write { path, content }, o) if o.landed() => Some((path, content.len())),
-            (_, Outcome::Refused { .. } | Outcome::Answered) => return,
-            _ => None,
-        };
-        let Some((path, len)) = written else {
-            if call.mutating() {
-                *writes = None;
-            }
-            return;
-        };
-        match &mut *writes {
-            Some((p, lens)) if p == path => lens.push(len),
-            slot => *slot = Some((path.clone(), vec![len])),
-        }
-        let lens = writes.as_ref().map(|(_, l)| l.as_slice()).unwrap_or(&[]);
-        let tail = &lens[lens.len().saturating_sub(SHRINKING_WRITES)..];
-        if tail.len() == SHRINKING_WRITES && tail.windows(2).all(|w| w[1] < w[0]) {
-            let sizes: Vec<String> = tail.iter().map(|l| l.to_string()).collect();
-            reply.end.get_or_insert(RunEnd::Stopped(format!(
-                "the model rewrote {path} {SHRINKING_WRITES} times in a row, each time shorter ({} bytes); \
-                 stopped before it loses more. Check {path}.",
-                sizes.join(" → ")
-            )));
-        }
     }
 }
 
