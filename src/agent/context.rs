@@ -42,9 +42,7 @@ pub fn prompt_request(
         response_format: harness
             .and_then(|h| h.response_format())
             .unwrap_or_default(),
-        sampling: harness
-            .and_then(|h| h.sampling(&config.sampling))
-            .unwrap_or_else(|| config.sampling.clone()),
+        sampling: config.sampling.clone(),
         max_tokens: config.max_tokens,
         parallel_tool_calls: (!offered.is_empty()).then_some(config.parallel_tool_calls),
         cache_key: config.cache_key.clone(),

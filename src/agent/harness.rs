@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 
-use crate::provider::{Message, ResponseFormat, Sampling, TokenLogprob, ToolCall, ToolChoice};
+use crate::provider::{Message, ResponseFormat, TokenLogprob, ToolCall, ToolChoice};
 use crate::transcript::{AgentMessage, ToolResult};
 
 /// What `before_tool_call` decides.
@@ -98,11 +98,6 @@ pub trait LoopHarness: Send + Sync {
     /// Alternatives per token to trace replies with (0: none).
     fn logprobs(&self) -> usize {
         0
-    }
-
-    /// The sampling of the next request in place of the loop's `base` (`None`: `base`).
-    fn sampling(&self, _base: &Sampling) -> Option<Sampling> {
-        None
     }
 
     /// Before `call` runs: `Proceed`, or an answer in its place.

@@ -11,7 +11,6 @@ pub mod checks;
 pub mod outcome;
 pub mod profile;
 pub mod related;
-pub mod resample;
 pub mod rules;
 
 use std::collections::HashMap;
@@ -73,8 +72,6 @@ pub struct Harness {
     turn: Mutex<Vec<(String, Call, Outcome)>>,
     /// The workspace's files (size, modification time) when the prompt started: what a command changed.
     at_prompt: Mutex<Option<Fingerprint>>,
-    /// The attempts of the prompt now running that were taken back (rule `resample`).
-    attempts: Mutex<resample::Attempts>,
     /// The rules that acted in this session, and where they are traced.
     acted: Mutex<Vec<RuleId>>,
     trace: Option<std::path::PathBuf>,
@@ -110,7 +107,6 @@ impl Harness {
             pending: Mutex::default(),
             turn: Mutex::default(),
             at_prompt: Mutex::default(),
-            attempts: Mutex::default(),
             acted: Mutex::default(),
             trace: setup.trace,
         })
@@ -175,7 +171,6 @@ impl Harness {
                 self.acted(rule.id());
             }
         }
-        *lock(&self.attempts) = resample::Attempts::start(&prompt);
         prompt
     }
 
@@ -230,8 +225,8 @@ fn build_rule(
         RuleId::MissingFile if blocks => Box::<named_files::MissingFile>::default(),
         RuleId::CommandCue if blocks => Box::new(command_cue::CommandCue { bash }),
         RuleId::SelfCheck => Box::new(self_check::SelfCheck::new(commands)),
-        // Decided where they act (the prompt's files, the end of a failed attempt), by the profile.
-        RuleId::RelatedFiles | RuleId::Resample => return None,
+        // Decided where it acts (the prompt's files), by the profile.
+        RuleId::RelatedFiles => return None,
         _ => return None,
     };
     Some(rule)
@@ -266,14 +261,7 @@ impl LoopHarness for Harness {
     }
 
     fn convert(&self, messages: &[AgentMessage]) -> Option<Vec<Message>> {
-        if self.format != EditFormat::Blocks {
-            return None;
-        }
-        Some(blocks::convert(&lock(&self.attempts).view(messages)))
-    }
-
-    fn sampling(&self, base: &crate::provider::Sampling) -> Option<crate::provider::Sampling> {
-        lock(&self.attempts).sampling(base)
+        (self.format == EditFormat::Blocks).then(|| blocks::convert(messages))
     }
 
     fn text_calls(&self, text: &str) -> Vec<ToolCall> {
@@ -415,54 +403,10 @@ impl LoopHarness for Harness {
                 if decision != EndDecision::End(RunEnd::Completed) {
                     self.acted(rule.id());
                 }
-                if rule.id() == RuleId::SelfCheck {
-                    return self.take_back(decision);
-                }
                 return decision;
             }
         }
         EndDecision::End(RunEnd::Completed)
-    }
-}
-
-impl Harness {
-    /// The self-check's `decision`, or, when it sends the model back over a change that failed its checks and
-    /// rule `resample` runs, the same turn with the attempt taken back ([`resample`]).
-    fn take_back(&self, decision: EndDecision) -> EndDecision {
-        let EndDecision::Continue { note, .. } = &decision else {
-            return decision;
-        };
-        let changed = lock(&self.task).changed.clone();
-        let resample = self.format == EditFormat::Blocks && self.profile.runs(RuleId::Resample);
-        if !resample || changed.is_empty() {
-            return decision;
-        }
-        let unrestored = resample::restore(&self.scope, &changed);
-        if !unrestored.is_empty() {
-            tracing::warn!(files = ?unrestored, "cannot take an attempt back; the model is told instead");
-            return decision;
-        }
-        {
-            let mut task = lock(&self.task);
-            task.changed.clear();
-            task.generation += 1;
-        }
-        if let Some(state) = &self.state {
-            state.changed();
-            // Their text is the one the prompt started from, which the retry starts from too.
-            for (path, _) in &changed {
-                state.saw(std::path::Path::new(path));
-            }
-        }
-        self.acted(RuleId::Resample);
-        let n = lock(&self.attempts).take_back();
-        EndDecision::Continue {
-            note: format!(
-                "Attempt {n} taken back (its files are as they were): {}\nStarting over from the task.",
-                note.trim()
-            ),
-            prefill: None,
-        }
     }
 }
 

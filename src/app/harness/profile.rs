@@ -64,16 +64,13 @@ pub enum RuleId {
     RelatedFiles,
     /// The run checks its own work (files parse, definitions kept, the named command passes) before it ends.
     SelfCheck,
-    /// A change whose checks fail is undone and the prompt tried again from a fresh sample, the failed attempt
-    /// out of the model's view (file blocks; with the self-check).
-    Resample,
 }
 
 impl RuleId {
     /// Every rule, in the order the harness asks them.
     /// A call that would change nothing after a change landed is the model saying it is done, before it is a
     /// repeat.
-    pub const ORDER: [RuleId; 10] = [
+    pub const ORDER: [RuleId; 9] = [
         RuleId::NoOpFinish,
         RuleId::Repeats,
         RuleId::UnchangedBlock,
@@ -83,7 +80,6 @@ impl RuleId {
         RuleId::CommandCue,
         RuleId::RelatedFiles,
         RuleId::SelfCheck,
-        RuleId::Resample,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,7 +93,6 @@ impl RuleId {
             RuleId::CommandCue => "command_cue",
             RuleId::RelatedFiles => "related_files",
             RuleId::SelfCheck => "self_check",
-            RuleId::Resample => "resample",
         }
     }
 }
