@@ -180,6 +180,30 @@ async fn the_format_examples_code_is_never_written_into_a_task_file() {
 }
 
 #[tokio::test]
+async fn a_setting_the_task_does_not_name_is_put_back_and_the_model_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = "# Settings.\nTIMEOUT_SECONDS = 30\nMAX_RETRIES = 3\n";
+    std::fs::write(dir.path().join("settings.py"), original).unwrap();
+    let both = "settings.py\n```python\n# Settings.\nTIMEOUT_SECONDS = 5\nMAX_RETRIES = 5\n```";
+    let (events, _) = run(
+        dir.path(),
+        "In settings.py, change MAX_RETRIES from 3 to 5. Leave the other settings alone.",
+        &[both, "Done."],
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("settings.py")).unwrap(),
+        "# Settings.\nTIMEOUT_SECONDS = 30\nMAX_RETRIES = 5\n"
+    );
+    let told = events.iter().any(|e| {
+        matches!(e, AgentEvent::ToolExecutionEnd { result, .. }
+            if result.content.contains("TIMEOUT_SECONDS kept as it was") && !result.content.contains("Check:"))
+    });
+    assert!(told);
+    assert_eq!(ending(&events).0, AgentEndReason::Completed);
+}
+
+#[tokio::test]
 async fn a_question_ends_completed_without_a_note() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

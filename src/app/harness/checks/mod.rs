@@ -19,7 +19,7 @@ pub mod settings;
 pub use commands::{check_commands, CheckCommand};
 pub use defs::{lost_definitions, lost_unless_named, top_level_names, Names};
 pub use parse::{breaks, parse_verdict, Verdict};
-pub use settings::unasked_settings;
+pub use settings::{keep_unasked_settings, unasked_settings};
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! MAX_RETRIES from 3 to 5`) and a change that also altered another top-level setting of the file (`TIMEOUT = 30`
 //! → `5`) did more than it was asked: a small model often copies the new value onto the line next to the one it
 //! meant. Top-level `KEY = value` (Python, TOML), `KEY=value` (`.env`, shell) and `key: value` (YAML) lines.
+//! [`keep_unasked_settings`] puts those lines back as they were.
 
 use std::collections::BTreeMap;
 
@@ -56,4 +57,38 @@ pub fn unasked_settings(before: &str, after: &str, task: &str) -> Vec<(String, S
         .filter(|(k, _, _)| !named(k))
         .map(|(k, old, new)| (k.to_string(), old.to_string(), new.to_string()))
         .collect()
+}
+
+/// `after` with the lines of the settings [`unasked_settings`] reports given back their text from `before`, and
+/// those settings' keys; `None` when there are none.
+pub fn keep_unasked_settings(
+    before: &str,
+    after: &str,
+    task: &str,
+) -> Option<(String, Vec<String>)> {
+    let unasked = unasked_settings(before, after, task);
+    if unasked.is_empty() {
+        return None;
+    }
+    let keys: Vec<String> = unasked.into_iter().map(|(k, _, _)| k).collect();
+    let original = |key: &str| {
+        before
+            .lines()
+            .find(|l| setting(l).is_some_and(|(k, _)| k == key))
+    };
+    let mut kept = String::with_capacity(after.len());
+    for line in after.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let old = setting(body)
+            .filter(|(k, _)| keys.iter().any(|key| key == k))
+            .and_then(|(k, _)| original(k));
+        match old {
+            Some(old) => {
+                kept.push_str(old);
+                kept.push_str(&line[body.len()..]);
+            }
+            None => kept.push_str(line),
+        }
+    }
+    Some((kept, keys))
 }

@@ -465,3 +465,19 @@ fn settings_the_task_does_not_name_are_reported_when_it_names_one() {
     let code_after = "def f(x=2):\n    y = 3\n    return x == y\n";
     assert!(super::unasked_settings(code, code_after, "Change f's y.").is_empty());
 }
+
+#[test]
+fn the_settings_the_task_does_not_name_are_put_back() {
+    let before = "# Settings.\nTIMEOUT = 30\nMAX_RETRIES = 3\nAGENT = \"x\"\n";
+    let after = "# Settings.\nTIMEOUT = 5\nMAX_RETRIES = 5\nAGENT = \"x\"\n";
+    let (kept, keys) =
+        super::keep_unasked_settings(before, after, "Change MAX_RETRIES from 3 to 5.").unwrap();
+    assert_eq!(
+        kept,
+        "# Settings.\nTIMEOUT = 30\nMAX_RETRIES = 5\nAGENT = \"x\"\n"
+    );
+    assert_eq!(keys, ["TIMEOUT"]);
+    assert!(
+        super::keep_unasked_settings(before, &kept, "Change MAX_RETRIES from 3 to 5.").is_none()
+    );
+}

@@ -164,6 +164,35 @@ pub fn change_failures(path: &str, original: Option<&str>, now: &str, task: &str
     failures
 }
 
+/// A change that also altered top-level settings its task does not name (while naming one it changed) gets those
+/// lines back as they were, written through the workspace's scope, and the model is told; the file's text now.
+fn keep_unasked(
+    path: &str,
+    before: &str,
+    after: &str,
+    cx: &Cx<'_>,
+    reply: &mut Reply,
+) -> Option<String> {
+    let (kept, keys) = checks::keep_unasked_settings(before, after, &cx.task.text)?;
+    let written = cx
+        .scope
+        .resolve(path)
+        .map_err(|e| e.to_string())
+        .and_then(|abs| std::fs::write(abs, &kept).map_err(|e| e.to_string()));
+    if let Err(e) = written {
+        tracing::warn!(path, error = %e, "cannot put back the settings the task does not name");
+        return None;
+    }
+    reply.content.push_str(&format!(
+        "\n\n{} kept as {} was: the task does not name {}. {path} now reads:\n```\n{kept}{}```",
+        keys.join(", "),
+        if keys.len() == 1 { "it" } else { "they" },
+        if keys.len() == 1 { "it" } else { "them" },
+        if kept.ends_with('\n') { "" } else { "\n" },
+    ));
+    Some(kept)
+}
+
 /// The (1-based) lines of a Python file that follow a `return` or `raise` in the same block: code that never
 /// runs (a stub's `raise NotImplementedError` left under its new body).
 fn unreachable_lines(path: &str, text: &str) -> Vec<usize> {
@@ -246,7 +275,11 @@ impl Rule for SelfCheck {
                 path,
                 before,
                 after,
-            } => change_failures(path, Some(before), after, &cx.task.text),
+            } => {
+                let after =
+                    keep_unasked(path, before, after, cx, reply).unwrap_or_else(|| after.clone());
+                change_failures(path, Some(before), &after, &cx.task.text)
+            }
             Outcome::Created { path, text } => change_failures(path, None, text, &cx.task.text),
             _ => return,
         };
