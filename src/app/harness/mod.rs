@@ -283,23 +283,25 @@ impl LoopHarness for Harness {
     async fn before_call(&self, raw: &ToolCall) -> BeforeToolCall {
         let mutating = self.mutating.get(&raw.name).copied().unwrap_or(true);
         let call = Call::of(raw, mutating);
-        if let Call::Block { content, .. } = &call {
-            if blocks::is_example(content) {
-                return BeforeToolCall::Respond {
-                    content: "That block is the format example's code, not this task's: nothing was written. \
-                              Write the block this task needs."
-                        .into(),
-                    is_error: true,
-                };
-            }
-        }
         let task = lock(&self.task).clone();
         let cx = self.cx(&task);
-        let answer = self.rules.iter().find_map(|r| {
-            let answer = r.before_call(raw, &call, &cx)?;
-            self.acted(r.id());
-            Some(answer)
-        });
+        // The format example's code written into a task's file is refused (answered, so the repeat guard counts
+        // it); else the rules, in order.
+        let example = matches!(&call, Call::Block { content, .. } if blocks::is_example(content));
+        let answer = example
+            .then(|| BeforeToolCall::Respond {
+                content: "That block is the format example's code, not this task's: nothing was written. Write \
+                          the block this task needs."
+                    .into(),
+                is_error: true,
+            })
+            .or_else(|| {
+                self.rules.iter().find_map(|r| {
+                    let answer = r.before_call(raw, &call, &cx)?;
+                    self.acted(r.id());
+                    Some(answer)
+                })
+            });
         let before = match &answer {
             None => call.path().and_then(|p| cx.read(p)),
             Some(_) => None,

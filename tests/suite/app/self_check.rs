@@ -25,15 +25,32 @@ use super::ending;
 
 /// Runs `task` as a blocks session in `dir` with only the self-check, the scripted model answering `replies`.
 async fn run(dir: &Path, task: &str, replies: &[&str]) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
-    run_traced(dir, task, replies, None).await
+    run_traced(dir, task, replies, None, &[RuleId::SelfCheck]).await
 }
 
-/// [`run`], the rules that act traced to `trace`.
+/// [`run`] with the repeat guard too.
+async fn run_with_guard(
+    dir: &Path,
+    task: &str,
+    replies: &[&str],
+) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
+    run_traced(
+        dir,
+        task,
+        replies,
+        None,
+        &[RuleId::Repeats, RuleId::SelfCheck],
+    )
+    .await
+}
+
+/// [`run`] with `rules`, those that act traced to `trace`.
 async fn run_traced(
     dir: &Path,
     task: &str,
     replies: &[&str],
     trace: Option<std::path::PathBuf>,
+    rules: &[RuleId],
 ) -> (Vec<AgentEvent>, Arc<ScriptedProvider>) {
     let provider = Arc::new(ScriptedProvider::new(
         replies.iter().map(|r| ScriptedReply::text_only(*r)),
@@ -48,7 +65,7 @@ async fn run_traced(
     let bash: Arc<dyn Tool> = Arc::new(BashTool::new());
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(WriteBlockTool::new()), bash.clone()];
     let only_checks = Profile {
-        rules: vec![RuleId::SelfCheck],
+        rules: rules.to_vec(),
         ..Profile::small()
     };
     let h = Harness::new(HarnessSetup {
@@ -141,6 +158,7 @@ async fn the_trace_names_each_rule_that_acted_once_and_no_other() {
         "Fix add in calc.py: it must return a + b.",
         &["The task is done.", "Done, as I said."],
         Some(trace.clone()),
+        &[RuleId::SelfCheck],
     )
     .await;
     assert_eq!(std::fs::read_to_string(&trace).unwrap(), "self_check\n");
@@ -151,6 +169,7 @@ async fn the_trace_names_each_rule_that_acted_once_and_no_other() {
         "What does the function in calc.py return?",
         &["It returns a - b."],
         Some(trace.clone()),
+        &[RuleId::SelfCheck],
     )
     .await;
     assert!(!trace.exists());
@@ -168,6 +187,14 @@ async fn the_format_examples_code_is_never_written_into_a_task_file() {
         &[parrot, "Done.", "Done."],
     )
     .await;
+    // Written again and again, it is a repeat like any other answered call: the repeat guard stops the run.
+    let (again, _) = run_with_guard(
+        dir.path(),
+        "Fix add in calc.py.",
+        &[parrot, parrot, parrot, parrot],
+    )
+    .await;
+    assert_eq!(ending(&again).0, AgentEndReason::Stopped);
     let refused = events.iter().any(|e| {
         matches!(e, AgentEvent::ToolExecutionEnd { result, .. } if result.is_error && result.content.contains("format example"))
     });
