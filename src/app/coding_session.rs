@@ -153,14 +153,7 @@ impl CodingSession {
         let prompt = match &self.inner.workspace_state {
             // File blocks: the named files first, in the format the model writes them back in.
             Some(state) if harness.format() == EditFormat::Blocks => {
-                let mut files = super::mentions::named_files(text, state);
-                if harness.runs(super::harness::RuleId::RelatedFiles) {
-                    let related = super::harness::related::related_files(text, &files, state);
-                    if !related.is_empty() {
-                        harness.acted(super::harness::RuleId::RelatedFiles);
-                    }
-                    files.extend(related);
-                }
+                let files = super::mentions::named_files(text, state);
                 harness.start_prompt(text, &files, blocks::prompt_with_files(&expanded, &files))
             }
             Some(state) => {

@@ -10,7 +10,6 @@ pub mod blocks_grammar;
 pub mod checks;
 pub mod outcome;
 pub mod profile;
-pub mod related;
 pub mod rules;
 
 use std::collections::HashMap;
@@ -225,8 +224,6 @@ fn build_rule(
         RuleId::MissingFile if blocks => Box::<named_files::MissingFile>::default(),
         RuleId::CommandCue if blocks => Box::new(command_cue::CommandCue { bash }),
         RuleId::SelfCheck => Box::new(self_check::SelfCheck::new(commands)),
-        // Decided where it acts (the prompt's files), by the profile.
-        RuleId::RelatedFiles => return None,
         _ => return None,
     };
     Some(rule)

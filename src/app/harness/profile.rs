@@ -59,9 +59,6 @@ pub enum RuleId {
     MissingFile,
     /// A prompt that asks to run something gets a cue to write the command first.
     CommandCue,
-    /// The files a named file imports, and those where a code name of the task is defined or used, are shown
-    /// with the prompt.
-    RelatedFiles,
     /// The run checks its own work (files parse, definitions kept, the named command passes) before it ends.
     SelfCheck,
 }
@@ -70,7 +67,7 @@ impl RuleId {
     /// Every rule, in the order the harness asks them.
     /// A call that would change nothing after a change landed is the model saying it is done, before it is a
     /// repeat.
-    pub const ORDER: [RuleId; 9] = [
+    pub const ORDER: [RuleId; 8] = [
         RuleId::NoOpFinish,
         RuleId::Repeats,
         RuleId::UnchangedBlock,
@@ -78,7 +75,6 @@ impl RuleId {
         RuleId::SecondChoice,
         RuleId::MissingFile,
         RuleId::CommandCue,
-        RuleId::RelatedFiles,
         RuleId::SelfCheck,
     ];
 
@@ -91,7 +87,6 @@ impl RuleId {
             RuleId::SecondChoice => "second_choice",
             RuleId::MissingFile => "missing_file",
             RuleId::CommandCue => "command_cue",
-            RuleId::RelatedFiles => "related_files",
             RuleId::SelfCheck => "self_check",
         }
     }

@@ -334,10 +334,7 @@ fn the_rules_run_in_their_explicit_order_per_profile_and_format() {
         .rule_ids()
     };
     let small = build(Profile::small(), EditFormat::Blocks);
-    let expected: Vec<RuleId> = RuleId::ORDER
-        .into_iter()
-        .filter(|r| *r != RuleId::RelatedFiles)
-        .collect();
+    let expected: Vec<RuleId> = RuleId::ORDER.to_vec();
     assert_eq!(small, expected);
     // The blocks rules do not run on JSON tools; the capable profile keeps two rules.
     let tools = build(Profile::small(), EditFormat::Tools);
