@@ -315,32 +315,23 @@ async fn names_a_block_removed_that_other_files_use_are_named_when_it_is_no_sing
 }
 
 #[tokio::test]
-async fn a_block_without_a_path_goes_to_the_file_it_clearly_rewrites() {
+async fn a_block_without_a_path_stays_text() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
-    std::fs::write(dir.path().join("notes.py"), "print('notes')\n").unwrap();
-    // The path line is missing (a bare fence), or is not a path (a function's name).
+    // The path line is missing (a bare fence), or is not a path (a function's name): nothing is written, even when
+    // the block's lines are clearly one file's (rule `block_owner`, which placed it there, bought no pass).
     for reply in [
         "```python\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n```",
         "add\n```\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n```",
+        "```python\nimport os\nprint(os.getcwd())\n```",
     ] {
-        std::fs::write(dir.path().join("calc.py"), CALC).unwrap();
         let (events, _) = run(dir.path(), &[reply]).await;
-        let done = executions(&events);
-        assert_eq!(done.len(), 1, "{reply}: {done:?}");
-        assert_eq!(done[0].0, WRITE_BLOCK);
+        assert!(executions(&events).is_empty(), "{reply}");
         assert_eq!(
             std::fs::read_to_string(dir.path().join("calc.py")).unwrap(),
-            "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+            CALC
         );
     }
-    // Code that matches no file stays text.
-    let (events, _) = run(
-        dir.path(),
-        &["```python\nimport os\nprint(os.getcwd())\n```"],
-    )
-    .await;
-    assert!(executions(&events).is_empty());
 }
 
 #[tokio::test]
