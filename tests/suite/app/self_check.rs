@@ -231,6 +231,33 @@ async fn a_setting_the_task_does_not_name_is_put_back_and_the_model_told() {
 }
 
 #[tokio::test]
+async fn a_change_task_that_names_only_a_defined_function_is_still_a_change_task() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("settings.py"),
+        "def load_cfg(text):\n    return {}\n",
+    )
+    .unwrap();
+    let (events, _) = run(
+        dir.path(),
+        "Rename the function load_cfg to load_config, and update every place that uses it.",
+        &["load_config -> load_config", "Done."],
+    )
+    .await;
+    assert_eq!(notes(&events).len(), 1);
+    assert_eq!(ending(&events).0, AgentEndReason::Stopped);
+    // A name the workspace does not define is no job on its files: a chat turn ends as it is.
+    let (events, _) = run(
+        dir.path(),
+        "Rename the function parse_all to parse, please.",
+        &["Which file is it in?"],
+    )
+    .await;
+    assert!(notes(&events).is_empty());
+    assert_eq!(ending(&events).0, AgentEndReason::Completed);
+}
+
+#[tokio::test]
 async fn a_question_ends_completed_without_a_note() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

@@ -31,6 +31,8 @@ pub const RETRIES: usize = 2;
 const MAX_COMMANDS: usize = 2;
 /// Seconds a check command may run.
 const COMMAND_TIMEOUT_S: u64 = 60;
+/// Workspace files searched for a definition the task names.
+const MAX_SEARCHED: usize = 200;
 /// The end of a failed command's output the model is shown.
 const OUTPUT_TAIL_BYTES: usize = 1500;
 
@@ -106,6 +108,40 @@ impl SelfCheck {
             }
         }
         failures
+    }
+}
+
+impl SelfCheck {
+    /// Whether `task` names a code name (`load_cfg`, `parseArgs`, `slugify()`) that a workspace file defines at
+    /// its top level: a job on that file as much as naming it.
+    fn names_a_definition(&self, task: &str, cx: &Cx<'_>) -> bool {
+        let Some(runner) = &self.commands else {
+            return false;
+        };
+        let names: Vec<&str> = task
+            .split_whitespace()
+            .map(|w| crate::app::mentions::prompt_word(w).trim_end_matches("()"))
+            .filter(|w| {
+                let ident = w.len() >= 3 && w.chars().all(|c| c.is_alphanumeric() || c == '_');
+                let code = w.contains('_') || w.chars().skip(1).any(|c| c.is_ascii_uppercase());
+                ident && code
+            })
+            .collect();
+        if names.is_empty() {
+            return false;
+        }
+        runner
+            .state
+            .listing()
+            .files
+            .iter()
+            .take(MAX_SEARCHED)
+            .any(|rel| {
+                cx.read(rel).is_some_and(|text| {
+                    let defined = checks::top_level_names(Path::new(rel), &text).defined;
+                    names.iter().any(|n| defined.contains(*n))
+                })
+            })
     }
 }
 
@@ -298,7 +334,9 @@ impl Rule for SelfCheck {
         if !task.landed() && !task.ran_command {
             // A change task names what it changes: a prompt without a file name ("write it", "a new one") may
             // be a turn of a conversation, not a job on the workspace.
-            let about_files = names_a_file(&task.text) || !task.named.is_empty();
+            let about_files = names_a_file(&task.text)
+                || !task.named.is_empty()
+                || self.names_a_definition(&task.text, cx);
             if !cx.profile.words.asks_for_change(&task.text) || !about_files {
                 return None;
             }
