@@ -121,6 +121,8 @@ pub struct Words {
     pub command: Vec<String>,
     /// Other words that ask for the workspace to change (with `changing` and `making`: a change task).
     pub other_changes: Vec<String>,
+    /// Words that ask for something to be taken out (a test file may then lose assertions).
+    pub removing: Vec<String>,
     /// Words a question starts with: a task that is one question, with no word of `making`, asks for no change
     /// (`What does add return?` names the function `add`).
     pub questions: Vec<String>,
@@ -143,6 +145,7 @@ impl Default for Words {
                 "add", "implement", "bump", "make", "move", "refactor", "set", "append", "insert",
                 "convert", "rewrite", "sort", "raise",
             ]),
+            removing: list(&["remove", "delete", "drop"]),
             questions: list(&[
                 "what", "which", "how", "why", "where", "who", "when", "does", "do", "is", "are",
             ]),

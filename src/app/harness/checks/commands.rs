@@ -354,7 +354,7 @@ fn basename(path: &str) -> &str {
 }
 
 /// `test_*.py`, `*_test.py`, `*.test.js`, `test*.js` (and `.mjs`/`.cjs`).
-fn is_test_file(path: &str) -> bool {
+pub fn is_test_file(path: &str) -> bool {
     let name = basename(path);
     if let Some(stem) = name.strip_suffix(".py") {
         return stem.starts_with("test_") || stem.ends_with("_test");

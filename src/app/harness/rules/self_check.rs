@@ -1,5 +1,6 @@
 //! A run checks its own work before it says done. After each change the cheap checks run on the changed file
-//! (it still parses; the top-level definitions and exports it had are still there unless the task names them)
+//! (it still parses; the top-level definitions and exports it had are still there unless the task names them; a
+//! test file keeps its assertions)
 //! and a failure is told with the result. When the run would end:
 //!
 //! - a task that asks for a change of a file it names, with nothing changed, gets one more turn that says so,
@@ -7,6 +8,8 @@
 //! - the same checks run on every file the prompt changed, and the commands that check the work (one the task
 //!   names, a test file it names, the repository's test script: [`checks::check_commands`]) run through the
 //!   session's `bash` tool when commands run without asking;
+//! - the examples in the docstrings of the functions the prompt changed run ([`checks::examples_command`]), the
+//!   same way and under the same condition;
 //! - a failure goes back to the model as a note, at most [`RETRIES`] times per prompt; after that the run ends
 //!   `Failed` with what still fails.
 
@@ -20,7 +23,7 @@ use super::{Cx, Reply, Rule};
 use crate::agent::{EndDecision, RunEnd};
 use crate::app::harness::checks::{self, Verdict};
 use crate::app::harness::outcome::{Call, Outcome};
-use crate::app::harness::profile::{EditFormat, RuleId};
+use crate::app::harness::profile::{EditFormat, RuleId, Words};
 use crate::provider::ToolCall;
 use crate::tools::support::workspace::WorkspaceState;
 use crate::tools::tool::{Tool, ToolContext};
@@ -82,6 +85,7 @@ impl SelfCheck {
                 original.as_deref(),
                 &now,
                 &cx.task.text,
+                &cx.profile.words,
             ));
         }
         failures
@@ -97,6 +101,21 @@ impl SelfCheck {
         let read = |p: &str| cx.read(p);
         let commands = checks::check_commands(&cx.task.text, &files, &read);
         let mut failures = Vec::new();
+        for (path, original) in &cx.task.changed {
+            let Some(now) = cx.read(path) else { continue };
+            let functions = checks::changed_functions(path, original.as_deref(), &now);
+            let Some(command) = checks::examples_command(path, original.as_deref(), &functions)
+            else {
+                continue;
+            };
+            if let Some(output) = runner.run(&command).await {
+                let said: Vec<&str> = output
+                    .lines()
+                    .filter(|l| !l.starts_with("Command exited with code"))
+                    .collect();
+                failures.push(format!("{path}: {}", said.join("\n").trim()));
+            }
+        }
         for check in commands.into_iter().take(MAX_COMMANDS) {
             if let Some(output) = runner.run(&check.command).await {
                 failures.push(format!(
@@ -161,7 +180,13 @@ impl CommandRunner {
 }
 
 /// What is wrong with `path` now (`now`) that was right in `original` (`None`: the prompt created the file).
-pub fn change_failures(path: &str, original: Option<&str>, now: &str, task: &str) -> Vec<String> {
+pub fn change_failures(
+    path: &str,
+    original: Option<&str>,
+    now: &str,
+    task: &str,
+    words: &Words,
+) -> Vec<String> {
     let p = Path::new(path);
     let mut failures = Vec::new();
     let broken = match original {
@@ -186,6 +211,14 @@ pub fn change_failures(path: &str, original: Option<&str>, now: &str, task: &str
         for (key, old, new) in checks::unasked_settings(before, now, task) {
             failures.push(format!(
                 "{path}: {key} changed too ({old} → {new}); the task does not ask for that"
+            ));
+        }
+        let removed = checks::removed_assertions(path, before, now)
+            .filter(|_| !Words::any_in(&words.removing, task));
+        if let Some(n) = removed {
+            failures.push(format!(
+                "{path} has {n} assertion{} fewer than before: a fix goes in the code the tests check, and the tests stay",
+                if n == 1 { "" } else { "s" }
             ));
         }
         let lost = checks::lost_unless_named(p, before, now, task);
@@ -314,9 +347,11 @@ impl Rule for SelfCheck {
             } => {
                 let after =
                     keep_unasked(path, before, after, cx, reply).unwrap_or_else(|| after.clone());
-                change_failures(path, Some(before), &after, &cx.task.text)
+                change_failures(path, Some(before), &after, &cx.task.text, &cx.profile.words)
             }
-            Outcome::Created { path, text } => change_failures(path, None, text, &cx.task.text),
+            Outcome::Created { path, text } => {
+                change_failures(path, None, text, &cx.task.text, &cx.profile.words)
+            }
             _ => return,
         };
         for failure in failures {
@@ -389,6 +424,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_test_file_that_loses_assertions_fails_unless_the_task_asks_to_take_some_out() {
+        let before = "from shop import price\n\nassert price(1) == 2\nassert price(2) == 4\n";
+        let after = "from shop import price\n\nassert price(1) == 2\n";
+        let words = Words::default();
+        let failures = change_failures(
+            "test_shop.py",
+            Some(before),
+            after,
+            "The tests fail. Fix the bug in shop.py, not the tests.",
+            &words,
+        );
+        assert!(
+            failures.iter().any(|f| f.contains("1 assertion fewer")),
+            "{failures:?}"
+        );
+        let asked = "Remove the second assertion from test_shop.py.";
+        assert!(change_failures("test_shop.py", Some(before), after, asked, &words).is_empty());
+    }
+
+    #[test]
     fn code_after_a_return_is_unreachable() {
         let stub = "def slug(t):\n    return t.lower()\n    raise NotImplementedError\n\n\ndef other():\n    pass\n";
         assert_eq!(unreachable_lines("a.py", stub), [3]);
@@ -400,6 +455,7 @@ mod tests {
             Some("def slug(t):\n    raise NotImplementedError\n"),
             stub,
             "",
+            &Words::default(),
         );
         assert!(
             failures.iter().any(|f| f.contains("line 3 can never run")),
