@@ -102,7 +102,7 @@ impl Commands {
 }
 
 /// A path made only of characters that need no quoting in a shell.
-fn plain_path(path: &str) -> bool {
+pub fn plain_path(path: &str) -> bool {
     !path.is_empty()
         && path
             .chars()

@@ -8,6 +8,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
 use super::blank::blank;
+use super::commands::plain_path;
 use super::lang::Lang;
 use std::path::Path;
 
@@ -37,12 +38,8 @@ pub fn changed_functions(path: &str, before: Option<&str>, after: &str) -> Vec<S
 /// workspace), those of its text `before` the change where it had them, or `None` when there is nothing to run
 /// or the path would need quoting.
 pub fn examples_command(path: &str, before: Option<&str>, functions: &[String]) -> Option<String> {
-    let plain = |s: &str| {
-        !s.is_empty()
-            && !s.starts_with('-')
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
-    };
+    // No quoting needed, and not read as an option.
+    let plain = |s: &str| plain_path(s) && !s.starts_with('-');
     if functions.is_empty() || !plain(path) || !functions.iter().all(|f| plain(f)) {
         return None;
     }

@@ -75,24 +75,38 @@ impl SelfCheck {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The files the prompt changed, each with its text before the prompt (`None`: created) and now; read once
+    /// for every check at the end.
+    fn changed_now(cx: &Cx<'_>) -> Vec<(String, Option<String>, String)> {
+        cx.task
+            .changed
+            .iter()
+            .filter_map(|(path, original)| Some((path.clone(), original.clone(), cx.read(path)?)))
+            .collect()
+    }
+
     /// What fails now in the files the prompt changed.
-    fn file_failures(&self, cx: &Cx<'_>) -> Vec<String> {
-        let mut failures = Vec::new();
-        for (path, original) in &cx.task.changed {
-            let Some(now) = cx.read(path) else { continue };
-            failures.extend(change_failures(
-                path,
-                original.as_deref(),
-                &now,
-                &cx.task.text,
-                &cx.profile.words,
-            ));
-        }
-        failures
+    fn file_failures(changed: &[(String, Option<String>, String)], cx: &Cx<'_>) -> Vec<String> {
+        changed
+            .iter()
+            .flat_map(|(path, original, now)| {
+                change_failures(
+                    path,
+                    original.as_deref(),
+                    now,
+                    &cx.task.text,
+                    &cx.profile.words,
+                )
+            })
+            .collect()
     }
 
     /// The check commands that fail now, with the end of their output.
-    async fn command_failures(&self, cx: &Cx<'_>) -> Vec<String> {
+    async fn command_failures(
+        &self,
+        changed: &[(String, Option<String>, String)],
+        cx: &Cx<'_>,
+    ) -> Vec<String> {
         let Some(runner) = &self.commands else {
             return Vec::new();
         };
@@ -101,9 +115,8 @@ impl SelfCheck {
         let read = |p: &str| cx.read(p);
         let commands = checks::check_commands(&cx.task.text, &files, &read);
         let mut failures = Vec::new();
-        for (path, original) in &cx.task.changed {
-            let Some(now) = cx.read(path) else { continue };
-            let functions = checks::changed_functions(path, original.as_deref(), &now);
+        for (path, original, now) in changed {
+            let functions = checks::changed_functions(path, original.as_deref(), now);
             let Some(command) = checks::examples_command(path, original.as_deref(), &functions)
             else {
                 continue;
@@ -128,9 +141,7 @@ impl SelfCheck {
         }
         failures
     }
-}
 
-impl SelfCheck {
     /// Whether `task` names a code name (`load_cfg`, `parseArgs`, `slugify()`) that a workspace file defines at
     /// its top level: a job on that file as much as naming it.
     fn names_a_definition(&self, task: &str, cx: &Cx<'_>) -> bool {
@@ -396,9 +407,10 @@ impl Rule for SelfCheck {
                 prefill: None,
             });
         }
-        let mut failures = self.file_failures(cx);
+        let changed = Self::changed_now(cx);
+        let mut failures = Self::file_failures(&changed, cx);
         if task.landed() {
-            failures.extend(self.command_failures(cx).await);
+            failures.extend(self.command_failures(&changed, cx).await);
         }
         if failures.is_empty() {
             return None;
