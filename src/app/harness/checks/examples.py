@@ -33,7 +33,10 @@ try:
     before = docstrings(ast.parse(base64.b64decode(original).decode())) if original != "-" else {}
 except (SyntaxError, ValueError):
     before = {}
-docs = [(name, before.get(name, doc)) for name, doc in now.items()]
+# A function the file still defines keeps its old examples, even when the change dropped its docstring.
+defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+docs = [(name, before.get(name) or now.get(name)) for name in sorted(defined & names)]
+docs = [(name, doc) for name, doc in docs if doc]
 if not docs:
     sys.exit(0)
 # Definitions only: the module's own top-level statements (a script's main work) do not run.

@@ -174,6 +174,13 @@ mod tests {
             !ok && out.contains("inc(1) == 2, but it returns 1"),
             "{out}"
         );
+        // Nor does dropping the docstring.
+        let dropped = "def inc(x):\n    return x\n";
+        let (ok, out) = run_changed(Some(before), dropped, &["inc"]);
+        assert!(
+            !ok && out.contains("inc(1) == 2, but it returns 1"),
+            "{out}"
+        );
         // A function the change adds is held to the examples it is written with.
         let added =
             format!("{before}\n\ndef dec(x):\n    \"\"\"dec(1) == 0\"\"\"\n    return x - 1\n");
