@@ -2,7 +2,7 @@
 //! (the `--mode json` output, the HTTP SSE stream and the RPC protocol all use this shape).
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::compaction_record::{CompactionDetails, CompactionReason};
 use crate::provider::ProviderEvent;
@@ -104,12 +104,42 @@ impl AgentEvent {
     }
 }
 
+/// What travels from the loop to its consumer: an event, or a barrier the consumer answers once every event
+/// before it has been handled (passed to every listener, or taken from the stream).
+pub(crate) enum Envelope {
+    Event(AgentEvent),
+    Delivered(oneshot::Sender<()>),
+}
+
+impl Envelope {
+    /// The event, answering a barrier on the way: every event sent before it has been taken already.
+    pub(crate) fn into_event(self) -> Option<AgentEvent> {
+        match self {
+            Envelope::Event(ev) => Some(ev),
+            Envelope::Delivered(done) => {
+                let _ = done.send(());
+                None
+            }
+        }
+    }
+}
+
 /// Where events go. A consumer that went away is not an error: the run finishes quietly.
-pub(crate) struct Emitter(pub mpsc::Sender<AgentEvent>);
+pub(crate) struct Emitter(pub mpsc::Sender<Envelope>);
 
 impl Emitter {
     pub(super) async fn emit(&self, ev: AgentEvent) {
-        let _ = self.0.send(ev).await;
+        let _ = self.0.send(Envelope::Event(ev)).await;
+    }
+
+    /// Waits until every event emitted so far has been handled by the consumer. Called before anything that
+    /// reaches the outside world past the event stream (an approval request written by the door), so that a
+    /// client never sees that request ahead of the events that led to it.
+    pub(super) async fn delivered(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.0.send(Envelope::Delivered(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
     }
 
     pub(super) async fn message(&self, m: &AgentMessage) {

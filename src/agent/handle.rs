@@ -320,7 +320,10 @@ impl Agent {
                 async move { run::run(prompts, context, config, cancel, &Emitter(tx)).await },
             );
         let mut reason = AgentEndReason::Error;
-        while let Some(ev) = rx.recv().await {
+        while let Some(envelope) = rx.recv().await {
+            let Some(ev) = envelope.into_event() else {
+                continue;
+            };
             self.apply(&ev, &mut reason);
             let listeners = lock(&self.inner.listeners).clone();
             for l in listeners {

@@ -223,6 +223,8 @@ async fn run_batch(
             args: call.arguments.clone(),
         })
         .await;
+        // The hooks may ask the user (an approval request goes to the door directly): the door has the events first.
+        em.delivered().await;
         prepared.push(prepare(call, context, config).await);
     }
     let names: HashMap<String, String> = calls

@@ -575,6 +575,62 @@ async fn agent_state_listeners_queue_and_abort() {
     }
 }
 
+/// A `before_tool_call` hook (an approval request a door writes out directly) runs only after every listener has
+/// handled the events before it: a client never sees the request for the second call ahead of the first call's
+/// end, however slow the listeners are. (Found in CI: an RPC client read the read's `tool_execution_end` after
+/// the edit's `approval_request`, took it for the edit's end, and read the file before the edit had run.)
+#[tokio::test]
+async fn a_hook_runs_after_the_listeners_have_the_events_before_it() {
+    let provider = Arc::new(ScriptedProvider::new([
+        ScriptedReply::new().tool_call_with_id("c1", "probe", r#"{"text":"one"}"#),
+        ScriptedReply::new().tool_call_with_id("c2", "probe", r#"{"text":"two"}"#),
+        ScriptedReply::text_only("done"),
+    ]));
+    let heard: Arc<Mutex<Vec<String>>> = Arc::default();
+    let at_hook: Arc<Mutex<Vec<(String, Vec<String>)>>> = Arc::default();
+    let mut cfg = config(&provider);
+    let (h, seen) = (heard.clone(), at_hook.clone());
+    cfg.before_tool_call = Some(Arc::new(move |call| {
+        let snapshot = h.lock().unwrap().clone();
+        seen.lock().unwrap().push((call.id.clone(), snapshot));
+        Box::pin(async { BeforeToolCall::Proceed })
+    }));
+    let probe: Arc<dyn Tool> = Arc::new(Probe::new("probe", &[PolicyTag::Write]));
+    let agent = Agent::new(cfg, "sys", vec![probe]);
+    let h = heard.clone();
+    agent.subscribe(Arc::new(move |ev: AgentEvent| {
+        let h = h.clone();
+        Box::pin(async move {
+            // A slow door: without the barrier the loop runs far ahead of it.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let name = match &ev {
+                AgentEvent::ToolExecutionStart { tool_call_id, .. }
+                | AgentEvent::ToolExecutionEnd { tool_call_id, .. } => {
+                    format!("{} {tool_call_id}", ev.name())
+                }
+                _ => ev.name().to_string(),
+            };
+            h.lock().unwrap().push(name);
+        })
+    }));
+    let reason = agent.prompt(AgentMessage::user("go")).await.unwrap();
+    assert_eq!(reason, AgentEndReason::Completed);
+    let at_hook = at_hook.lock().unwrap().clone();
+    assert_eq!(at_hook.len(), 2, "{at_hook:?}");
+    for (id, heard) in &at_hook {
+        assert_eq!(
+            heard.last().map(String::as_str),
+            Some(format!("tool_execution_start {id}").as_str()),
+            "the hook for {id} ran before the listener had its start: {heard:?}"
+        );
+    }
+    let second = &at_hook[1].1;
+    assert!(
+        second.contains(&"tool_execution_end c1".to_string()),
+        "{second:?}"
+    );
+}
+
 #[tokio::test]
 async fn agent_follow_up_queue_one_at_a_time() {
     let provider = Arc::new(ScriptedProvider::new([
