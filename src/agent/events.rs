@@ -106,6 +106,8 @@ impl AgentEvent {
 
 /// What travels from the loop to its consumer: an event, or a barrier the consumer answers once every event
 /// before it has been handled (passed to every listener, or taken from the stream).
+// Events are the common case and went through the channel unboxed before; a barrier is one per tool call.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Envelope {
     Event(AgentEvent),
     Delivered(oneshot::Sender<()>),

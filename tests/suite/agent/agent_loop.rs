@@ -587,7 +587,9 @@ async fn a_hook_runs_after_the_listeners_have_the_events_before_it() {
         ScriptedReply::text_only("done"),
     ]));
     let heard: Arc<Mutex<Vec<String>>> = Arc::default();
-    let at_hook: Arc<Mutex<Vec<(String, Vec<String>)>>> = Arc::default();
+    // Per hook call: the call's id and the events the listener had handled by then.
+    type Heard = Vec<(String, Vec<String>)>;
+    let at_hook: Arc<Mutex<Heard>> = Arc::default();
     let mut cfg = config(&provider);
     let (h, seen) = (heard.clone(), at_hook.clone());
     cfg.before_tool_call = Some(Arc::new(move |call| {
