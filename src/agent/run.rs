@@ -35,15 +35,8 @@ pub fn agent_loop(
     tokio::spawn(async move {
         run(prompts, context, config, cancel, &Emitter(tx)).await;
     });
-    futures::stream::poll_fn(move |cx| loop {
-        match rx.poll_recv(cx) {
-            std::task::Poll::Ready(Some(envelope)) => match envelope.into_event() {
-                Some(ev) => return std::task::Poll::Ready(Some(ev)),
-                None => continue,
-            },
-            other => return other.map(|_| None),
-        }
-    })
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+        .filter_map(|envelope| std::future::ready(envelope.into_event()))
 }
 
 /// The loop itself. `prompts` may be empty (continue from the context as it is).
