@@ -18,8 +18,12 @@
 //! `{"type":"response","command":"parse","success":false,"error":…}`, an unknown type or bad fields an error
 //! response under its own name; the process keeps running either way. At end of input it waits for the running
 //! prompt to finish, then exits 0.
+//!
+//! A run's last `agent_end` is written once the run has let the agent go ([`EndGate`]): a client that reads it and
+//! at once sends the next `prompt` (or `compact`, `fork`, …) is never told that the agent is running.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use agentd::agent::QueueMode;
 use agentd::app::approvals::Decision;
@@ -151,6 +155,45 @@ fn respond(out: &Out, id: &Option<Value>, command: &str, result: Result<Option<V
     let _ = out.send(v);
 }
 
+/// Holds a run's `agent_end` back until the run has let the agent go (the next event of a run that loops again
+/// for a late follow-up sends it too), so the client never sees an end while the agent is still busy.
+#[derive(Default)]
+struct EndGate {
+    held: Mutex<Option<Value>>,
+}
+
+impl EndGate {
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<Value>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `v`, or holds it when it is an `agent_end`; what was held goes first.
+    fn pass(&self, out: &Out, v: Value) {
+        let mut held = self.held();
+        if let Some(end) = held.take() {
+            let _ = out.send(end);
+        }
+        if v["type"] == "agent_end" {
+            *held = Some(v);
+        } else {
+            let _ = out.send(v);
+        }
+    }
+
+    /// The run is over: writes the end it held.
+    fn release(&self, out: &Out) {
+        if let Some(end) = self.held().take() {
+            let _ = out.send(end);
+        }
+    }
+}
+
+/// The prompt that runs (or ran last), and whether it is over.
+struct Run {
+    task: JoinHandle<()>,
+    over: Arc<AtomicBool>,
+}
+
 /// Runs the protocol until stdin closes.
 pub async fn serve(session: CodingSession) -> anyhow::Result<u8> {
     let (out, mut lines_out) = mpsc::unbounded_channel::<Value>();
@@ -167,11 +210,12 @@ pub async fn serve(session: CodingSession) -> anyhow::Result<u8> {
             }
         }
     });
+    let gate = Arc::new(EndGate::default());
     {
-        let out = out.clone();
+        let (out, gate) = (out.clone(), gate.clone());
         session.subscribe(Arc::new(move |ev| {
             if let Ok(v) = serde_json::to_value(&ev) {
-                let _ = out.send(v);
+                gate.pass(&out, v);
             }
             Box::pin(async {})
         }));
@@ -185,7 +229,7 @@ pub async fn serve(session: CodingSession) -> anyhow::Result<u8> {
             }
         })));
     }
-    let mut running: Option<JoinHandle<()>> = None;
+    let mut running: Option<Run> = None;
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     loop {
         let line = match stdin.next_line().await {
@@ -199,15 +243,15 @@ pub async fn serve(session: CodingSession) -> anyhow::Result<u8> {
         if line.trim().is_empty() {
             continue;
         }
-        handle_line(&session, &out, &line, &mut running).await;
+        handle_line(&session, &out, &gate, &line, &mut running).await;
     }
     // Nobody is left to answer: what waits is denied, and later calls that need approval are refused.
     session.approvals().set_sink(None);
     session
         .approvals()
         .deny_all("the RPC client closed its input before answering");
-    if let Some(task) = running.take() {
-        let _ = task.await;
+    if let Some(run) = running.take() {
+        let _ = run.task.await;
     }
     // The session's listener holds a sender too, so the writer is told to stop (after what is queued).
     let _ = out.send(Value::Null);
@@ -221,8 +265,9 @@ pub async fn serve(session: CodingSession) -> anyhow::Result<u8> {
 async fn handle_line(
     session: &CodingSession,
     out: &Out,
+    gate: &Arc<EndGate>,
     line: &str,
-    running: &mut Option<JoinHandle<()>>,
+    running: &mut Option<Run>,
 ) {
     let value: Value = match serde_json::from_str(line) {
         Ok(v) => v,
@@ -265,7 +310,10 @@ async fn handle_line(
             )
         }
     };
-    let busy = running.as_ref().is_some_and(|t| !t.is_finished()) || session.is_running();
+    let busy = running
+        .as_ref()
+        .is_some_and(|r| !r.over.load(Ordering::SeqCst))
+        || session.is_running();
     let result = match command {
         Command::Prompt {
             message,
@@ -274,9 +322,14 @@ async fn handle_line(
             (false, _) => {
                 respond(out, &id, &kind, Ok(None));
                 let s = session.clone();
+                let over = Arc::new(AtomicBool::new(false));
+                let (done, gate, out) = (over.clone(), gate.clone(), out.clone());
                 let task = tokio::spawn(async move {
                     // Failures are data: the run's events and `get_state` report them.
                     let _ = s.prompt(&message).await;
+                    // Over before the end is written: the client's next command finds the agent free.
+                    done.store(true, Ordering::SeqCst);
+                    gate.release(&out);
                 });
                 // The next command (an `abort`, say) must find the run started.
                 let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -286,7 +339,7 @@ async fn handle_line(
                 {
                     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                 }
-                *running = Some(task);
+                *running = Some(Run { task, over });
                 return;
             }
             (true, Some(Behavior::Steer)) => {

@@ -4,10 +4,12 @@
 //! policy and a workspace root (every file tool is confined to it); it can be resumed from its file by id. Its
 //! model calls go through the server's admission queue like every other request.
 //!
-//! This file holds the registry of live sessions and what one session is; `routes` has the handlers and
-//! `gate` the provider wrapper that queues the agent's model calls.
+//! This file holds the registry of live sessions and what one session is; `routes` has the handlers,
+//! `prompt_stream` the event stream of one prompt and `gate` the provider wrapper that queues the agent's model
+//! calls.
 
 mod gate;
+mod prompt_stream;
 mod routes;
 
 use std::collections::HashMap;

@@ -7,7 +7,7 @@
 //! | `GET /v1/sessions/saved?workspace=DIR` | the saved session files of a workspace (default: the server's), newest first; reopen one with `POST /v1/sessions {resume: id}` |
 //! | `GET /v1/sessions/{id}` | one session and its status |
 //! | `DELETE /v1/sessions/{id}` | abort it and forget it (its file stays) |
-//! | `POST /v1/sessions/{id}/prompt` | `{content}` → SSE of `AgentEvent`s (`{"type": "agent_start", …}`) until `agent_end`, then `[DONE]`; 409 while a prompt runs |
+//! | `POST /v1/sessions/{id}/prompt` | `{content}` → SSE of `AgentEvent`s (`{"type": "agent_start", …}`) until `agent_end`, then `[DONE]` (see `prompt_stream`); 409 while a prompt runs |
 //! | `POST /v1/sessions/{id}/steer` | `{content}`: delivered after the current tool batch → 202 |
 //! | `POST /v1/sessions/{id}/follow_up` | `{content}`: delivered when the agent would stop → 202 |
 //! | `POST /v1/sessions/{id}/abort` | cancel the running prompt → 202 |
@@ -23,7 +23,8 @@
 //! and the call runs once `approve` says `allow` (or `always`: that tool for the rest of the session). A
 //! denied call is an error result the model sees; an abort (or a closed stream) denies what waits.
 //!
-//! A client that closes the prompt stream aborts the run (as closing a completion stream cancels it).
+//! A client that closes the prompt stream aborts the run (as closing a completion stream cancels it). The last
+//! `agent_end` comes once the run has let the session go: the next request may follow it at once.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,14 +35,13 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{GatedProvider, Session, SessionInfo};
+use super::{prompt_stream, GatedProvider, Session, SessionInfo};
 use crate::agent::AgentEvent;
 use crate::app::approvals::{Approval, ApprovalPolicy, ApprovalRequest, Decision};
 use crate::app::{sessions, Backend, CodingSession, SessionChoice, SessionSettings, RECALL_TOOL};
@@ -433,20 +433,6 @@ async fn remove(
     ))
 }
 
-/// Aborts the run when the prompt stream is dropped before the run ended.
-struct AbortOnDrop {
-    coding: CodingSession,
-    finished: bool,
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.coding.abort();
-        }
-    }
-}
-
 #[utoipa::path(post, path = "/v1/sessions/{id}/prompt", tag = "sessions", params(("id" = String, Path, description = "The session id")), request_body = Text,
     responses((status = 200, description = "Server-sent agent events until `agent_end`, then `[DONE]`", content_type = "text/event-stream", body = crate::server::openapi::SseEvent), crate::server::openapi::BusyError, crate::server::openapi::OpenAiErrors))]
 async fn prompt(
@@ -472,6 +458,7 @@ async fn prompt(
     })));
     let coding = s.coding.clone();
     let session = s.clone();
+    let (finished_tx, finished) = oneshot::channel();
     tokio::spawn(async move {
         let outcome = coding.prompt(&req.content).await;
         session.touch();
@@ -486,54 +473,16 @@ async fn prompt(
                 .await;
         }
         drop(guard);
+        // The stream sends `agent_end` only now: the session is free for the client's next request.
+        let _ = finished_tx.send(());
     });
-    let watcher = AbortOnDrop {
-        coding: s.coding.clone(),
-        finished: false,
+    let channels = prompt_stream::RunChannels {
+        events: rx,
+        approvals: approvals_rx,
+        finished,
     };
-    let events = futures::stream::unfold(
-        (rx, approvals_rx, watcher, false),
-        |(mut rx, mut approvals_rx, mut watcher, ended)| async move {
-            if ended {
-                return None;
-            }
-            let next = tokio::select! {
-                biased;
-                Some(request) = approvals_rx.recv() => Err(request),
-                ev = rx.recv() => Ok(ev),
-            };
-            let next = match next {
-                Err(request) => {
-                    let mut v = serde_json::to_value(&request).unwrap_or_default();
-                    v["type"] = json!("approval_request");
-                    return Some((
-                        futures::stream::iter(vec![sse::json_event(&v)]),
-                        (rx, approvals_rx, watcher, false),
-                    ));
-                }
-                Ok(ev) => ev,
-            };
-            match next {
-                Some(ev) => {
-                    let end = matches!(ev, AgentEvent::AgentEnd { .. });
-                    let mut out = vec![sse::json_event(&ev)];
-                    if end {
-                        watcher.finished = true;
-                        out.push(sse::done());
-                    }
-                    Some((futures::stream::iter(out), (rx, approvals_rx, watcher, end)))
-                }
-                None => {
-                    watcher.finished = true;
-                    Some((
-                        futures::stream::iter(vec![sse::done()]),
-                        (rx, approvals_rx, watcher, true),
-                    ))
-                }
-            }
-        },
-    )
-    .flatten();
+    let coding = s.coding.clone();
+    let events = prompt_stream::events(channels, move || coding.abort());
     Ok(sse::response(events))
 }
 

@@ -514,3 +514,42 @@ async fn saved_sessions_are_listed_for_reopening() {
         .unwrap_or_else(|| panic!("{v}"));
     assert_eq!(found["first_message"], "remember me");
 }
+
+/// A client that reads `[DONE]` and at once sends the next request finds the session free: `agent_end` comes only
+/// after the run has let the session go (under CI load a prompt right after the stream ended was refused with 409).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_request_right_after_done_is_never_refused_as_busy() {
+    const ROUNDS: usize = 60;
+    let s = setup(
+        (0..ROUNDS)
+            .map(|i| ScriptedReply::text_only(format!("Reply {i}.")))
+            .collect(),
+    )
+    .await;
+    let id = create(&s, json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for i in 0..ROUNDS {
+        let resp = client()
+            .post(s.server.url(&format!("/v1/sessions/{id}/prompt")))
+            .json(&json!({"content": format!("prompt {i}")}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let body = resp.text().await.unwrap();
+        assert_eq!(status, 200, "prompt {i}: {body}");
+        assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+        assert!(body.contains(&format!("Reply {i}.")), "{body}");
+        if i % 10 == 9 {
+            // A tree operation right after the stream ended is not refused either.
+            let (status, v) = post(
+                &s.server.url(&format!("/v1/sessions/{id}/rewind")),
+                &json!({"n": 2}),
+            )
+            .await;
+            assert_eq!(status, 200, "rewind after prompt {i}: {v}");
+        }
+    }
+}

@@ -339,3 +339,26 @@ fn rpc_eof_denies_a_waiting_approval() {
     assert_eq!(wait_child(&mut rpc.child, Duration::from_secs(20)), Some(0));
     assert!(!sb.cwd.join("out.txt").exists());
 }
+
+/// A client that sends the next prompt the moment it reads `agent_end` finds the agent free: the end is written
+/// only after the run has let the agent go (it raced the run's last steps, and the prompt was refused as running).
+#[test]
+fn a_prompt_sent_on_agent_end_is_never_refused_as_running() {
+    const ROUNDS: usize = 40;
+    let replies: Vec<Value> = (0..ROUNDS).map(|i| json!(format!("Reply {i}."))).collect();
+    let sb = Sandbox::new(json!(replies));
+    let mut rpc = Rpc::start(sb.cmd(&["run", "--mode", "rpc", "--no-session"]));
+    for i in 0..ROUNDS {
+        rpc.send(&json!({"type": "prompt", "message": format!("prompt {i}"), "id": i}).to_string());
+        let r = rpc.response("prompt");
+        assert_eq!(r["success"], true, "prompt {i}: {r}");
+        let (end, _) = rpc.until(is_agent_end);
+        assert_eq!(end["reason"], "completed", "{end}");
+        assert!(end.to_string().contains(&format!("Reply {i}.")), "{end}");
+    }
+    rpc.send(r#"{"type": "get_state"}"#);
+    let state = rpc.response("get_state");
+    assert_eq!(state["success"], true, "{state}");
+    drop(rpc.stdin.take());
+    assert_eq!(wait_child(&mut rpc.child, Duration::from_secs(20)), Some(0));
+}
