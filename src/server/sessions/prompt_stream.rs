@@ -103,10 +103,7 @@ where
                 }
             }
             Next::Event(None) | Next::Finished => {
-                // Every sender is gone, or the run is over: whatever it sent is already queued.
-                if !matches!(next, Next::Finished) {
-                    let _ = (&mut st.ch.finished).await;
-                }
+                // The run is over (the task that runs it holds a sender until then): whatever it sent is queued.
                 if let Some(end) = st.held_end.take() {
                     out.push(sse::json_event(&end));
                 }
